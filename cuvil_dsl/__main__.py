@@ -1,0 +1,3 @@
+from cuvil_dsl.cli import main
+
+raise SystemExit(main())

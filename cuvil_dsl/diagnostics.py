@@ -1,0 +1,262 @@
+"""One diagnostic type for every stage, rendered with a caret, as JSON or as SARIF.
+
+Every user-facing problem is a :class:`Diagnostic`: a stable code (``E204``), a severity,
+a message, a :class:`Span` (file, 1-based line and column, end position; columns count
+characters) and an optional hint that says how to fix it. Stages collect diagnostics and
+raise :class:`UserError` once; bugs in the tool are :class:`InternalError` and are never
+shown to a user as a bare traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from cuvil_dsl import __version__
+
+
+@dataclass(frozen=True, order=True)
+class Span:
+    """A range of source text. ``end_column`` is exclusive; lines and columns are 1-based."""
+
+    file: str
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+
+    @staticmethod
+    def point(file: str, line: int, column: int, width: int = 1) -> "Span":
+        return Span(file, line, column, line, column + max(width, 1))
+
+    @staticmethod
+    def whole_file(file: str) -> "Span":
+        return Span(file, 1, 1, 1, 1)
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}"
+
+
+class Severity(str, Enum):
+    ERROR = "error"
+    WARNING = "warning"
+
+
+# The meaning of every code: LANGUAGE.md section 6, plus the ones this project adds.
+CODES: dict[str, str] = {
+    "E100": "syntax error",
+    "E201": "undefined name",
+    "E202": "name bound twice",
+    "E203": "dtype mismatch or illegal mix",
+    "E204": "shape mismatch",
+    "E205": "axis out of range",
+    "E206": "unknown function",
+    "E207": "wrong arguments",
+    "E208": "declared result never bound",
+    "E209": "assignment to an input parameter",
+    "E301": "host statement inside a graph",
+    "E302": "nested graph, or a graph inside a kernel",
+    "E303": "nested kernel block",
+    "E401": "kernel block cannot be one kernel",
+    "E402": "kernel exceeds its resource budget (registers, spills)",
+    "E403": "host statement inside a kernel block",
+    "E501": "unknown or misspelled key in a spec",
+    "E502": "symbol without a size",
+    "E503": "invalid launch settings",
+    "E504": "target the compiler cannot build for",
+    "E505": "file named in a spec not found or unreadable",
+    "E506": "input data does not match its declaration",
+    "E507": "scalar parameter without a value",
+    "E508": "invalid value in a spec",
+    "E509": "sizes beyond what the machine can hold",
+    "E601": "backend not available",
+    "E602": "compilation failed",
+    "W601": "input never used",
+    "W602": "value computed but never used",
+}
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    code: str
+    message: str
+    span: Span
+    severity: Severity = Severity.ERROR
+    hint: str | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity is Severity.ERROR
+
+    def sort_key(self) -> tuple:
+        return (self.span.file, self.span.line, self.span.column, self.code)
+
+    def to_json(self) -> dict:
+        return {
+            "code": self.code,
+            "severity": self.severity.value,
+            "message": self.message,
+            "file": self.span.file,
+            "line": self.span.line,
+            "column": self.span.column,
+            "end_line": self.span.end_line,
+            "end_column": self.span.end_column,
+            **({"hint": self.hint} if self.hint else {}),
+        }
+
+
+def error(code: str, message: str, span: Span, hint: str | None = None) -> Diagnostic:
+    return Diagnostic(code, message, span, Severity.ERROR, hint)
+
+
+def warning(code: str, message: str, span: Span, hint: str | None = None) -> Diagnostic:
+    return Diagnostic(code, message, span, Severity.WARNING, hint)
+
+
+class CuvilError(Exception):
+    """Base of every exception this package raises on purpose."""
+
+
+class UserError(CuvilError):
+    """Problems in the user's program, spec, data or invocation; carries diagnostics."""
+
+    def __init__(self, diagnostics: Sequence[Diagnostic]):
+        self.diagnostics = tuple(sorted(diagnostics, key=Diagnostic.sort_key))
+        super().__init__("\n".join(f"{d.span}: {d.severity.value}[{d.code}]: {d.message}" for d in self.diagnostics))
+
+    def __reduce__(self):
+        return (type(self), (self.diagnostics,))
+
+
+class RunFailure(CuvilError):
+    """Something found by executing (a numeric check, assert_finite, a budget, guard bands)."""
+
+
+class InternalError(CuvilError):
+    """A bug in cuvil-dsl itself. The message asks for a report."""
+
+
+def raise_if_errors(diagnostics: Iterable[Diagnostic]) -> None:
+    diags = list(diagnostics)
+    if any(d.is_error for d in diags):
+        raise UserError(diags)
+
+
+class SourceCache:
+    """Source text by file name, so diagnostics can show the offending line."""
+
+    def __init__(self) -> None:
+        self._texts: dict[str, str] = {}
+
+    def add(self, file: str, text: str) -> None:
+        self._texts[file] = text
+
+    def line(self, file: str, line: int) -> str | None:
+        text = self._texts.get(file)
+        if text is None:
+            try:
+                text = Path(file).read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                return None
+            self._texts[file] = text
+        lines = text.splitlines()
+        if 1 <= line <= len(lines):
+            return lines[line - 1]
+        return None
+
+
+SOURCES = SourceCache()
+
+
+def render(diag: Diagnostic, sources: SourceCache = SOURCES, color: bool = False) -> str:
+    """``FILE:LINE:COL: error[CODE]: message``, then the source line and a caret under the span."""
+    sev = diag.severity.value
+    if color:
+        tint = "\033[1;31m" if diag.is_error else "\033[1;33m"
+        head = f"\033[1m{diag.span}:\033[0m {tint}{sev}[{diag.code}]\033[0m: \033[1m{diag.message}\033[0m"
+    else:
+        head = f"{diag.span}: {sev}[{diag.code}]: {diag.message}"
+    out = [head]
+    text = sources.line(diag.span.file, diag.span.line)
+    if text is not None:
+        gutter = str(diag.span.line)
+        pad = " " * len(gutter)
+        shown = text.expandtabs(4) if "\t" in text else text
+        prefix = text[: diag.span.column - 1].expandtabs(4) if "\t" in text else text[: diag.span.column - 1]
+        if diag.span.end_line == diag.span.line:
+            width = max(1, diag.span.end_column - diag.span.column)
+        else:
+            width = max(1, len(text) - diag.span.column + 1)
+        out.append(f"{pad} |")
+        out.append(f"{gutter} | {shown}")
+        out.append(f"{pad} | {' ' * len(prefix)}{'^' * width}")
+    for note in diag.notes:
+        out.append(f"  = note: {note}")
+    if diag.hint:
+        out.append(f"  = help: {diag.hint}")
+    return "\n".join(out)
+
+
+def to_json(diags: Iterable[Diagnostic]) -> str:
+    return json.dumps([d.to_json() for d in diags], indent=2)
+
+
+def to_sarif(diags: Iterable[Diagnostic]) -> str:
+    """SARIF 2.1.0, one run, one rule per code used, so code-scanning tools show findings inline."""
+    diags = list(diags)
+    used = sorted({d.code for d in diags})
+    rules = [
+        {
+            "id": code,
+            "name": CODES.get(code, code).replace(" ", "_"),
+            "shortDescription": {"text": CODES.get(code, code)},
+            "helpUri": f"https://github.com/cuvil-dsl/cuvil-dsl/blob/main/docs/diagnostics.md#{code.lower()}",
+        }
+        for code in used
+    ]
+    results = []
+    for d in diags:
+        results.append(
+            {
+                "ruleId": d.code,
+                "ruleIndex": used.index(d.code),
+                "level": "error" if d.is_error else "warning",
+                "message": {"text": d.message + (f" ({d.hint})" if d.hint else "")},
+                "locations": [
+                    {
+                        "physicalLocation": {
+                            "artifactLocation": {"uri": Path(d.span.file).as_posix()},
+                            "region": {
+                                "startLine": d.span.line,
+                                "startColumn": d.span.column,
+                                "endLine": d.span.end_line,
+                                "endColumn": d.span.end_column,
+                            },
+                        }
+                    }
+                ],
+            }
+        )
+    doc = {
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "cuvil-dsl",
+                        "version": __version__,
+                        "informationUri": "https://github.com/cuvil-dsl/cuvil-dsl",
+                        "rules": rules,
+                    }
+                },
+                "columnKind": "unicodeCodePoints",
+                "results": results,
+            }
+        ],
+    }
+    return json.dumps(doc, indent=2)
