@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any, Literal, Union
+import types
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, PlainValidator, Tag, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
@@ -87,7 +88,7 @@ def _arch(value: Any) -> str:
 def _devices(value: Any) -> tuple[int, ...] | Literal["all"]:
     if value == "all":
         return "all"
-    if isinstance(value, list) and value and all(type(v) is int and v >= 0 for v in value):
+    if isinstance(value, (list, tuple)) and value and all(type(v) is int and v >= 0 for v in value):
         if len(set(value)) != len(value):
             raise _custom("devices", "GPU ordinals must not repeat")
         return tuple(value)
@@ -95,7 +96,7 @@ def _devices(value: Any) -> tuple[int, ...] | Literal["all"]:
 
 
 def _options(value: Any) -> tuple[str, ...]:
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
         return tuple(value)
     raise _custom("options", "expected a list of compiler options (strings)")
 
@@ -305,3 +306,45 @@ class Spec(_Model):
     check: Check = Check()
     run: Run = Run()
     budget: Budget = Budget()
+
+
+def model_at(path: tuple, data: Any) -> type[BaseModel] | None:
+    """The model that validates the mapping at ``path`` in the raw ``data``, or None.
+
+    Walks the field annotations, so the loader can list the keys allowed where an unknown key
+    stands without a second table of the spec's structure.
+    """
+    annotation: Any = Spec
+    node = data
+    for key in path:
+        model = _pick_model(annotation, node)
+        if model is not None:
+            field = model.model_fields.get(key) if isinstance(key, str) else None
+            if field is None:
+                return None
+            annotation = field.annotation
+        elif get_origin(annotation) is dict:
+            annotation = get_args(annotation)[1]
+        else:
+            return None
+        node = node.get(key) if isinstance(node, dict) else None
+    return _pick_model(annotation, node)
+
+
+def _pick_model(annotation: Any, node: Any) -> type[BaseModel] | None:
+    if get_origin(annotation) is Annotated:
+        inner, *metadata = get_args(annotation)
+        choose = next((m for m in metadata if isinstance(m, Discriminator)), None)
+        if choose is None:
+            return _pick_model(inner, node)
+        tag = choose.discriminator(node)
+        for member in get_args(inner):
+            member_type, *member_metadata = get_args(member)
+            if any(isinstance(m, Tag) and m.tag == tag for m in member_metadata):
+                return member_type
+        return None
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if get_origin(annotation) in (Union, types.UnionType):
+        return next((m for m in (_pick_model(a, node) for a in get_args(annotation)) if m is not None), None)
+    return None

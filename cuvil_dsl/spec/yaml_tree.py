@@ -38,7 +38,7 @@ _CORE = "tag:yaml.org,2002:"
 _SCALAR_TAGS = {f"{_CORE}{name}" for name in ("null", "bool", "int", "float", "str")}
 _EXPONENT_NUMBER = re.compile(r"[-+]?(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)[eE][-+]?\d+")
 
-Path = tuple  # tuple[str | int, ...]: keys of mappings and indices of lists, from the top
+KeyPath = tuple  # tuple[str | int, ...]: keys of mappings and indices of lists, from the top
 
 
 @dataclass(frozen=True)
@@ -46,10 +46,10 @@ class Positions:
     """Spans of every key and value of a spec, by path; lists' items have no key of their own."""
 
     file: str
-    keys: Mapping[Path, Span]
-    values: Mapping[Path, Span]
+    keys: Mapping[KeyPath, Span]
+    values: Mapping[KeyPath, Span]
 
-    def span_of(self, path: Path, key: bool = True) -> Span:
+    def span_of(self, path: KeyPath, key: bool = True) -> Span:
         """The span of ``path``'s key (or value), else of its nearest parent, else the file start."""
         table = self.keys if key else self.values
         for end in range(len(path), 0, -1):
@@ -87,10 +87,10 @@ def _show_tag(tag: str) -> str:
 class _Walker:
     def __init__(self, file: str):
         self.file = file
-        self.keys: dict[Path, Span] = {}
-        self.values: dict[Path, Span] = {}
+        self.keys: dict[KeyPath, Span] = {}
+        self.values: dict[KeyPath, Span] = {}
         self.problems: list[Diagnostic] = []
-        self.bad: set[Path] = set()
+        self.bad: set[KeyPath] = set()
         self.count = 0
         self.scalars = SafeConstructor()
 
@@ -98,7 +98,7 @@ class _Walker:
         start, end = node.start_mark, node.end_mark
         return Span(self.file, start.line + 1, start.column + 1, end.line + 1, end.column + 1)
 
-    def walk(self, node: yaml.Node, path: Path) -> Any:
+    def walk(self, node: yaml.Node, path: KeyPath) -> Any:
         self.values[path] = self.span(node)
         self.count += 1
         if self.count > MAX_VALUES:
@@ -113,7 +113,7 @@ class _Walker:
             return self.scalar(node, path)
         return self.refuse(node, path)
 
-    def mapping(self, node: yaml.MappingNode, path: Path) -> dict:
+    def mapping(self, node: yaml.MappingNode, path: KeyPath) -> dict:
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode) or key_node.tag not in _SCALAR_TAGS:
@@ -138,7 +138,7 @@ class _Walker:
             out[key] = self.walk(value_node, key_path)
         return out
 
-    def scalar(self, node: yaml.ScalarNode, path: Path) -> Any:
+    def scalar(self, node: yaml.ScalarNode, path: KeyPath) -> Any:
         plain = node.style is None
         if node.tag == f"{_CORE}timestamp" and plain:
             return node.value
@@ -156,7 +156,7 @@ class _Walker:
             self.bad.add(path)
             return None
 
-    def refuse(self, node: yaml.Node, path: Path) -> None:
+    def refuse(self, node: yaml.Node, path: KeyPath) -> None:
         self.problems.append(
             error(
                 "E508",

@@ -1,0 +1,335 @@
+"""The persistent compile cache: an in-memory LRU above a per-user directory of CUBIN entries.
+
+Key: sha256 over everything that can change the binary (source, kernels, unit name,
+compiler and its exact version, the options *in order*, arch, package version, a hash of
+this package's own code generator and compiler sources, and knobs marked
+``affects_binary``). Option order matters (``-maxrregcount`` given twice: the last one
+wins), so options are never sorted.
+
+Entry file: ``MAGIC | format | payload length | sha256(payload) | payload`` where the
+payload is a JSON metadata block followed by the CUBIN. A truncated, corrupt or foreign
+file is a miss and is removed; it can never crash a compile or hand back a bad binary.
+Files are written to a temporary name in the same folder, fsynced, then ``os.replace``d,
+so a reader in another process sees either the old complete file or the new one.
+
+A directory owned by someone else, or writable by group/others, is refused (anyone who can
+write there could plant a binary we would run on the GPU): the service then compiles
+without a disk cache and says so once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import functools
+import hashlib
+import json
+import logging
+import os
+import struct
+import tempfile
+import threading
+import time
+import warnings
+from collections import OrderedDict
+from pathlib import Path
+from typing import Iterator
+
+import cuvil_dsl
+from cuvil_dsl import knobs
+from cuvil_dsl.compile.units import BuildArtifact, CompileUnit, KernelResources
+
+logger = logging.getLogger("cuvil_dsl.compile")
+
+MAGIC = b"CUVILCB\x00"
+FORMAT_VERSION = 1
+_HEADER = struct.Struct("<8sIQ32s")  # magic, format, payload length, sha256(payload)
+_META_LEN = struct.Struct("<I")
+ELF_MAGIC = b"\x7fELF"
+ENTRY_SUFFIX = ".entry"
+
+
+@functools.cache
+def sources_fingerprint() -> str:
+    """sha256 of every ``.py`` under ``cuvil_dsl/codegen`` and ``cuvil_dsl/compile``, once per process.
+
+    Editing the code generator or this service must invalidate binaries built by the old
+    code even when the version number did not change (a developer checkout).
+    """
+    package = Path(cuvil_dsl.__file__).resolve().parent
+    digest = hashlib.sha256()
+    for folder in ("codegen", "compile"):
+        for path in sorted((package / folder).rglob("*.py")):
+            digest.update(path.relative_to(package).as_posix().encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def cache_key(unit: CompileUnit, arch: str, compiler: str, compiler_version: str, options: tuple[str, ...]) -> str:
+    """The hex sha256 naming one binary. Every field is length-prefixed so no two field lists collide."""
+    digest = hashlib.sha256()
+
+    def part(label: str, value: str) -> None:
+        data = value.encode("utf-8")
+        digest.update(f"{label}:{len(data)}:".encode() + data)
+
+    part("format", str(FORMAT_VERSION))
+    part("cuvil", cuvil_dsl.__version__)
+    part("sources", sources_fingerprint())
+    part("unit", unit.name)
+    part("source", unit.source)
+    for kernel in unit.kernels:
+        part("kernel", kernel)
+    part("compiler", compiler)
+    part("compiler_version", compiler_version)
+    part("arch", arch)
+    for option in options:
+        part("option", option)
+    for name, knob in sorted(knobs.all_knobs().items()):
+        if knob.affects_binary:
+            part(f"knob:{name}", repr(knob.get()))
+    return digest.hexdigest()
+
+
+def encode_entry(key: str, artifact: BuildArtifact) -> bytes:
+    meta = {
+        "key": key,
+        "resources": [r.to_json() for r in artifact.resources.values()],
+        "log": artifact.log,
+        "compiler": artifact.compiler,
+        "compiler_version": artifact.compiler_version,
+        "compile_ms": artifact.compile_ms,
+        "nvrtc_result": artifact.nvrtc_result,
+        "fallback": artifact.fallback,
+    }
+    meta_bytes = json.dumps(meta, separators=(",", ":")).encode("utf-8")
+    payload = _META_LEN.pack(len(meta_bytes)) + meta_bytes + artifact.cubin
+    return _HEADER.pack(MAGIC, FORMAT_VERSION, len(payload), hashlib.sha256(payload).digest()) + payload
+
+
+def decode_entry(key: str, data: bytes) -> BuildArtifact | None:
+    """The artifact, or ``None`` for anything that is not an intact entry for exactly ``key``."""
+    if len(data) < _HEADER.size:
+        return None
+    magic, fmt, length, checksum = _HEADER.unpack_from(data)
+    payload = data[_HEADER.size :]
+    if magic != MAGIC or fmt != FORMAT_VERSION or length != len(payload):
+        return None
+    if hashlib.sha256(payload).digest() != checksum or len(payload) < _META_LEN.size:
+        return None
+    (meta_len,) = _META_LEN.unpack_from(payload)
+    meta_end = _META_LEN.size + meta_len
+    cubin = payload[meta_end:]
+    if not cubin.startswith(ELF_MAGIC):
+        return None
+    try:
+        meta = json.loads(payload[_META_LEN.size : meta_end].decode("utf-8"))
+        if meta["key"] != key or meta["compiler"] not in ("nvrtc", "nvcc"):
+            return None
+        resources = {r["name"]: KernelResources.from_json(r) for r in meta["resources"]}
+        return BuildArtifact(
+            cubin=cubin,
+            resources=resources,
+            log=str(meta["log"]),
+            compiler=meta["compiler"],
+            compiler_version=str(meta["compiler_version"]),
+            compile_ms=float(meta["compile_ms"]),
+            nvrtc_result=meta["nvrtc_result"],
+            fallback=meta["fallback"],
+        )
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the whole new one, never a part."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # make the rename itself durable; not all file systems allow it
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+class MemoryCache:
+    """Process-wide LRU of artifacts by key, so a repeated request costs a dict lookup."""
+
+    def __init__(self, capacity: int = 1024):
+        self.capacity = capacity
+        self._lock = threading.Lock()
+        self._items: OrderedDict[str, BuildArtifact] = OrderedDict()
+
+    def get(self, key: str) -> BuildArtifact | None:
+        with self._lock:
+            item = self._items.get(key)
+            if item is not None:
+                self._items.move_to_end(key)
+            return item
+
+    def put(self, key: str, artifact: BuildArtifact) -> None:
+        with self._lock:
+            self._items[key] = artifact
+            self._items.move_to_end(key)
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+
+    def clear(self) -> int:
+        with self._lock:
+            count = len(self._items)
+            self._items.clear()
+            return count
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
+
+
+MEMORY = MemoryCache()
+
+
+class DiskCache:
+    """One checked cache directory: ``cubin/`` entries, ``locks/`` for cross-process single flight,
+    ``failed/`` for sources that did not compile."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.entries_dir = root / "cubin"
+        self.locks_dir = root / "locks"
+        self.failed_dir = root / "failed"
+        self._warned_write = False
+
+    def path_for(self, key: str) -> Path:
+        return self.entries_dir / f"{key}{ENTRY_SUFFIX}"
+
+    def load(self, key: str) -> BuildArtifact | None:
+        path = self.path_for(key)
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        artifact = decode_entry(key, data)
+        if artifact is None:
+            logger.warning("cuvil-dsl: removing damaged compile cache entry %s", path)
+            with contextlib.suppress(OSError):
+                path.unlink()
+        return artifact
+
+    def store(self, key: str, artifact: BuildArtifact) -> bool:
+        """Write the entry; a full or read-only disk is logged once and otherwise ignored."""
+        try:
+            self.entries_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            atomic_write(self.path_for(key), encode_entry(key, artifact))
+            return True
+        except OSError as exc:
+            if not self._warned_write:
+                self._warned_write = True
+                reason = "disk full" if exc.errno == errno.ENOSPC else exc.strerror or str(exc)
+                logger.warning("cuvil-dsl: cannot write the compile cache in %s (%s); compiling without it", self.root, reason)
+            return False
+
+    @contextlib.contextmanager
+    def key_lock(self, key: str, timeout: float) -> Iterator[bool]:
+        """Hold ``locks/<key>.lock`` so only one process compiles a key; yields whether it is held.
+
+        ``flock`` dies with its process, so a crashed compiler never blocks others; waiting
+        gives up after ``timeout`` and compiles anyway rather than risk hanging forever.
+        """
+        try:
+            self.locks_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(self.locks_dir / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError:
+            yield False
+            return
+        try:
+            deadline = time.monotonic() + timeout
+            held = False
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    held = True
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        break
+                    time.sleep(0.02)
+            yield held
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
+    def entries(self) -> list[Path]:
+        try:
+            return [p for p in self.entries_dir.iterdir() if p.name.endswith(ENTRY_SUFFIX)]
+        except OSError:
+            return []
+
+    def clear(self) -> int:
+        """Remove entries, lock files and saved failures; counters are history and stay."""
+        removed = 0
+        for folder in (self.entries_dir, self.locks_dir, self.failed_dir):
+            try:
+                children = list(folder.iterdir())
+            except OSError:
+                continue
+            for child in children:
+                with contextlib.suppress(OSError):
+                    child.unlink()
+                    removed += folder is self.entries_dir
+        return removed
+
+
+_open_lock = threading.Lock()
+_opened: dict[Path, DiskCache | None] = {}
+_refusals: dict[Path, str] = {}
+
+
+def _check_directory(root: Path) -> str | None:
+    """Why ``root`` cannot be trusted, or ``None`` when it can (creating it 0700 if absent)."""
+    try:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.stat(root)
+    except OSError as exc:
+        return f"cannot create it ({exc.strerror or exc})"
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return f"it is owned by uid {st.st_uid}, not by you (uid {os.getuid()})"
+    if st.st_mode & 0o022:
+        return f"it is writable by group or others (mode {st.st_mode & 0o777:o}); run `chmod go-w {root}`"
+    return None
+
+
+def disk_cache() -> DiskCache | None:
+    """The disk cache for the current ``CUVIL_CACHE_DIR``, or ``None`` when disabled or refused."""
+    if knobs.values.disable_cache:
+        return None
+    root = knobs.values.cache_dir
+    with _open_lock:
+        if root not in _opened:
+            problem = _check_directory(root)
+            if problem is None:
+                _opened[root] = DiskCache(root)
+            else:
+                _opened[root] = None
+                _refusals[root] = problem
+                warnings.warn(
+                    f"cuvil-dsl: not using compile cache {root}: {problem}; compiling without a disk cache",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+        return _opened[root]
+
+
+def refusal(root: Path) -> str | None:
+    """Why ``root`` was refused in this process, if it was."""
+    with _open_lock:
+        return _refusals.get(root)

@@ -1,0 +1,433 @@
+"""The compile service: units in, CUBIN plus a ptxas report per kernel out, cached and in parallel.
+
+Order of work for one unit: in-memory LRU → (single flight per key within the process) →
+disk entry → (``flock`` per key across processes) → disk entry again → compile → store.
+Compiles run on a thread pool because NVRTC releases the GIL; nothing global is held
+while a compile runs, only a per-key future that other requesters of the same key wait on.
+
+Routing on a miss: NVRTC, unless the breaker is open or libnvrtc is absent. An NVRTC
+failure of kind ``resource`` (out of memory, internal error, ptxas "too much shared data",
+…) is retried with nvcc unless ``fallback="none"``; a source error never is, because nvcc
+would say the same thing 0.3 s later. A fallback result is stored under the request's key,
+so the next request gets it from the cache without touching NVRTC again.
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import sys
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Literal
+
+from cuvil_dsl import knobs
+from cuvil_dsl.compile import log as clog
+from cuvil_dsl.compile import nvcc, nvrtc
+from cuvil_dsl.compile.breaker import BREAKER
+from cuvil_dsl.compile.cache import MEMORY, DiskCache, cache_key, disk_cache
+from cuvil_dsl.compile.failures import Attempt, compile_error
+from cuvil_dsl.compile.ptxas import parse_report
+from cuvil_dsl.compile.units import BuildArtifact, CacheOutcome, CompiledUnit, CompileUnit, Compiler
+from cuvil_dsl.diagnostics import InternalError, Span, UserError, error
+
+Progress = Callable[[int, int, str, bool], None]
+_TARGET = Span.whole_file("<compile>")
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Everything about one ``compile_units`` call that does not depend on the unit."""
+
+    arch: str
+    compiler: Compiler
+    key_version: str  # what identifies the compiler build in the key (full ``nvcc --version`` text)
+    version: str  # what people read: "13.0" or "13.0.88"
+    fallback: Literal["nvcc", "none"]
+    route_reason: str | None
+    options: tuple[str, ...]
+    timeout: float
+    disk: DiskCache | None
+
+    def options_for(self, unit: CompileUnit) -> tuple[str, ...]:
+        return self.options + unit.options
+
+    def key_for(self, unit: CompileUnit) -> str:
+        return cache_key(unit, self.arch, self.compiler, self.key_version, self.options_for(unit))
+
+
+def _unavailable(message: str, hint: str) -> UserError:
+    return UserError([error("E601", message, _TARGET, hint)])
+
+
+def _validate_arch(arch: str, supported: tuple[int, ...], who: str) -> None:
+    """E504 unless ``arch`` is ``sm_XX`` (``a``/``f`` suffix allowed iff ``sm_XX`` is) and ``who`` builds it."""
+    parsed = nvrtc.parse_arch(arch)
+    listing = ", ".join(f"sm_{a}" for a in supported)
+    if parsed is None:
+        raise UserError([error("E504", f"{arch!r} is not a GPU architecture; expected sm_<number> such as sm_90",
+                               _TARGET, f"{who} builds: {listing}")])
+    if parsed[0] not in supported:
+        raise UserError([error("E504", f"{who} cannot build for {arch}", _TARGET,
+                               f"{who} builds: {listing} (CUDA 13 dropped sm_70 and older)")])
+
+
+def _plan(arch: str, compiler: str, fallback: str, fast_math: bool, options: Iterable[str]) -> _Plan:
+    if compiler not in ("nvrtc", "nvcc"):
+        raise ValueError(f"compiler must be 'nvrtc' or 'nvcc', not {compiler!r}")
+    if fallback not in ("nvcc", "none"):
+        raise ValueError(f"fallback must be 'nvcc' or 'none', not {fallback!r}")
+    route_reason = None
+    if compiler == "nvrtc":
+        try:
+            nvrtc.library()
+        except nvrtc.NvrtcUnavailable as exc:
+            if fallback == "none":
+                raise _unavailable(str(exc), "or pass fallback='nvcc' to build with nvcc") from None
+            route_reason = "nvrtc-unavailable"
+            compiler = "nvcc"
+    if compiler == "nvrtc":
+        key_version = version = nvrtc.version()
+        supported = nvrtc.supported_archs()
+        who = f"NVRTC {version}"
+    else:
+        try:
+            path = nvcc.find_nvcc()
+            key_version, version, supported = nvcc.version_text(path), nvcc.version(path), nvcc.supported_archs(path)
+        except nvcc.NvccUnavailable as exc:
+            raise _unavailable(f"no compiler available: {exc}", "install nvidia-cuda-nvrtc==13.0.* or a CUDA toolkit") from None
+        who = f"nvcc {version}"
+    _validate_arch(arch, supported, who)
+    base = [f"-arch={arch}", "-std=c++17", "-Xptxas=-v"]
+    headers = nvrtc.header_dir()
+    if headers:
+        base.append(f"-I{headers}")
+    if fast_math:
+        base.append("--use_fast_math")
+    if knobs.values.lineinfo:
+        base.append("-lineinfo")
+    return _Plan(arch, compiler, key_version, version, fallback, route_reason,  # type: ignore[arg-type]
+                 tuple(base) + tuple(options), knobs.values.compile_timeout, disk_cache())
+
+
+class _SingleFlight:
+    """One compile per key at a time in this process; later askers wait for the first one's result."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._flights: dict[str, Future] = {}
+
+    def run(self, key: str, work: Callable[[], tuple[BuildArtifact, CacheOutcome]]) -> tuple[BuildArtifact, CacheOutcome]:
+        with self._lock:
+            flight = self._flights.get(key)
+            leader = flight is None
+            if leader:
+                flight = self._flights[key] = Future()
+        if not leader:
+            artifact, _ = flight.result()
+            return artifact, "hit-memory"  # served from another thread's fresh result
+        try:
+            result = work()
+        except BaseException as exc:
+            flight.set_exception(exc)
+            raise
+        else:
+            flight.set_result(result)
+            return result
+        finally:
+            with self._lock:
+                del self._flights[key]
+
+
+_FLIGHTS = _SingleFlight()
+
+
+def _with_timeout(work: Callable[[], tuple[bytes, str]], timeout: float) -> tuple[bytes, str]:
+    """Run an NVRTC compile on its own daemon thread and wait at most ``timeout`` seconds.
+
+    NVRTC cannot be interrupted through CuPy's binding, so a compile past the limit is
+    abandoned, not stopped: its thread keeps one core busy until NVRTC returns, then its
+    result is dropped and its program destroyed; being a daemon it never blocks exit.
+    """
+    box: Future = Future()
+
+    def run() -> None:
+        try:
+            box.set_result(work())
+        except BaseException as exc:
+            box.set_exception(exc)
+
+    threading.Thread(target=run, name="cuvil-nvrtc", daemon=True).start()
+    return box.result(timeout=timeout)
+
+
+def _nvrtc_fields(code: int | None) -> dict | None:
+    if code is None:
+        return None
+    info = nvrtc.result_info(code)
+    return {"code": info.code, "name": info.name, "meaning": info.meaning}
+
+
+def _record(unit: CompileUnit, plan: _Plan, key: str, duration_ms: float, cache: str, compiler: str,
+            version: str, nvrtc_code: int | None, fallback: str | None, failure: str | None = None) -> None:
+    clog.emit({
+        "stage": "cubin", "unit": unit.name, "kernels": list(unit.kernels), "compiler": compiler,
+        "compiler_version": version, "arch": plan.arch, "duration_ms": round(duration_ms, 3), "cache": cache,
+        "nvrtc_result": _nvrtc_fields(nvrtc_code), "fallback": fallback, "key": key, "error": failure,
+    })
+
+
+def _artifact(unit: CompileUnit, cubin: bytes, log: str, compiler: Compiler, version: str, started: float,
+              nvrtc_code: int | None, fallback: str | None) -> BuildArtifact:
+    resources = parse_report(log)
+    missing = [k for k in unit.kernels if k not in resources]
+    if missing:
+        raise InternalError(
+            f"unit {unit.name!r} declares kernels {missing} that the compiled CUBIN does not contain "
+            f"(entries: {sorted(resources)}); the code generator and the unit disagree"
+        )
+    return BuildArtifact(cubin, {k: resources[k] for k in unit.kernels}, log, compiler, version,
+                         (time.perf_counter() - started) * 1e3, nvrtc_code, fallback)
+
+
+def _build(unit: CompileUnit, key: str, plan: _Plan) -> BuildArtifact:
+    """Compile on a miss, falling back to nvcc when that is allowed and useful; raises E602."""
+    options = plan.options_for(unit)
+    program = f"{unit.name}.cu"
+    started = time.perf_counter()
+    attempts: list[Attempt] = []
+    nvrtc_code: int | None = None
+    reason = plan.route_reason
+    failed_dir = plan.disk.failed_dir if plan.disk else None
+    use_nvrtc = plan.compiler == "nvrtc"
+    if use_nvrtc and plan.fallback == "nvcc" and BREAKER.is_open():
+        use_nvrtc, reason = False, "breaker-open"
+    try:
+        if use_nvrtc:
+            try:
+                cubin, text = _with_timeout(lambda: nvrtc.compile_cubin(unit.source, program, options), plan.timeout)
+                return _artifact(unit, cubin, text, "nvrtc", plan.version, started, 0, None)
+            except concurrent.futures.TimeoutError:
+                attempts.append(Attempt("nvrtc", plan.version, f"did not finish within {plan.timeout:g} s (CUVIL_COMPILE_TIMEOUT); "
+                                        "the compile thread was abandoned", ""))
+                raise compile_error(unit, plan.arch, key, options, attempts, failed_dir,
+                                    "raise CUVIL_COMPILE_TIMEOUT or split the kernel") from None
+            except nvrtc.NvrtcFailure as failure:
+                nvrtc_code = failure.info.code
+                outcome = f"{failure} ({failure.info.action})"
+                attempts.append(Attempt("nvrtc", plan.version, outcome, failure.log))
+                if failure.kind == "api":
+                    raise InternalError(f"NVRTC rejected cuvil-dsl's call for unit {unit.name!r}: {outcome}") from None
+                if failure.kind == "source" or plan.fallback == "none":
+                    raise compile_error(unit, plan.arch, key, options, attempts, failed_dir) from None
+                if failure.nvrtc_unhealthy:
+                    BREAKER.record_failure()
+                    reason = f"nvrtc {failure.info.name}"
+                else:
+                    reason = "ptxas resource error: " + failure.ptxas_resource_errors[0]
+        return _build_nvcc(unit, key, plan, options, attempts, started, nvrtc_code, reason, failed_dir)
+    except UserError:
+        clog.COUNTERS.add("failures")
+        last = attempts[-1] if attempts else Attempt(plan.compiler, plan.version, "", "")
+        _record(unit, plan, key, (time.perf_counter() - started) * 1e3, "miss", last.compiler, last.version,
+                nvrtc_code, reason, "E602")
+        raise
+
+
+def _build_nvcc(unit: CompileUnit, key: str, plan: _Plan, options: tuple[str, ...], attempts: list[Attempt],
+                started: float, nvrtc_code: int | None, reason: str | None, failed_dir: Path | None) -> BuildArtifact:
+    try:
+        path = nvcc.find_nvcc()
+        version = nvcc.version(path)
+    except nvcc.NvccUnavailable as exc:
+        attempts.append(Attempt("nvcc", "", f"fallback impossible: {exc}", ""))
+        raise compile_error(unit, plan.arch, key, options, attempts, failed_dir) from None
+    try:
+        cubin, text = nvcc.compile_cubin(unit.source, f"{unit.name}.cu", options, plan.timeout)
+    except nvcc.NvccFailure as failure:
+        attempts.append(Attempt("nvcc", version, str(failure), failure.log))
+        hint = "raise CUVIL_COMPILE_TIMEOUT or split the kernel" if failure.timed_out else None
+        raise compile_error(unit, plan.arch, key, options, attempts, failed_dir, hint) from None
+    return _artifact(unit, cubin, text, "nvcc", version, started, nvrtc_code, reason)
+
+
+def _load_or_build(unit: CompileUnit, key: str, plan: _Plan) -> tuple[BuildArtifact, CacheOutcome]:
+    disk = plan.disk
+    if disk is None:
+        artifact = _build(unit, key, plan)
+    else:
+        found = disk.load(key)
+        if found is None:
+            with disk.key_lock(key, plan.timeout):
+                found = disk.load(key)  # another process may have built it while we waited
+                if found is None:
+                    artifact = _build(unit, key, plan)
+                    disk.store(key, artifact)
+        if found is not None:
+            MEMORY.put(key, found)
+            return found, "hit-disk"
+    MEMORY.put(key, artifact)
+    return artifact, "miss"
+
+
+def _compile_one(unit: CompileUnit, plan: _Plan, key: str | None = None) -> CompiledUnit:
+    started = time.perf_counter()
+    key = key or plan.key_for(unit)
+    artifact = MEMORY.get(key)
+    outcome: CacheOutcome = "hit-memory"
+    if artifact is None:
+        artifact, outcome = _FLIGHTS.run(key, lambda: _load_or_build(unit, key, plan))
+    elapsed = (time.perf_counter() - started) * 1e3
+    if outcome == "miss":
+        clog.COUNTERS.add("compiles", artifact.compile_ms)
+        if artifact.fallback:
+            clog.COUNTERS.add("fallbacks")
+    else:
+        clog.COUNTERS.add("memory_hits" if outcome == "hit-memory" else "disk_hits")
+    _record(unit, plan, key, elapsed, outcome, artifact.compiler, artifact.compiler_version,
+            artifact.nvrtc_result, artifact.fallback)
+    return CompiledUnit(
+        unit=unit, arch=plan.arch, cubin=artifact.cubin, resources=dict(artifact.resources),
+        compiler=artifact.compiler, compiler_version=artifact.compiler_version, cache_hit=outcome != "miss",
+        compile_ms=elapsed, log=artifact.log, key=key, cache=outcome, fallback=artifact.fallback,
+    )
+
+
+_progress_state = threading.local()
+_exit_lock = threading.Lock()
+_exit_roots: set[Path] = set()
+
+
+def _flush_counters_at_exit() -> None:
+    with _exit_lock:
+        roots = sorted(_exit_roots)
+    for root in roots:
+        clog.persist_counters(root)
+
+
+def _persist_at_exit(root: Path) -> None:
+    """Memory-hit batches skip the counters file (it costs an fsync); flush those counts at exit."""
+    with _exit_lock:
+        if not _exit_roots:
+            atexit.register(_flush_counters_at_exit)
+        _exit_roots.add(root)
+
+
+def compile_units(
+    units: Iterable[CompileUnit],
+    arch: str,
+    *,
+    compiler: str = "nvrtc",
+    fallback: str = "nvcc",
+    fast_math: bool = False,
+    options: Iterable[str] = (),
+    workers: int | None = None,
+    progress: Progress | None = None,
+) -> list[CompiledUnit]:
+    """Compile every unit for ``arch`` (``sm_90``); results come back in input order.
+
+    Every unit is attempted; all E602 failures are raised together as one :class:`UserError`.
+    ``progress(done, total, unit_name, cache_hit)`` is called on this thread after each unit.
+    """
+    units = list(units)
+    if not units:
+        return []
+    plan = _plan(arch, compiler, fallback, fast_math, options)
+    results: list[CompiledUnit | None] = [None] * len(units)
+    failures: list[UserError] = []
+    _progress_state.started = time.perf_counter()
+    done = 0
+    slow_work = False
+
+    def finish(index: int, run: Callable[[], CompiledUnit]) -> None:
+        nonlocal done, slow_work
+        try:
+            results[index] = run()
+            slow_work |= results[index].cache != "hit-memory"
+        except UserError as exc:
+            failures.append(exc)
+        done += 1
+        _progress_state.last = results[index]
+        if progress is not None:
+            progress(done, len(units), units[index].name, results[index] is not None and results[index].cache_hit)
+
+    keys = [plan.key_for(u) for u in units]
+    pending = [i for i, k in enumerate(keys) if MEMORY.get(k) is None]
+    for i in sorted(set(range(len(units))) - set(pending)):
+        finish(i, lambda i=i: _compile_one(units[i], plan, keys[i]))
+    try:
+        count = min(workers or knobs.values.compile_workers, len(pending))
+        if count <= 1:
+            for i in pending:
+                finish(i, lambda i=i: _compile_one(units[i], plan, keys[i]))
+        elif pending:
+            with ThreadPoolExecutor(count, thread_name_prefix="cuvil-compile") as pool:
+                futures = {pool.submit(_compile_one, units[i], plan, keys[i]): i for i in pending}
+                try:
+                    for future in as_completed(futures):
+                        finish(futures[future], future.result)
+                except BaseException:
+                    for future in futures:
+                        future.cancel()
+                    raise
+    finally:
+        if plan.disk is not None:
+            if slow_work or failures:
+                clog.persist_counters(plan.disk.root)
+            else:
+                _persist_at_exit(plan.disk.root)
+    if failures:
+        raise UserError([d for exc in failures for d in exc.diagnostics])
+    return [r for r in results if r is not None]
+
+
+def emit_ptx(unit: CompileUnit, arch: str, *, fast_math: bool = False, options: Iterable[str] = ()) -> str:
+    """PTX text of ``unit`` for ``arch``'s virtual arch, for ``cuvil-dsl compile --emit ptx``.
+
+    For people to read only: what runs is always the CUBIN from :func:`compile_units`.
+    """
+    try:
+        nvrtc.library()
+    except nvrtc.NvrtcUnavailable as exc:
+        raise _unavailable(str(exc), "PTX output needs NVRTC") from None
+    version = nvrtc.version()
+    _validate_arch(arch, nvrtc.supported_archs(), f"NVRTC {version}")
+    opts = [f"-arch={arch.replace('sm_', 'compute_', 1)}", "-std=c++17"]
+    headers = nvrtc.header_dir()
+    if headers:
+        opts.append(f"-I{headers}")
+    if fast_math:
+        opts.append("--use_fast_math")
+    if knobs.values.lineinfo:
+        opts.append("-lineinfo")
+    full = tuple(opts) + tuple(options) + unit.options
+    try:
+        ptx, _ = nvrtc.compile_ptx(unit.source, f"{unit.name}.cu", full)
+    except nvrtc.NvrtcFailure as failure:
+        disk = disk_cache()
+        key = cache_key(unit, arch, "nvrtc-ptx", version, full)
+        attempt = Attempt("nvrtc", version, f"{failure} ({failure.info.action})", failure.log)
+        raise compile_error(unit, arch, key, full, [attempt], disk.failed_dir if disk else None) from None
+    return ptx
+
+
+def stderr_progress(done: int, total: int, unit_name: str, cache_hit: bool) -> None:
+    """Default progress printer: ``[3/8] compiled forward_k1 (142 ms)``.
+
+    Prints on a terminal, and elsewhere (CI logs) only once the batch has run for over a
+    second, so fast, cached runs stay silent.
+    """
+    started = getattr(_progress_state, "started", None)
+    elapsed = time.perf_counter() - started if started is not None else 0.0
+    if not (sys.stderr.isatty() or elapsed > 1.0):
+        return
+    last: CompiledUnit | None = getattr(_progress_state, "last", None)
+    if last is None:
+        sys.stderr.write(f"[{done}/{total}] failed {unit_name}\n")
+    else:
+        verb = "cached" if cache_hit else "compiled"
+        sys.stderr.write(f"[{done}/{total}] {verb} {unit_name} ({last.compile_ms:.0f} ms)\n")
+    sys.stderr.flush()
