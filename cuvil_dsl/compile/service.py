@@ -66,13 +66,14 @@ def _unavailable(message: str, hint: str) -> UserError:
 def _validate_arch(arch: str, supported: tuple[int, ...], who: str) -> None:
     """E504 unless ``arch`` is ``sm_XX`` (``a``/``f`` suffix allowed iff ``sm_XX`` is) and ``who`` builds it."""
     parsed = nvrtc.parse_arch(arch)
+    if parsed is not None and parsed[0] in supported:
+        return
     listing = ", ".join(f"sm_{a}" for a in supported)
     if parsed is None:
         raise UserError([error("E504", f"{arch!r} is not a GPU architecture; expected sm_<number> such as sm_90",
                                _TARGET, f"{who} builds: {listing}")])
-    if parsed[0] not in supported:
-        raise UserError([error("E504", f"{who} cannot build for {arch}", _TARGET,
-                               f"{who} builds: {listing} (CUDA 13 dropped sm_70 and older)")])
+    raise UserError([error("E504", f"{who} cannot build for {arch}", _TARGET,
+                           f"{who} builds: {listing} (CUDA 13 dropped sm_70 and older)")])
 
 
 def _plan(arch: str, compiler: str, fallback: str, fast_math: bool, options: Iterable[str]) -> _Plan:
@@ -359,7 +360,7 @@ def compile_units(
     for i in sorted(set(range(len(units))) - set(pending)):
         finish(i, lambda i=i: _compile_one(units[i], plan, keys[i]))
     try:
-        count = min(workers or knobs.values.compile_workers, len(pending))
+        count = min(workers or knobs.values.compile_workers, len(pending)) if pending else 0
         if count <= 1:
             for i in pending:
                 finish(i, lambda i=i: _compile_one(units[i], plan, keys[i]))

@@ -151,7 +151,7 @@ class _Walker:
         kind = node.tag[len(_CORE) :]
         try:
             return getattr(self.scalars, f"construct_yaml_{kind}")(node)
-        except (ValueError, KeyError, yaml.YAMLError):
+        except (ValueError, KeyError, IndexError, TypeError, yaml.YAMLError):  # explicit tags on odd text
             self.problems.append(error("E508", f"cannot read {node.value!r} as !!{kind}", self.span(node)))
             self.bad.add(path)
             return None

@@ -1,0 +1,302 @@
+"""The command line (LANGUAGE.md section 8). Thin: every command calls the library.
+
+Exit status: ``check`` 0 clean or warnings, 1 errors (or warnings with --werror), 2 an
+unusable invocation. ``run``/``compile``/...: 0 success, 2 anything found before executing,
+1 anything found by executing, 3 an internal error (a message that asks for a report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from cuvil_dsl import __version__, knobs
+from cuvil_dsl.diagnostics import (
+    CuvilError,
+    Diagnostic,
+    InternalError,
+    RunFailure,
+    Span,
+    UserError,
+    error,
+    render,
+    to_json,
+    to_sarif,
+)
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+def _color(stream) -> bool:
+    return hasattr(stream, "isatty") and stream.isatty() and "NO_COLOR" not in os.environ
+
+
+def print_diagnostics(diags, stream=None) -> None:
+    stream = stream or sys.stderr
+    for d in diags:
+        print(render(d, color=_color(stream)), file=stream)
+
+
+# ---------------------------------------------------------------------------- check
+def _check_path(path: str) -> tuple[list[Diagnostic], bool]:
+    """Diagnostics for one path, and whether the path itself was usable."""
+    from cuvil_dsl import frontend
+
+    p = Path(path)
+    if not p.exists():
+        return [error("E505", f"no such file: {path}", Span.whole_file(path))], False
+    if p.suffix == ".cuvil":
+        return list(frontend.check_file(p).diagnostics), True
+    if p.suffix in (".yaml", ".yml"):
+        return _check_spec(path), True
+    return [error("E505", f"not a .cuvil or spec (.yaml) file: {path}", Span.whole_file(path))], False
+
+
+def _check_spec(path: str) -> list[Diagnostic]:
+    from cuvil_dsl import driver, frontend
+    from cuvil_dsl.spec import bind, check_kernel_names, load_spec, select_pipeline
+
+    try:
+        loaded = load_spec(path)
+    except UserError as exc:
+        return list(exc.diagnostics)
+    checked = frontend.check_file(loaded.pipeline_path)
+    diags = list(checked.diagnostics)
+    if not checked.ok:
+        return diags
+    try:
+        pipeline = select_pipeline(loaded, checked.module)
+        bind(loaded, pipeline)
+        from cuvil_dsl.passes import plan_pipeline
+
+        plan, plan_diags = plan_pipeline(pipeline, driver.kernel_overrides(loaded), loaded.spec.target.arch
+                                         if loaded.spec.target.arch != "auto" else "sm_90")
+        diags += list(plan_diags) + check_kernel_names(loaded, [k.name for k in plan.kernels])
+    except UserError as exc:
+        diags += list(exc.diagnostics)
+    return diags
+
+
+def cmd_check(args) -> int:
+    all_diags: list[Diagnostic] = []
+    worst = EXIT_OK
+    for path in args.paths:
+        diags, usable = _check_path(path)
+        all_diags += diags
+        if not usable:
+            worst = EXIT_USAGE
+    all_diags = sorted(dict.fromkeys(all_diags), key=Diagnostic.sort_key)
+    if args.format == "json":
+        print(to_json(all_diags))
+    elif args.format == "sarif":
+        print(to_sarif(all_diags))
+    else:
+        print_diagnostics(all_diags, sys.stdout)
+        errors = sum(d.is_error for d in all_diags)
+        warnings = len(all_diags) - errors
+        if all_diags:
+            print(f"{errors} error(s), {warnings} warning(s)", file=sys.stderr)
+    if worst == EXIT_USAGE:
+        return worst
+    if any(d.is_error for d in all_diags) or (args.werror and all_diags):
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------- run
+def _run_json_failure(args, diags, backend="unknown") -> None:
+    if getattr(args, "json", False):
+        print(json.dumps({
+            "pipeline": None, "backend": backend, "outputs": {},
+            "check": {"passed": None, "results": {}},
+            "timing": {"p50_us": None, "p99_us": None, "mean_us": None, "std_us": None, "iterations": 0},
+            "budget": {"passed": None}, "kernels": [], "diagnostics": [d.to_json() for d in diags],
+        }, indent=2))
+
+
+def cmd_run(args) -> int:
+    from cuvil_dsl import driver
+    from cuvil_dsl.report import format_run
+
+    if args.sanitize:
+        from cuvil_dsl.runtime.sanitize import rerun_under_sanitizer
+
+        rc, text = rerun_under_sanitizer(sys.argv[1:], args.sanitize)
+        print(text, file=sys.stderr)
+        return rc
+    try:
+        session = driver.open_spec(args.spec, backend=args.backend, arch=args.arch)
+    except UserError as exc:
+        print_diagnostics(exc.diagnostics)
+        _run_json_failure(args, exc.diagnostics, args.backend or "unknown")
+        return EXIT_USAGE
+    if args.backend is None and session.spec.target.backend == "auto" and not args.json:
+        why = "a GPU is present" if session.target.backend == "cuda" else "no GPU found"
+        print(f"backend: {session.target.backend} (auto: {why})", file=sys.stderr)
+    print_diagnostics(session.warnings)
+    try:
+        report = driver.execute(session, iterations=args.iterations)
+    except UserError as exc:
+        print_diagnostics(exc.diagnostics)
+        _run_json_failure(args, exc.diagnostics, session.target.backend)
+        return EXIT_USAGE
+    if args.save_outputs and report.outputs:
+        driver.save_outputs(report.outputs, args.save_outputs)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+        if report.failure:
+            print(report.failure, file=sys.stderr)
+    else:
+        print(format_run(report))
+    return report.exit_code
+
+
+# ---------------------------------------------------------------------------- compile
+def cmd_compile(args) -> int:
+    from cuvil_dsl.stages import compile_spec
+
+    emit = [s.strip() for s in args.emit.split(",") if s.strip()]
+    try:
+        written = compile_spec(args.spec, emit=emit, out=args.out, arch=args.arch, dump_ir=args.dump_ir,
+                               stdout=sys.stdout)
+    except UserError as exc:
+        print_diagnostics(exc.diagnostics)
+        return EXIT_USAGE
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------- doctor, cache
+def cmd_doctor(args) -> int:
+    from cuvil_dsl.compile import doctor, render_doctor
+
+    rows = doctor()
+    print(render_doctor(rows))
+    return EXIT_FAILED if any(r.status == "fail" for r in rows) else EXIT_OK
+
+
+def cmd_cache(args) -> int:
+    from cuvil_dsl.compile import cache_clear, cache_info
+
+    if args.action == "clear":
+        removed = cache_clear()
+        print(f"removed {removed['disk']} disk entries and {removed['memory']} in-memory entries")
+        return EXIT_OK
+    info = cache_info()
+    if args.json:
+        print(json.dumps(info, indent=2, default=str))
+        return EXIT_OK
+    print(format_cache_info(info))
+    return EXIT_OK
+
+
+def format_cache_info(info: dict) -> str:
+    state = "enabled" if info["enabled"] else f"disabled ({info.get('refused') or 'CUVIL_DISABLE_CACHE'})"
+    lines = [
+        f"cache dir   {info['dir']} ({state})",
+        f"entries     {info['entries']} ({info['bytes'] / 1e6:.1f} MB), failed sources kept: {info['failed_sources']}",
+    ]
+    counters = info.get("counters") or {}
+    scalar = {k: v for k, v in counters.items() if isinstance(v, (int, float))}
+    if scalar:
+        lines.append("counters    " + ", ".join(f"{k}={v}" for k, v in sorted(scalar.items())))
+    hist = counters.get("latency_ms") or counters.get("histogram")
+    if isinstance(hist, dict) and hist:
+        lines.append("latency ms  " + "  ".join(f"<={k}: {v}" for k, v in hist.items()))
+    breaker = info.get("breaker")
+    if breaker:
+        lines.append(f"breaker     {breaker}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cuvil-dsl",
+        description="Fused GPU operator pipelines: check, compile (NVRTC to CUBIN), run with CUDA Graphs, "
+        "verify against a float64 reference.",
+    )
+    parser.add_argument("--version", action="version", version=f"cuvil-dsl {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser("check", help="diagnostics for .cuvil and spec files")
+    p.add_argument("paths", nargs="+", metavar="PATH")
+    p.add_argument("--format", choices=("text", "json", "sarif"), default="text")
+    p.add_argument("--werror", action="store_true", help="treat warnings as errors")
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("run", help="run a spec, check against the reference, time, judge the budget")
+    p.add_argument("spec", metavar="SPEC")
+    p.add_argument("--backend", choices=("auto", "cuda", "cpu", "reference"))
+    p.add_argument("--iterations", type=_positive_int, metavar="N")
+    p.add_argument("--json", action="store_true", help="one JSON object on standard output")
+    p.add_argument("--save-outputs", metavar="DIR", help="write NAME.npy per result")
+    p.add_argument("--arch", help="override target.arch, e.g. sm_90")
+    p.add_argument("--sanitize", choices=("memcheck", "racecheck", "synccheck", "initcheck"),
+                   help="rerun under compute-sanitizer")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("compile", help="emit the stages of a spec's pipeline")
+    p.add_argument("spec", metavar="SPEC")
+    p.add_argument("--emit", default="cu", help="comma list of ir,plan,cu,ptx,cubin,sass (default: cu)")
+    p.add_argument("--out", metavar="DIR", help="write files here instead of printing")
+    p.add_argument("--arch", help="e.g. sm_80, sm_90, sm_90a (default: target.arch, or the GPU's)")
+    p.add_argument("--dump-ir", metavar="DIR", help="write every stage's output to DIR")
+    p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("doctor", help="GPU, driver, NVRTC, nvcc, CuPy versions and mismatches")
+    p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser("cache", help="the compile cache")
+    p.add_argument("action", choices=("info", "clear"))
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_cache)
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except UserError as exc:
+        print_diagnostics(exc.diagnostics)
+        return EXIT_USAGE
+    except RunFailure as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    except (InternalError, CuvilError, Exception) as exc:  # never a bare traceback
+        if knobs.values.traceback:
+            traceback.print_exc()
+        print(
+            f"internal error: {type(exc).__name__}: {exc}\n"
+            f"This is a bug in cuvil-dsl {__version__}. Please report it with the command and the files you used "
+            "(set CUVIL_TRACEBACK=1 to include the traceback).",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
