@@ -122,12 +122,17 @@ def _expected(e: UnexpectedInput) -> str:
 def _syntax_diagnostic(path: str, text: str, e: UnexpectedInput) -> Diagnostic:
     if isinstance(e, UnexpectedCharacters):
         ch = text[e.pos_in_stream] if e.pos_in_stream < len(text) else ""
-        span = Span.point(path, e.line, e.column)
-        hint = None
         before = text[: e.pos_in_stream]
-        if ch == "." and re.search(r"\d$", before):
-            hint = "write a digit after the point: `2.0`, `1.0e5`"
-        return error("E100", f"unexpected character {ch!r}", span, hint)
+        digits = re.search(r"\d+$", before)
+        if ch == "." and digits:
+            # `2.` or `1.e5`: point at the whole malformed number, not at its dot.
+            tail = re.match(r"\.[A-Za-z0-9_]*(?:(?<=[eE])[+-]?\d+)?", text[e.pos_in_stream :])
+            width = len(digits.group()) + (len(tail.group()) if tail else 1)
+            start = e.column - len(digits.group())
+            literal = text[e.pos_in_stream - len(digits.group()) : e.pos_in_stream - len(digits.group()) + width]
+            return error("E100", f"`{literal}` is not a number", Span.point(path, e.line, start, width),
+                         "write a digit after the point: `2.0`, `1.0e5`")
+        return error("E100", f"unexpected character {ch!r}", Span.point(path, e.line, e.column))
     tok: Token = e.token  # type: ignore[attr-defined]
     if tok.type == "$END" or isinstance(e, UnexpectedEOF):
         span = Span.point(path, max(1, text.count("\n") + 1), 1)
@@ -143,6 +148,8 @@ def _syntax_diagnostic(path: str, text: str, e: UnexpectedInput) -> Diagnostic:
         return error("E100", msg, span, hint)
     if tok.value in (")", "]") and _previous_char(text, tok) == ",":
         return error("E100", "trailing comma is not allowed", span, "remove the comma before it")
+    if tok.type == "_NL" and "LBRACE" in expected:
+        hint = "a `{` stands at the end of its header's line"
     exp = _expected(e)
     return error("E100", f"unexpected {_describe(tok)}" + (f"; {exp}" if exp else ""), span, hint)
 

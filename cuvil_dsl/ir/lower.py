@@ -477,6 +477,29 @@ class Lowerer:
 
     # ------------------------------------------------------------------ calls
     def lower_call(self, c: ast.Call):
+        got = self._lower_call(c)
+        if got is None:
+            self.mark_used(c)  # a failed call still uses its arguments: no W601/W602 cascade
+        return got
+
+    def mark_used(self, e) -> None:
+        """Mark every name under ``e`` as used, silently."""
+        if isinstance(e, ast.Name):
+            v = self.st.values.get(e.id)
+            if v is not None:
+                v.used = True
+        elif isinstance(e, (ast.Call, ast.HostCall)):
+            for a in (*e.args, *(k.value for k in e.keywords)):
+                self.mark_used(a)
+        elif isinstance(e, ast.Binary):
+            self.mark_used(e.left)
+            self.mark_used(e.right)
+        elif isinstance(e, (ast.Unary, ast.Transpose)):
+            self.mark_used(e.operand)
+        elif isinstance(e, ast.Paren):
+            self.mark_used(e.inner)
+
+    def _lower_call(self, c: ast.Call):
         f = c.func
         if f in HOST_FUNCS:
             self.err("E206", f"`{f}` is a host statement, not a function", c.func_span,
@@ -544,7 +567,7 @@ class Lowerer:
             return v.value
         if isinstance(v, ast.Unary) and v.op == "-" and isinstance(v.operand, ast.Number):
             return -v.operand.value
-        self.err("E207", f"keyword `{kw.name}` needs a constant", kw.value.span,
+        self.err("E207", f"keyword `{kw.name}` needs a constant", kw.span,
                  "write a number (optionally with a leading `-`) or true/false")
         return None
 

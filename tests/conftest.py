@@ -1,0 +1,34 @@
+"""Shared fixtures: every test gets its own compile cache, never the user's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SPECS = ROOT / "specs"
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    cache = tmp_path_factory.getbasetemp() / "cuvil-cache"
+    cache.mkdir(mode=0o700, exist_ok=True)
+    monkeypatch.setenv("CUVIL_CACHE_DIR", str(cache))
+
+
+def gpu_available() -> bool:
+    try:
+        from cuvil_dsl.runtime.device import gpu_available as probe
+    except ImportError:
+        return False
+    return probe()
+
+
+def pytest_collection_modifyitems(config, items):
+    if gpu_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
