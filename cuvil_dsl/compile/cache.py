@@ -236,7 +236,9 @@ class DiskCache:
             if not self._warned_write:
                 self._warned_write = True
                 reason = "disk full" if exc.errno == errno.ENOSPC else exc.strerror or str(exc)
-                logger.warning("cuvil-dsl: cannot write the compile cache in %s (%s); compiling without it", self.root, reason)
+                logger.warning(
+                    "cuvil-dsl: cannot write the compile cache in %s (%s); compiling without it", self.root, reason
+                )
             return False
 
     @contextlib.contextmanager

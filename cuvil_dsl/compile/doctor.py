@@ -46,7 +46,8 @@ def _gpu_rows() -> tuple[list[DoctorRow], int]:
     except Exception as exc:  # cudaErrorInsufficientDriver / NoDevice on a build machine
         rows.append(DoctorRow("GPU", "no GPU", "warn", f"compiling works; running needs a GPU ({exc})"))
     if driver:
-        rows.append(DoctorRow("CUDA driver", f"{driver // 1000}.{driver % 1000 // 10}", "ok", f"driverGetVersion={driver}"))
+        shown = f"{driver // 1000}.{driver % 1000 // 10}"
+        rows.append(DoctorRow("CUDA driver", shown, "ok", f"driverGetVersion={driver}"))
     else:
         rows.append(DoctorRow("CUDA driver", "none", "warn", "no libcuda: kernels can be compiled, not run"))
     return rows, driver
@@ -62,8 +63,8 @@ def _nvrtc_rows(driver: int) -> list[DoctorRow]:
     if driver:
         major, minor = (int(p) for p in version.split("."))
         if major * 1000 + minor * 10 > driver:
-            rows.append(DoctorRow("driver vs NVRTC", f"{driver} < {major * 1000 + minor * 10}", "warn",
-                                  "PTX from this NVRTC would not load on this driver; cuvil-dsl ships CUBIN, so kernels still load"))
+            detail = "PTX from this NVRTC would not load on this driver; cuvil-dsl ships CUBIN, so kernels still load"
+            rows.append(DoctorRow("driver vs NVRTC", f"{driver} < {major * 1000 + minor * 10}", "warn", detail))
         else:
             rows.append(DoctorRow("driver vs NVRTC", "compatible", "ok", "the driver is at least as new as NVRTC"))
     headers = nvrtc.header_dir()

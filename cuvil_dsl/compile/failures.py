@@ -60,7 +60,9 @@ def numbered_source(source: str, marks: list[int], limit: int = SOURCE_LINES_SHO
     return "\n".join(out)
 
 
-def _save(unit: CompileUnit, key: str, options: tuple[str, ...], attempts: list[Attempt], folder: Path | None) -> tuple[Path | None, Path | None, str | None]:
+def _save(
+    unit: CompileUnit, key: str, options: tuple[str, ...], attempts: list[Attempt], folder: Path | None
+) -> tuple[Path | None, Path | None, str | None]:
     """Write ``<unit>-<key>.cu`` and ``.log``; returns their paths, or the reason they could not be saved."""
     try:
         if folder is None:

@@ -156,7 +156,8 @@ def _merge(into: dict, extra: dict) -> dict:
 
 def export_counters() -> dict:
     """This process's counters (``latency_ms_buckets`` counts per bucket, edges in ``latency_ms_le``)."""
-    return {**COUNTERS.snapshot(), "latency_ms_le": [str(edge) if edge != math.inf else "+Inf" for edge in LATENCY_BUCKETS_MS]}
+    edges = [f"{edge:g}" if edge != math.inf else "+Inf" for edge in LATENCY_BUCKETS_MS]
+    return {**COUNTERS.snapshot(), "latency_ms_le": edges}
 
 
 def read_persisted(root: Path) -> dict:

@@ -65,7 +65,9 @@ def version(nvcc: str) -> str:
     """``"13.0.88"`` from the ``release 13.0, V13.0.88`` line (the whole text if the format changes)."""
     text = version_text(nvcc)
     m = re.search(r"release [\d.]+, V([\d.]+)", text)
-    return m.group(1) if m else text.splitlines()[-1] if text else "unknown"
+    if m:
+        return m.group(1)
+    return text.splitlines()[-1] if text else "unknown"
 
 
 @functools.lru_cache(maxsize=8)

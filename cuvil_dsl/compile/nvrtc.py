@@ -21,6 +21,9 @@ from typing import Literal
 from cuvil_dsl.compile.ptxas import clean_log, resource_errors
 
 ELF_MAGIC = b"\x7fELF"
+# NVRTC 13 answers repeat compiles from the driver's compute cache when a driver is present,
+# and then prints no ptxas report; our own cache is the only one, so NVRTC's is always off.
+_NVRTC_ONLY_OPTIONS = ("--no-cache",)
 _ARCH = re.compile(r"sm_(\d+)([af]?)")
 
 FailureKind = Literal["resource", "source", "api"]
@@ -49,7 +52,7 @@ RESULT_CODES: dict[int, NvrtcResultInfo] = {
     for info in (
         NvrtcResultInfo(0, "NVRTC_SUCCESS", "success", "none", "source"),
         NvrtcResultInfo(1, "NVRTC_ERROR_OUT_OF_MEMORY", "host memory allocation failed",
-                        "free host memory or compile fewer units at once (CUVIL_COMPILE_WORKERS); nvcc is tried", "resource"),
+                        "free host memory or lower CUVIL_COMPILE_WORKERS; nvcc is tried", "resource"),
         NvrtcResultInfo(2, "NVRTC_ERROR_PROGRAM_CREATION_FAILURE", "NVRTC could not create the program",
                         "usually memory pressure; nvcc is tried", "resource"),
         NvrtcResultInfo(3, "NVRTC_ERROR_INVALID_INPUT", "an invalid argument reached NVRTC", _BUG, "api"),
@@ -77,7 +80,7 @@ RESULT_CODES: dict[int, NvrtcResultInfo] = {
         NvrtcResultInfo(16, "NVRTC_ERROR_CANCELLED", "the compile was cancelled by a flow callback",
                         "nothing cancels compiles in cuvil-dsl; nvcc is tried", "resource"),
         NvrtcResultInfo(17, "NVRTC_ERROR_TIME_TRACE_FILE_WRITE_FAILED", "the time-trace file could not be written",
-                        "check free space and permissions where --fdevice-time-trace points; nvcc is tried", "resource"),
+                        "check space and permissions where --fdevice-time-trace points; nvcc is tried", "resource"),
         NvrtcResultInfo(18, "NVRTC_ERROR_BUSY", "another process holds NVRTC's bundled-header lock",
                         "retry later; nvcc is tried", "resource"),
     )
@@ -192,7 +195,7 @@ def _compile(source: str, program_name: str, options: tuple[str, ...]) -> tuple[
     lib = library()
     prog = lib.createProgram(source, program_name, (), ())
     try:
-        lib.compileProgram(prog, list(options))
+        lib.compileProgram(prog, [*options, *_NVRTC_ONLY_OPTIONS])
     except lib.NVRTCError as exc:
         log = _read_log(lib, prog)
         lib.destroyProgram(prog)
@@ -222,7 +225,8 @@ def compile_cubin(source: str, program_name: str, options: tuple[str, ...]) -> t
     finally:
         lib.destroyProgram(prog)
     if not cubin.startswith(ELF_MAGIC) or len(cubin) < 64:
-        raise NvrtcFailure(11, log + f"cuvil-dsl: NVRTC returned {len(cubin)} bytes that are not an ELF CUBIN\n", options)
+        note = f"cuvil-dsl: NVRTC returned {len(cubin)} bytes that are not an ELF CUBIN\n"
+        raise NvrtcFailure(11, log + note, options)
     return cubin, log
 
 

@@ -99,7 +99,8 @@ def _plan(arch: str, compiler: str, fallback: str, fast_math: bool, options: Ite
             path = nvcc.find_nvcc()
             key_version, version, supported = nvcc.version_text(path), nvcc.version(path), nvcc.supported_archs(path)
         except nvcc.NvccUnavailable as exc:
-            raise _unavailable(f"no compiler available: {exc}", "install nvidia-cuda-nvrtc==13.0.* or a CUDA toolkit") from None
+            hint = "install nvidia-cuda-nvrtc==13.0.* or a CUDA toolkit"
+            raise _unavailable(f"no compiler available: {exc}", hint) from None
         who = f"nvcc {version}"
     _validate_arch(arch, supported, who)
     base = [f"-arch={arch}", "-std=c++17", "-Xptxas=-v"]
@@ -121,7 +122,9 @@ class _SingleFlight:
         self._lock = threading.Lock()
         self._flights: dict[str, Future] = {}
 
-    def run(self, key: str, work: Callable[[], tuple[BuildArtifact, CacheOutcome]]) -> tuple[BuildArtifact, CacheOutcome]:
+    def run(
+        self, key: str, work: Callable[[], tuple[BuildArtifact, CacheOutcome]]
+    ) -> tuple[BuildArtifact, CacheOutcome]:
         with self._lock:
             flight = self._flights.get(key)
             leader = flight is None
@@ -186,9 +189,12 @@ def _artifact(unit: CompileUnit, cubin: bytes, log: str, compiler: Compiler, ver
     resources = parse_report(log)
     missing = [k for k in unit.kernels if k not in resources]
     if missing:
+        absent = [k for k in missing if f"\0{k}\0".encode() not in cubin]
         raise InternalError(
-            f"unit {unit.name!r} declares kernels {missing} that the compiled CUBIN does not contain "
-            f"(entries: {sorted(resources)}); the code generator and the unit disagree"
+            f"unit {unit.name!r} declares kernels {absent} that the compiled CUBIN does not contain; "
+            "the code generator and the unit disagree" if absent else
+            f"{compiler} printed no ptxas report for kernels {missing} of unit {unit.name!r}; "
+            "its log was:\n" + log
         )
     return BuildArtifact(cubin, {k: resources[k] for k in unit.kernels}, log, compiler, version,
                          (time.perf_counter() - started) * 1e3, nvrtc_code, fallback)
@@ -212,8 +218,8 @@ def _build(unit: CompileUnit, key: str, plan: _Plan) -> BuildArtifact:
                 cubin, text = _with_timeout(lambda: nvrtc.compile_cubin(unit.source, program, options), plan.timeout)
                 return _artifact(unit, cubin, text, "nvrtc", plan.version, started, 0, None)
             except concurrent.futures.TimeoutError:
-                attempts.append(Attempt("nvrtc", plan.version, f"did not finish within {plan.timeout:g} s (CUVIL_COMPILE_TIMEOUT); "
-                                        "the compile thread was abandoned", ""))
+                outcome = f"did not finish within {plan.timeout:g} s (CUVIL_COMPILE_TIMEOUT); the thread was abandoned"
+                attempts.append(Attempt("nvrtc", plan.version, outcome, ""))
                 raise compile_error(unit, plan.arch, key, options, attempts, failed_dir,
                                     "raise CUVIL_COMPILE_TIMEOUT or split the kernel") from None
             except nvrtc.NvrtcFailure as failure:
@@ -257,9 +263,7 @@ def _build_nvcc(unit: CompileUnit, key: str, plan: _Plan, options: tuple[str, ..
 
 def _load_or_build(unit: CompileUnit, key: str, plan: _Plan) -> tuple[BuildArtifact, CacheOutcome]:
     disk = plan.disk
-    if disk is None:
-        artifact = _build(unit, key, plan)
-    else:
+    if disk is not None:
         found = disk.load(key)
         if found is None:
             with disk.key_lock(key, plan.timeout):
@@ -267,9 +271,11 @@ def _load_or_build(unit: CompileUnit, key: str, plan: _Plan) -> tuple[BuildArtif
                 if found is None:
                     artifact = _build(unit, key, plan)
                     disk.store(key, artifact)
-        if found is not None:
-            MEMORY.put(key, found)
-            return found, "hit-disk"
+                    MEMORY.put(key, artifact)
+                    return artifact, "miss"
+        MEMORY.put(key, found)
+        return found, "hit-disk"
+    artifact = _build(unit, key, plan)
     MEMORY.put(key, artifact)
     return artifact, "miss"
 

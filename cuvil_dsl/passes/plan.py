@@ -23,7 +23,7 @@ from typing import Union
 
 from cuvil_dsl.diagnostics import Span
 from cuvil_dsl.ir import nodes as ir
-from cuvil_dsl.types import TensorType
+from cuvil_dsl.types import Shape, TensorType, shape_str
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,7 @@ class KernelConfig:
     max_threads: int | None = None  # __launch_bounds__ first argument
     min_blocks: int | None = None  # __launch_bounds__ second argument
     max_registers: int | None = None  # -maxrregcount
+    overridden: tuple[str, ...] = ()  # spec keys that set this config: block, tile, launch_bounds, max_registers
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,8 @@ class FusedKernel:
     graph: str | None
     block_name: str | None  # the `kernel` block it came from, if any
     span: Span
+    domain: Shape = ()  # the iteration space: elementwise result, reduction input, GEMM output
+    row_axis: int | None = None  # the axis reductions and row ops run along (GEMM: softmax axis)
 
 
 @dataclass(frozen=True)
@@ -120,11 +123,14 @@ def format_plan(plan: FusionPlan) -> str:
     def kernel_lines(k: FusedKernel, pad: str):
         src = f" from kernel block {k.block_name}" if k.block_name else ""
         yield f"{pad}kernel {k.name} [{k.kind}{src}] ({', '.join(k.inputs)}) -> ({', '.join(k.outputs)})"
+        rows = "" if k.row_axis is None else f" rows along axis {k.row_axis}"
+        yield f"{pad}  domain {shape_str(k.domain)}{rows}" + (f" anchor {k.anchor}" if k.anchor else "")
         if k.uniforms:
             yield f"{pad}  uniforms {', '.join(k.uniforms)}"
         yield f"{pad}  ops {' '.join(op.out for op in k.ops)}"
         c = k.config
-        yield f"{pad}  config block={c.block} tile={c.tile_m}x{c.tile_n}x{c.tile_k}" + (
+        tile = f" tile={c.tile_m}x{c.tile_n}x{c.tile_k}" if k.kind.startswith("matmul") else ""
+        yield f"{pad}  config block={c.block}{tile}" + (
             f" launch_bounds=({c.max_threads}, {c.min_blocks})" if c.max_threads else ""
         ) + (f" max_registers={c.max_registers}" if c.max_registers else "")
 

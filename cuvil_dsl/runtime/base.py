@@ -149,8 +149,21 @@ class Executor(ABC):
     def snapshot(self) -> Snapshot | None:
         """The memory snapshot after the last execution (None where a backend keeps no arena)."""
 
+    def check_guards(self) -> list[str]:
+        """Names of the buffers whose guard bands were written over (empty where there is no arena)."""
+        snap = self.snapshot()
+        return snap.damaged_guards() if snap is not None else []
+
     def kernel_reports(self) -> list[KernelReport]:
         return []
+
+    def sources(self) -> dict[str, str]:
+        """Generated source per kernel (file name -> text), for records and code-change checks."""
+        return {}
+
+    def toolchain(self) -> dict[str, str]:
+        """What produced the binaries (compiler and versions, arch, driver), for records."""
+        return {"backend": self.backend}
 
     def close(self) -> None:
         """Release buffers, modules and graphs."""

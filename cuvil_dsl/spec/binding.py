@@ -138,9 +138,11 @@ def _check_names(loaded: LoadedSpec, pipeline: Pipeline) -> list[Diagnostic]:
         if name not in scalars:
             hint = f"`{name}` is a tensor: give it under inputs" if name in tensors else None
             problems.append(_unknown("scalar parameter", name, scalars, loaded.span_of("params", name), hint))
+    results = [r.name for r in pipeline.results]
     for name in spec.inputs:
         if name not in tensors:
             hint = f"`{name}` is a scalar: give it under params" if name in scalars else None
+            hint = f"`{name}` is a result, not an input" if name in results else hint
             problems.append(_unknown("tensor input", name, tensors, loaded.span_of("inputs", name), hint))
     return problems
 
@@ -225,7 +227,9 @@ def _sources(
         spec = loaded.spec.inputs.get(param.name)
         span = loaded.span_of("inputs", param.name) if spec is not None else loaded.file_start()
         if isinstance(spec, FileInput):
-            source, found = _bind_file(param, loaded.input_paths[param.name], sizes, origins, span)
+            # Data problems point at the `file` key: the file is what disagrees with the declaration.
+            file_span = loaded.span_of("inputs", param.name, "file")
+            source, found = _bind_file(param, loaded.input_paths[param.name], sizes, origins, file_span)
             problems += found
             if source is not None:
                 sources[param.name] = source

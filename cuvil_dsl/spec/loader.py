@@ -197,7 +197,8 @@ def _diagnostic(err: dict, tree: YamlTree) -> Diagnostic | None:
         return error("E508", f"invalid input `{path[1]}`: {message}", positions.span_of(path, key=bool(not sub)))
     value = _value_at(tree.data, path)
     message = f"invalid value for `{_dotted(path)}`: {_reason(err)}, got {_show(value)}"
-    return error(_code(path), message, positions.span_of(path, key=False))
+    # LANGUAGE.md section 6: spec problems are reported at the YAML key (list items at the item).
+    return error(_code(path), message, positions.span_of(path, key=True))
 
 
 def _unknown_key(path: tuple, tree: YamlTree) -> Diagnostic:

@@ -13,6 +13,8 @@ import threading
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cuvil_dsl.compile import (
     BREAKER,
@@ -96,7 +98,9 @@ def _damage_other_key(path, other):
     path.write_bytes(other.read_bytes())  # a complete, valid entry, but for another key
 
 
-@pytest.mark.parametrize("damage", [_damage_truncate, _damage_flip, _damage_foreign, _damage_header_only, _damage_other_key])
+@pytest.mark.parametrize(
+    "damage", [_damage_truncate, _damage_flip, _damage_foreign, _damage_header_only, _damage_other_key]
+)
 def test_damaged_entry_is_a_miss_and_gets_repaired(cache_dir, damage, caplog):
     good, other = unit("good"), unit("other")
     original = compile_units([good], "sm_90")[0]
@@ -116,13 +120,29 @@ def test_damaged_entry_is_a_miss_and_gets_repaired(cache_dir, damage, caplog):
 
 
 def test_entry_round_trip_and_rejections():
-    artifact = BuildArtifact(b"\x7fELF" + b"\x00" * 60, {"k": KernelResources("k", 10, 1, 2, 3, 4, 5)}, "log", "nvrtc", "13.0", 12.5, 0, None)
+    resources = {"k": KernelResources("k", 10, 1, 2, 3, 4, 5)}
+    artifact = BuildArtifact(b"\x7fELF" + b"\x00" * 60, resources, "log", "nvrtc", "13.0", 12.5, 0, None)
     data = cache_mod.encode_entry("abc", artifact)
     assert cache_mod.decode_entry("abc", data) == artifact
     assert cache_mod.decode_entry("abd", data) is None
     not_elf = BuildArtifact(b"junk" * 16, {}, "", "nvrtc", "13.0", 1.0)
     assert cache_mod.decode_entry("abc", cache_mod.encode_entry("abc", not_elf)) is None
     assert cache_mod.decode_entry("abc", b"") is None
+
+
+_SAMPLE = cache_mod.encode_entry(
+    "k" * 64,
+    BuildArtifact(b"\x7fELF" + bytes(range(256)), {"k": KernelResources("k", 10)}, "log", "nvrtc", "13.0", 1.0),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(cut=st.integers(0, len(_SAMPLE) - 1), flip=st.integers(0, len(_SAMPLE) - 1), bit=st.integers(0, 7))
+def test_any_truncation_or_bit_flip_is_rejected(cut, flip, bit):
+    assert cache_mod.decode_entry("k" * 64, _SAMPLE[:cut]) is None
+    damaged = bytearray(_SAMPLE)
+    damaged[flip] ^= 1 << bit
+    assert cache_mod.decode_entry("k" * 64, bytes(damaged)) is None
 
 
 def test_disk_write_failure_still_compiles(cache_dir, monkeypatch, caplog):

@@ -122,7 +122,7 @@ def test_source_error_never_falls_back(cache_dir, monkeypatch):
 @needs_nvcc
 def test_both_compilers_failing_reports_both_logs(cache_dir, monkeypatch):
     nvrtc_failing_with(monkeypatch, 11)
-    source = 'extern "C" __global__ void big(float* y) { __shared__ float s[100000]; s[threadIdx.x] = 1; __syncthreads(); y[0] = s[3]; }'
+    source = 'extern "C" __global__ void big(float* y) { __shared__ float s[100000]; s[threadIdx.x] = 1; y[0] = s[3]; }'
     with pytest.raises(UserError) as info:
         compile_units([CompileUnit("too_big", source, ("big",))], "sm_90")
     message = info.value.diagnostics[0].message
@@ -219,7 +219,8 @@ def test_log_file_and_stderr_sinks(cache_dir, tmp_path, monkeypatch, capsys):
     compile_units([unit("l1"), unit("l2")], "sm_90", workers=2)
     compile_units([unit("l1")], "sm_90")
     lines = [json.loads(line) for line in log_file.read_text().splitlines()]
-    assert sorted((r["unit"], r["cache"]) for r in lines) == [("sum_l1", "hit-memory"), ("sum_l1", "miss"), ("sum_l2", "miss")]
+    seen = sorted((r["unit"], r["cache"]) for r in lines)
+    assert seen == [("sum_l1", "hit-memory"), ("sum_l1", "miss"), ("sum_l2", "miss")]
     for record in lines:
         assert record["stage"] == "cubin" and record["arch"] == "sm_90" and record["kernels"] == ["block_sum"]
         assert record["compiler"] == "nvrtc" and record["compiler_version"] == nvrtc_mod.version()
@@ -246,21 +247,36 @@ def test_progress_callback_and_printer(cache_dir, monkeypatch, capsys):
     assert capsys.readouterr().err.startswith("[3/8] compiled forward_k1 (")
 
 
+_DATA = b"x" * (16 << 20)
+
+
 def _busy_hashing(rounds: int) -> None:
-    data = b"x" * (32 << 20)
     for _ in range(rounds):
-        hashlib.sha256(data).digest()  # releases the GIL, like NVRTC
+        digest = hashlib.sha256()
+        digest.update(_DATA)  # update() on large data releases the GIL, like NVRTC
 
 
 def _two_cores_free() -> bool:
-    """Whether two threads really run at once right now (CI boxes and shared machines often cannot)."""
-    started = time.perf_counter()
-    _busy_hashing(4)
-    serial = time.perf_counter() - started
-    started = time.perf_counter()
+    """Whether two threads really run at once right now (shared machines often cannot); best of 3."""
+    ratios = []
     with ThreadPoolExecutor(2) as pool:
-        list(pool.map(_busy_hashing, [2, 2]))
-    return time.perf_counter() - started < 0.7 * serial
+        for _ in range(3):
+            started = time.perf_counter()
+            _busy_hashing(8)
+            serial = time.perf_counter() - started
+            started = time.perf_counter()
+            list(pool.map(_busy_hashing, [4, 4]))
+            ratios.append((time.perf_counter() - started) / serial)
+    return min(ratios) < 0.7
+
+
+def _best_of_two(make_units, workers: int) -> float:
+    times = []
+    for attempt in range(2):
+        started = time.perf_counter()
+        compile_units(make_units(attempt), "sm_90", workers=workers)
+        times.append(time.perf_counter() - started)
+    return min(times)
 
 
 def heavy(tag: str) -> CompileUnit:
@@ -276,16 +292,12 @@ extern "C" __global__ void heavy(const float* __restrict__ x, float* __restrict_
 
 @pytest.mark.slow
 def test_parallel_compile_beats_serial(cache_dir, monkeypatch):
+    if not _two_cores_free():
+        pytest.skip("fewer than two idle cores right now (the machine is shared or has one core)")
     monkeypatch.setenv("CUVIL_DISABLE_CACHE", "1")
     compile_units([heavy("warm")], "sm_90")
-    started = time.perf_counter()
-    compile_units([heavy(f"s{i}") for i in range(6)], "sm_90", workers=1)
-    serial = time.perf_counter() - started
-    if not _two_cores_free():
-        pytest.skip(f"fewer than two idle cores right now (serial batch took {serial:.2f} s)")
-    started = time.perf_counter()
-    compile_units([heavy(f"p{i}") for i in range(6)], "sm_90", workers=2)
-    parallel = time.perf_counter() - started
+    serial = _best_of_two(lambda n: [heavy(f"s{n}_{i}") for i in range(6)], workers=1)
+    parallel = _best_of_two(lambda n: [heavy(f"p{n}_{i}") for i in range(6)], workers=2)
     assert parallel < serial * 0.9, f"parallel {parallel:.2f} s vs serial {serial:.2f} s"
 
 

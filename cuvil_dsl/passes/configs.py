@@ -1,0 +1,238 @@
+"""Launch configurations: defaults per arch and kernel kind, and the spec's overrides checked.
+
+The planner records a :class:`KernelConfig` on every kernel; the CUDA renderer resolves it
+against the template that will run it (tensor cores or SIMT, which depends on the dtype, the
+arch and ``tf32``). An override that a template cannot honour is an E503 naming the kernel
+and the values that template supports, so a typo in a spec never becomes a silent fallback.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, fields, replace
+
+from cuvil_dsl.diagnostics import Diagnostic, Span, error
+from cuvil_dsl.passes.plan import KernelConfig
+from cuvil_dsl.types import DType
+
+SMEM_LIMIT = 48 * 1024  # dynamic shared memory a launch gets without an opt-in attribute
+
+MMA_MN = (32, 64, 128, 256)
+MMA_K = (16, 32, 64)
+F32_MN = (32, 64, 128)  # f32 runs on FFMA or, with tf32, on tensor cores: both must accept it
+F32_K = (8, 16, 32)
+SIMT_MN = (16, 32, 64, 128)
+SIMT_K = (8, 16, 32)
+THREAD_COUNTS = (32, 64, 128, 256, 512)
+MAX_WARP_TILE = 64 * 64  # accumulator elements per warp (64 registers a thread)
+
+
+def arch_number(arch: str) -> int:
+    """``sm_90a`` -> 90; unknown spellings count as the oldest target we build for."""
+    m = re.fullmatch(r"(?:sm|compute)_(\d+)[af]?", arch)
+    return int(m.group(1)) if m else 75
+
+
+def uses_tensor_cores(dtype: DType, arch: str, tf32: bool) -> bool:
+    """f16/bf16 always (sm_80+: mma.m16n8k16, cp.async); f32 only when the user allows TF32."""
+    if arch_number(arch) < 80:
+        return False
+    return dtype in (DType.F16, DType.BF16) or (dtype is DType.F32 and tf32)
+
+
+@dataclass(frozen=True)
+class WarpLayout:
+    """How the warps of a tensor-core block tile its BM x BN output."""
+
+    warps_m: int
+    warps_n: int
+    warp_m: int  # rows per warp (multiple of 16)
+    warp_n: int  # columns per warp (multiple of 16)
+
+
+def warp_layout(bm: int, bn: int, threads: int, rows_only: bool) -> WarpLayout | None:
+    """The squarest warp tiling of the block tile; ``rows_only`` keeps whole rows in one warp
+    (the fused softmax needs each row's statistics inside one warp)."""
+    warps = threads // 32
+    best: tuple[float, WarpLayout] | None = None
+    for wm in (d for d in range(1, warps + 1) if warps % d == 0):
+        wn = warps // wm
+        if rows_only and wn != 1:
+            continue
+        if bm % (wm * 16) or bn % (wn * 16):
+            continue
+        tile_m, tile_n = bm // wm, bn // wn
+        if tile_m * tile_n > MAX_WARP_TILE:
+            continue
+        score = abs(math.log(tile_m / tile_n)) + (0.01 if tile_m < tile_n else 0.0)
+        if best is None or score < best[0]:
+            best = (score, WarpLayout(wm, wn, tile_m, tile_n))
+    return best[1] if best else None
+
+
+@dataclass(frozen=True)
+class ThreadLayout:
+    """How the threads of a SIMT GEMM block tile its BM x BN output: TM x TN each, strided."""
+
+    tm: int
+    tn: int
+    ty: int  # BM // tm threads down the rows
+    tx: int  # BN // tn threads along a row (a power of two, at most 32: rows stay in one warp)
+
+
+def thread_layout(bm: int, bn: int, threads: int) -> ThreadLayout | None:
+    per = bm * bn // threads
+    if per * threads != bm * bn:
+        return None
+    best: tuple[float, ThreadLayout] | None = None
+    for tm in (1, 2, 4, 8):
+        tn = per // tm
+        if tm * tn != per or tn not in (1, 2, 4, 8) or bm % tm or bn % tn:
+            continue
+        tx = bn // tn
+        if tx > 32 or 32 % tx:
+            continue
+        score = abs(math.log(tm / tn))
+        if best is None or score < best[0]:
+            best = (score, ThreadLayout(tm, tn, bm // tm, tx))
+    return best[1] if best else None
+
+
+def mma_smem_bytes(bm: int, bn: int, bk: int, itemsize: int, stages: int) -> int:
+    """Worst case over operand layouts: [rows][BK + pad] or [BK][rows + pad]."""
+    pad = 16 // itemsize
+
+    def tile(rows: int) -> int:
+        return max(rows * (bk + pad), bk * (rows + pad)) * itemsize
+
+    return stages * (tile(bm) + tile(bn))
+
+
+def mma_stages(bm: int, bn: int, bk: int, itemsize: int) -> int:
+    """Three stages when they fit without an opt-in, else two (0: the tile does not fit)."""
+    for stages in (3, 2):
+        if mma_smem_bytes(bm, bn, bk, itemsize, stages) <= SMEM_LIMIT:
+            return stages
+    return 0
+
+
+def default_config(kind: str, dtype: DType, arch: str, tf32: bool = False) -> KernelConfig:
+    """Defaults chosen for the H100/H200 class and kept for sm_80 (same cp.async/mma path)."""
+    if kind == "matmul":
+        if uses_tensor_cores(dtype, arch, tf32):
+            return KernelConfig(block=256, tile_m=128, tile_n=128, tile_k=32 if dtype.itemsize == 2 else 16)
+        return KernelConfig(block=256, tile_m=64, tile_n=64, tile_k=16)
+    if kind == "matmul_softmax":
+        if uses_tensor_cores(dtype, arch, tf32):
+            return KernelConfig(block=128, tile_m=64, tile_n=64, tile_k=32 if dtype.itemsize == 2 else 16)
+        return KernelConfig(block=256, tile_m=64, tile_n=64, tile_k=16)
+    return KernelConfig(block=256, tile_m=0, tile_n=0, tile_k=0)
+
+
+def resolve(config: KernelConfig, kind: str, dtype: DType, arch: str, tf32: bool) -> KernelConfig:
+    """The defaults of the template that will run, with the spec's overrides on top."""
+    base = default_config(kind, dtype, arch, tf32)
+    kept = {f.name: getattr(config, f.name) for f in fields(KernelConfig) if _overridden(config, f.name)}
+    return replace(base, **kept, overridden=config.overridden)
+
+
+def _overridden(config: KernelConfig, field: str) -> bool:
+    key = {"tile_m": "tile", "tile_n": "tile", "tile_k": "tile", "max_threads": "launch_bounds",
+           "min_blocks": "launch_bounds"}.get(field, field)
+    return key in config.overridden
+
+
+def _gemm_problem(c: KernelConfig, kind: str, dtype: DType) -> str | None:
+    """Why the tile cannot run on the template(s) for ``dtype``, or None."""
+    bm, bn, bk, threads = c.tile_m, c.tile_n, c.tile_k, c.block
+    softmax = kind == "matmul_softmax"
+    if dtype in (DType.F16, DType.BF16):
+        if bm not in MMA_MN or bn not in MMA_MN or bk not in MMA_K:
+            return f"m and n must be one of {_list(MMA_MN)} and k one of {_list(MMA_K)}"
+        if warp_layout(bm, bn, threads, softmax) is None:
+            return _warp_rule(softmax)
+        if not mma_stages(bm, bn, bk, 2):
+            return f"the tile needs more than {SMEM_LIMIT // 1024} KiB of shared memory for two stages"
+        return None
+    allowed_mn, allowed_k = (F32_MN, F32_K) if dtype is DType.F32 else (SIMT_MN, SIMT_K)
+    if bm not in allowed_mn or bn not in allowed_mn or bk not in allowed_k:
+        return f"m and n must be one of {_list(allowed_mn)} and k one of {_list(allowed_k)}"
+    if thread_layout(bm, bn, threads) is None:
+        return ("block threads must split m x n into 1, 2, 4 or 8 rows and columns each, "
+                "with at most 32 threads along a row")
+    if 2 * bk * (bm + bn + 8) * dtype.itemsize > SMEM_LIMIT:
+        return f"the tile needs more than {SMEM_LIMIT // 1024} KiB of shared memory"
+    if dtype is DType.F32 and warp_layout(bm, bn, threads, softmax) is None:
+        return "with tf32 it must also run on tensor cores: " + _warp_rule(softmax)
+    return None
+
+
+def _warp_rule(softmax: bool) -> str:
+    if softmax:
+        return "block/32 warps must each own 16 or more rows (tile m = warps x 16 or 32), with n a multiple of 16"
+    return ("block/32 warps must tile m and n in multiples of 16, "
+            f"each warp at most {MAX_WARP_TILE} outputs (e.g. 128x128 with 256 threads)")
+
+
+def _list(values: tuple[int, ...]) -> str:
+    return ", ".join(str(v) for v in values)
+
+
+def _get(settings, key: str):
+    if isinstance(settings, dict):
+        return settings.get(key)
+    return getattr(settings, key, None)
+
+
+def apply_overrides(config: KernelConfig, settings, kind: str, dtype: DType, name: str, span: Span
+                    ) -> tuple[KernelConfig, list[Diagnostic]]:
+    """``settings`` is a dict (or the spec's KernelSettings model) with the keys of a spec's
+    ``kernels:`` entry: block, tile {m, n, k}, launch_bounds {max_threads, min_blocks},
+    max_registers."""
+    diags: list[Diagnostic] = []
+    changes: dict = {}
+    overridden: list[str] = []
+    block = _get(settings, "block")
+    if block is not None:
+        changes["block"] = int(block)
+        overridden.append("block")
+    tile = _get(settings, "tile")
+    if tile is not None:
+        for axis in ("m", "n", "k"):
+            value = _get(tile, axis)
+            if value is not None:
+                changes[f"tile_{axis}"] = int(value)
+        overridden.append("tile")
+    bounds = _get(settings, "launch_bounds")
+    if bounds is not None:
+        changes["max_threads"] = int(_get(bounds, "max_threads"))
+        min_blocks = _get(bounds, "min_blocks")
+        changes["min_blocks"] = None if min_blocks is None else int(min_blocks)
+        overridden.append("launch_bounds")
+    regs = _get(settings, "max_registers")
+    if regs is not None:
+        changes["max_registers"] = int(regs)
+        overridden.append("max_registers")
+    new = replace(config, **changes, overridden=tuple(overridden))
+
+    def bad(message: str) -> None:
+        diags.append(error("E503", f"kernel `{name}`: {message}", span))
+
+    if new.block % 32 or not 32 <= new.block <= 1024:
+        bad(f"block {new.block} must be a multiple of 32 from 32 to 1024")
+    if new.max_registers is not None and not 16 <= new.max_registers <= 255:
+        bad(f"max_registers {new.max_registers} must be from 16 to 255")
+    if new.max_threads is not None and new.block > new.max_threads:
+        bad(f"block {new.block} exceeds launch_bounds.max_threads {new.max_threads}")
+    if kind in ("matmul", "matmul_softmax") and ("block" in overridden or "tile" in overridden):
+        if new.block not in THREAD_COUNTS:
+            bad(f"a {kind} kernel runs with one of {_list(THREAD_COUNTS)} threads, not {new.block}")
+        else:
+            problem = _gemm_problem(new, kind, dtype)
+            if problem:
+                bad(f"tile {{m: {new.tile_m}, n: {new.tile_n}, k: {new.tile_k}}} with {new.block} threads is not "
+                    f"supported by the {dtype.value} {kind} template: {problem}")
+    elif kind not in ("matmul", "matmul_softmax") and tile is not None:
+        bad(f"`tile` applies to matmul kernels only; `{name}` is a {kind} kernel (set `block` instead)")
+    return new, diags

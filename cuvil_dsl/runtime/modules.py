@@ -1,0 +1,167 @@
+"""CUBINs loaded as modules, and kernels launched from prebuilt argument arrays.
+
+A launch costs one ``cuLaunchKernel`` and nothing else in Python: every kernel's parameter array
+(``void*[]``) is built once, pointing at argument *cells* (ctypes values). Cells are shared: one
+per buffer pointer and one per uniform value, whichever kernels take them, so rebinding an input
+to another device array or changing a scalar parameter is one store into one cell, and the cells'
+:attr:`ArgumentCells.version` tells captured graphs that their baked-in arguments went stale.
+
+Modules stay referenced by the kernels loaded from them (and those by the executor and its
+graphs): a module unloaded while a graph that launches its functions is alive, or during a
+capture, would leave the graph pointing at freed code.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from cuvil_dsl.codegen.artifact import KernelArg, RenderedKernel
+from cuvil_dsl.compile.units import CompiledUnit
+from cuvil_dsl.diagnostics import InternalError, UserError, error
+
+# Dynamic shared memory beyond this needs an explicit opt-in per function.
+DEFAULT_DYNAMIC_SHARED = 48 * 1024
+
+_SCALAR_CTYPES: dict[str, type] = {
+    "float": ctypes.c_float,
+    "double": ctypes.c_double,
+    "int": ctypes.c_int32,
+    "int32_t": ctypes.c_int32,
+    "unsigned int": ctypes.c_uint32,
+    "uint32_t": ctypes.c_uint32,
+    "long long": ctypes.c_int64,
+    "int64_t": ctypes.c_int64,
+    "bool": ctypes.c_bool,
+    "char": ctypes.c_int8,
+    "signed char": ctypes.c_int8,
+    "int8_t": ctypes.c_int8,
+    "unsigned char": ctypes.c_uint8,
+    "uint8_t": ctypes.c_uint8,
+}
+_QUALIFIERS = re.compile(r"\b(const|volatile|__restrict__)\b")
+
+
+def scalar_ctype(arg: KernelArg) -> type:
+    """The ctypes type of a scalar kernel parameter, from its C type as the renderer wrote it."""
+    base = " ".join(_QUALIFIERS.sub(" ", arg.ctype).split())
+    try:
+        return _SCALAR_CTYPES[base]
+    except KeyError:
+        raise InternalError(f"kernel argument `{arg.name}` has C type {arg.ctype!r}, which the runtime cannot pass") from None
+
+
+class ArgumentCells:
+    """The current value of every kernel argument, one ctypes cell per buffer and per uniform."""
+
+    def __init__(self) -> None:
+        self._pointers: dict[str, ctypes.c_void_p] = {}
+        self._scalars: dict[tuple[str, type], ctypes._SimpleCData] = {}
+        self.version = 0  # bumped whenever any cell's value changes
+
+    def pointer(self, name: str) -> ctypes.c_void_p:
+        return self._pointers.setdefault(name, ctypes.c_void_p(0))
+
+    def scalar(self, name: str, ctype: type) -> ctypes._SimpleCData:
+        return self._scalars.setdefault((name, ctype), ctype())
+
+    def set_pointer(self, name: str, ptr: int) -> None:
+        cell = self.pointer(name)
+        if (cell.value or 0) != ptr:
+            cell.value = ptr
+            self.version += 1
+
+    def set_uniforms(self, values: Mapping[str, object]) -> None:
+        """Store every uniform a kernel takes from ``values`` (host-evaluated scalars)."""
+        for (name, ctype), cell in self._scalars.items():
+            if name not in values:
+                raise InternalError(f"kernel argument `{name}` is not among the plan's host-evaluated values")
+            fresh = ctype(_python_value(values[name], ctype))
+            if bytes(fresh) != bytes(cell):  # bytes, so a NaN uniform does not count as changed every run
+                cell.value = fresh.value
+                self.version += 1
+
+
+def _python_value(value: object, ctype: type) -> float | int | bool:
+    item = value.item() if hasattr(value, "item") else value  # rank-0 arrays from to_tensor
+    if ctype in (ctypes.c_float, ctypes.c_double):
+        return float(item)
+    if ctype is ctypes.c_bool:
+        return bool(item)
+    return int(item)
+
+
+@dataclass
+class LoadedKernel:
+    """One kernel ready to launch: its function, launch shape and prebuilt parameter array."""
+
+    kernel: RenderedKernel
+    function: object  # cupy.cuda.function.Function; holds its Module
+    _params: ctypes.Array = field(repr=False)
+    _cells: tuple = field(repr=False)  # keeps the cells the parameter array points at alive
+
+    def __post_init__(self) -> None:
+        from cupy_backends.cuda.api import driver
+
+        self._launch_kernel = driver.launchKernel
+        self._fn = self.function.ptr
+        self._dims = (*self.kernel.grid, *self.kernel.block)
+        self._shared = self.kernel.shared_bytes
+        self._params_ptr = ctypes.addressof(self._params)
+
+    @property
+    def name(self) -> str:
+        return self.kernel.name
+
+    def launch(self, stream_ptr: int) -> None:
+        """Enqueue one launch on the stream (captured when the stream is capturing)."""
+        gx, gy, gz, bx, by, bz = self._dims
+        self._launch_kernel(self._fn, gx, gy, gz, bx, by, bz, self._shared, stream_ptr, self._params_ptr, 0)
+
+    def argument_values(self) -> tuple:
+        """The current argument values, to tell whether a captured launch is still current."""
+        return tuple(cell.value for cell in self._cells)
+
+
+def _parameter_array(kernel: RenderedKernel, cells: ArgumentCells) -> tuple[ctypes.Array, tuple]:
+    chosen = tuple(
+        cells.pointer(arg.name) if arg.kind == "buffer" else cells.scalar(arg.name, scalar_ctype(arg))
+        for arg in kernel.args
+    )
+    params = (ctypes.c_void_p * max(len(chosen), 1))(*(ctypes.addressof(c) for c in chosen))
+    return params, chosen
+
+
+def load_kernels(kernels: Iterable[RenderedKernel], units: Iterable[CompiledUnit], cells: ArgumentCells,
+                 max_shared: int) -> dict[str, LoadedKernel]:
+    """Load each unit's CUBIN once and resolve every kernel's entry in it, by kernel name.
+
+    ``max_shared`` is the device's opt-in limit for dynamic shared memory per block (E503 beyond).
+    """
+    from cupy.cuda.function import Module
+    from cupy_backends.cuda.api import driver
+
+    by_entry: dict[str, CompiledUnit] = {entry: unit for unit in units for entry in unit.unit.kernels}
+    modules: dict[str, Module] = {}
+    loaded: dict[str, LoadedKernel] = {}
+    for kernel in kernels:
+        unit = by_entry.get(kernel.entry)
+        if unit is None:
+            raise InternalError(f"no compiled unit holds entry `{kernel.entry}` of kernel `{kernel.name}`")
+        module = modules.get(unit.key)
+        if module is None:
+            module = modules[unit.key] = Module()
+            module.load(unit.cubin)
+        function = module.get_function(kernel.entry)
+        if kernel.shared_bytes > max_shared:
+            message = (f"kernel `{kernel.name}` needs {kernel.shared_bytes} bytes of dynamic shared memory per "
+                       f"block; this GPU allows {max_shared}")
+            raise UserError([error("E503", message, kernel.span, hint="use smaller tiles for this kernel")])
+        if kernel.shared_bytes > DEFAULT_DYNAMIC_SHARED:
+            driver.funcSetAttribute(function.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                    kernel.shared_bytes)
+        params, chosen = _parameter_array(kernel, cells)
+        loaded[kernel.name] = LoadedKernel(kernel, function, params, chosen)
+    return loaded
