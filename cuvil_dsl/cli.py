@@ -171,6 +171,81 @@ def cmd_compile(args) -> int:
     return EXIT_OK
 
 
+# ---------------------------------------------------------------------------- record, replay
+def cmd_record(args) -> int:
+    from cuvil_dsl.report import format_run
+    from cuvil_dsl.testing.case import CaseError
+    from cuvil_dsl.testing.record import RecordRefused, parse_shape, record_case
+
+    def fail(message: str, run: dict | None = None) -> None:
+        print(f"error: {message}", file=sys.stderr)
+        if args.json:
+            print(json.dumps({"case": None, "run": run, "error": message}, indent=2))
+
+    try:
+        shapes = dict(parse_shape(text) for text in args.shape or [])
+    except ValueError as exc:
+        fail(f"argument --shape: {exc}")
+        return EXIT_USAGE
+    try:
+        recording = record_case(args.spec, args.out, backend=args.backend, iterations=args.iterations,
+                                arch=args.arch, force=args.force, shapes=shapes)
+    except UserError as exc:
+        print_diagnostics(exc.diagnostics)
+        fail(f"{args.spec}: not recorded ({len(exc.diagnostics)} problem(s) above)")
+        return EXIT_USAGE
+    except CaseError as exc:
+        fail(str(exc))
+        return EXIT_USAGE
+    except RecordRefused as exc:
+        print(format_run(exc.report), file=sys.stderr)
+        fail(f"not recorded: {exc}", exc.report.to_json())
+        return EXIT_FAILED
+    for warning in recording.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(recording.to_json(), indent=2))
+    else:
+        print(recording.describe())
+    return EXIT_OK
+
+
+def cmd_replay(args) -> int:
+    from cuvil_dsl.testing.case import CaseError
+    from cuvil_dsl.testing.html import write_html
+    from cuvil_dsl.testing.record import RecordRefused
+    from cuvil_dsl.testing.replay import ReplayReport, format_replay, replay_case, update_case
+
+    try:
+        report = replay_case(args.case, backend=args.backend, arch=args.arch)
+    except (CaseError, UserError) as exc:
+        if isinstance(exc, UserError):
+            print_diagnostics(exc.diagnostics)
+        message = str(exc) if isinstance(exc, CaseError) else "the case's spec cannot be run here (problems above)"
+        report = ReplayReport(args.case, args.backend or "recorded", unusable=message)
+    if args.html:
+        write_html([report], args.html)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(format_replay(report), file=sys.stderr if report.unusable else sys.stdout)
+    if not args.update or report.unusable:
+        return report.exit_code
+    try:
+        recording = update_case(args.case, backend=args.backend, arch=args.arch)
+    except UserError as exc:
+        print_diagnostics(exc.diagnostics)
+        return EXIT_USAGE
+    except CaseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except RecordRefused as exc:
+        print(f"error: not re-recorded: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    print(recording.describe().replace("recorded", "re-recorded", 1), file=sys.stderr)
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------------------- doctor, cache
 def cmd_doctor(args) -> int:
     from cuvil_dsl.compile import doctor, render_doctor
@@ -249,6 +324,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", help="e.g. sm_80, sm_90, sm_90a (default: target.arch, or the GPU's)")
     p.add_argument("--dump-ir", metavar="DIR", help="write every stage's output to DIR")
     p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("record", help="run a spec and record a regression case (options as run)")
+    p.add_argument("spec", metavar="SPEC")
+    p.add_argument("--out", required=True, metavar="DIR", help="the case folder to write")
+    p.add_argument("--backend", choices=("auto", "cuda", "cpu", "reference"))
+    p.add_argument("--iterations", type=_positive_int, metavar="N")
+    p.add_argument("--arch", help="override target.arch, e.g. sm_90")
+    p.add_argument("--shape", action="append", metavar="SYM=N",
+                   help="record with this size for a symbol (repeatable), e.g. a smaller instance of the spec")
+    p.add_argument("--force", action="store_true", help="replace an existing case")
+    p.add_argument("--json", action="store_true", help="one JSON object on standard output")
+    p.set_defaults(func=cmd_record)
+
+    p = sub.add_parser("replay", help="replay a recorded case and check it against the recording")
+    p.add_argument("case", metavar="DIR")
+    p.add_argument("--backend", choices=("cuda", "cpu", "reference"), help="default: the recorded backend")
+    p.add_argument("--arch", help="override target.arch, e.g. sm_90")
+    p.add_argument("--json", action="store_true", help="one JSON object on standard output")
+    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
+    p.add_argument("--update", action="store_true", help="re-record the case in place (an intentional change)")
+    p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("doctor", help="GPU, driver, NVRTC, nvcc, CuPy versions and mismatches")
     p.set_defaults(func=cmd_doctor)

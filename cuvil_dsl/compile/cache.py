@@ -38,7 +38,7 @@ from typing import Iterator
 
 import cuvil_dsl
 from cuvil_dsl import knobs
-from cuvil_dsl.compile.units import BuildArtifact, CompileUnit, KernelResources
+from cuvil_dsl.compile.units import ELF_MAGIC, BuildArtifact, CompileUnit, KernelResources
 
 logger = logging.getLogger("cuvil_dsl.compile")
 
@@ -46,7 +46,6 @@ MAGIC = b"CUVILCB\x00"
 FORMAT_VERSION = 1
 _HEADER = struct.Struct("<8sIQ32s")  # magic, format, payload length, sha256(payload)
 _META_LEN = struct.Struct("<I")
-ELF_MAGIC = b"\x7fELF"
 ENTRY_SUFFIX = ".entry"
 
 
@@ -142,19 +141,26 @@ def decode_entry(key: str, data: bytes) -> BuildArtifact | None:
         return None
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the whole new one, never a part."""
+def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the whole new one, never a part.
+
+    ``durable`` also fsyncs, so a power cut cannot leave an empty entry behind a completed
+    rename; statistics skip it because an fsync costs milliseconds.
+    """
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    if not durable:
+        return
     with contextlib.suppress(OSError):  # make the rename itself durable; not all file systems allow it
         dir_fd = os.open(path.parent, os.O_RDONLY)
         try:

@@ -20,6 +20,10 @@ from cuvil_dsl.diagnostics import Diagnostic, Span, UserError, error
 
 SOURCE_LINES_SHOWN = 80
 CONTEXT = 8
+DEFAULT_HINT = (
+    "cuvil-dsl generated this CUDA source; if your program is valid, this is a bug in cuvil-dsl: "
+    "please report it with the saved .cu and .log files"
+)
 
 
 @dataclass(frozen=True)
@@ -107,5 +111,5 @@ def compile_error(
     parts.append(f"--- CUDA source ({where}) ---\n{numbered_source(unit.source, marks)}")
     file = str(cu_path) if cu_path is not None else f"<{unit.name}.cu>"
     span = Span.point(file, marks[0], 1) if marks else Span.whole_file(file)
-    diag: Diagnostic = error("E602", "\n".join(parts), span, hint)
+    diag: Diagnostic = error("E602", "\n".join(parts), span, hint or DEFAULT_HINT)
     return UserError([diag])

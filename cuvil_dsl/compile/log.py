@@ -179,7 +179,7 @@ def persist_counters(root: Path) -> bool:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             merged = _merge(read_persisted(root), unsaved)
-            atomic_write(root / COUNTERS_FILE, json.dumps(merged, indent=1).encode("utf-8"))
+            atomic_write(root / COUNTERS_FILE, json.dumps(merged, indent=1).encode("utf-8"), durable=False)
         finally:
             os.close(fd)
     except OSError:

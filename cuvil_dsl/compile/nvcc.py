@@ -19,8 +19,8 @@ import tempfile
 from pathlib import Path
 
 from cuvil_dsl import knobs
+from cuvil_dsl.compile.units import ELF_MAGIC
 
-ELF_MAGIC = b"\x7fELF"
 _DEFAULT = "/usr/local/cuda/bin/nvcc"
 
 

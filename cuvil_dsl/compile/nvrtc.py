@@ -19,8 +19,8 @@ from types import ModuleType
 from typing import Literal
 
 from cuvil_dsl.compile.ptxas import clean_log, resource_errors
+from cuvil_dsl.compile.units import ELF_MAGIC
 
-ELF_MAGIC = b"\x7fELF"
 # NVRTC 13 answers repeat compiles from the driver's compute cache when a driver is present,
 # and then prints no ptxas report; our own cache is the only one, so NVRTC's is always off.
 _NVRTC_ONLY_OPTIONS = ("--no-cache",)
@@ -152,14 +152,6 @@ def library() -> ModuleType:
         return _loaded
 
 
-def available() -> bool:
-    try:
-        library()
-    except NvrtcUnavailable:
-        return False
-    return True
-
-
 def version() -> str:
     """``"13.0"``: part of every cache key, so a new NVRTC never reuses an old binary."""
     major, minor = library().getVersion()
@@ -193,7 +185,10 @@ def header_dir() -> str | None:
 def _compile(source: str, program_name: str, options: tuple[str, ...]) -> tuple[ModuleType, object, str]:
     """Create and compile a program; the caller owns (and must destroy) the returned program."""
     lib = library()
-    prog = lib.createProgram(source, program_name, (), ())
+    try:
+        prog = lib.createProgram(source, program_name, (), ())
+    except lib.NVRTCError as exc:  # out of memory before there is a program (and a log)
+        raise NvrtcFailure(int(exc.status), "", options) from None
     try:
         lib.compileProgram(prog, [*options, *_NVRTC_ONLY_OPTIONS])
     except lib.NVRTCError as exc:

@@ -14,9 +14,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from cuvil_dsl.compile.units import ELF_MAGIC
 from cuvil_dsl.diagnostics import CuvilError
 
-ELF_MAGIC = b"\x7fELF"
 # "/*0070*/   @!P0 BAR.SYNC.DEFER_BLOCKING 0x0 ;" -> the opcode after the optional predicate
 _INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)", re.M)
 

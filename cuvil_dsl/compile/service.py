@@ -316,7 +316,8 @@ def _flush_counters_at_exit() -> None:
 
 
 def _persist_at_exit(root: Path) -> None:
-    """Memory-hit batches skip the counters file (it costs an fsync); flush those counts at exit."""
+    """Batches answered from memory skip the counters file (writing it costs more than the hits);
+    their counts go out with the next batch that reads the disk, or at exit."""
     with _exit_lock:
         if not _exit_roots:
             atexit.register(_flush_counters_at_exit)
@@ -337,7 +338,9 @@ def compile_units(
     """Compile every unit for ``arch`` (``sm_90``); results come back in input order.
 
     Every unit is attempted; all E602 failures are raised together as one :class:`UserError`.
-    ``progress(done, total, unit_name, cache_hit)`` is called on this thread after each unit.
+    A compile running past ``CUVIL_COMPILE_TIMEOUT`` is one of them (NVRTC's thread is
+    abandoned, nvcc's process group killed). ``progress(done, total, unit_name, cache_hit)``
+    is called on this thread after each unit.
     """
     units = list(units)
     if not units:
@@ -347,13 +350,13 @@ def compile_units(
     failures: list[UserError] = []
     _progress_state.started = time.perf_counter()
     done = 0
-    slow_work = False
+    touched_disk = False
 
     def finish(index: int, run: Callable[[], CompiledUnit]) -> None:
-        nonlocal done, slow_work
+        nonlocal done, touched_disk
         try:
             results[index] = run()
-            slow_work |= results[index].cache != "hit-memory"
+            touched_disk |= results[index].cache != "hit-memory"
         except UserError as exc:
             failures.append(exc)
         done += 1
@@ -382,7 +385,7 @@ def compile_units(
                     raise
     finally:
         if plan.disk is not None:
-            if slow_work or failures:
+            if touched_disk or failures:
                 clog.persist_counters(plan.disk.root)
             else:
                 _persist_at_exit(plan.disk.root)

@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+ELF_MAGIC = b"\x7fELF"  # every CUBIN is an ELF file; anything else is never accepted as one
+
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 Compiler = Literal["nvrtc", "nvcc"]

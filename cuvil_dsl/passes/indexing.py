@@ -22,7 +22,8 @@ from cuvil_dsl.types import Dim, Shape, TensorType
 
 Map = tuple  # tuple[int | None, ...]
 
-REDUCE_OPS = frozenset(ir.REDUCE_OPS)
+ROW_REDUCTIONS = frozenset(("rsum", "rmax", "rmin"))  # the renderers' primitive row reductions
+REDUCE_OPS = frozenset(ir.REDUCE_OPS) | ROW_REDUCTIONS
 ROW_OPS = frozenset(ir.ROW_OPS)
 ANCHOR_OPS = REDUCE_OPS | ROW_OPS | {"matmul"}
 
@@ -167,16 +168,20 @@ def _row_map(op: ir.Op, layout_maps: dict, types: dict, domain: Shape, row_axis:
     return in_map
 
 
-def derive_layout(ops: tuple[ir.Op, ...], domain: Shape, row_axis: int | None, types: dict) -> Layout | Misfit:
+def derive_layout(ops: tuple[ir.Op, ...], domain: Shape, row_axis: int | None, types: dict,
+                  views: frozenset = frozenset()) -> Layout | Misfit:
     """Give every op of a kernel its home map over ``domain``, or say which op does not fit.
 
     ``types`` maps every value id the ops read to its type. A GEMM's result and the results
     of reductions and row ops are anchored, and so is everything computed from them: those
-    must be read exactly where they were computed.
+    must be read exactly where they were computed. ``views`` are transposes never stored: one
+    of a value from memory has no place of its own (its readers address the memory through it).
     """
     maps: dict = {}
     anchored: set = set()
     for op in ops:
+        if op.out in views and op.args[0] not in maps:
+            continue
         if op.op == "matmul":
             shape = shape_of(op)
             if tuple(shape) != tuple(domain):

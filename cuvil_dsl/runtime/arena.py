@@ -14,7 +14,6 @@ from cuvil_dsl.diagnostics import Span, UserError, error
 from cuvil_dsl.runtime.base import Snapshot
 from cuvil_dsl.runtime.host_arena import checked_host_array
 from cuvil_dsl.runtime.layout import ArenaLayout, storage_dtype
-from cuvil_dsl.spec.binding import _human as human_bytes  # the spec's E509 wording, for the same sizes
 from cuvil_dsl.types import DType
 
 
@@ -30,9 +29,10 @@ class DeviceArena:
 
         free, total = cupy.cuda.runtime.memGetInfo()
         if layout.total_bytes > free:
+            gib = 2.0**30
             message = (
-                f"{what} needs {human_bytes(layout.total_bytes)} of device memory ({len(layout.slots)} buffers "
-                f"with guard bands); the GPU has {human_bytes(free)} free of {human_bytes(total)}"
+                f"{what} needs {layout.total_bytes / gib:.2f} GiB of device memory ({len(layout.slots)} buffers "
+                f"with guard bands); the GPU has {free / gib:.2f} GiB free of {total / gib:.2f} GiB"
             )
             raise UserError([error("E509", message, span, hint="use smaller shapes")])
         self.layout = layout

@@ -36,6 +36,8 @@ class Normalized:
 
 
 def kind_of(obj: object) -> str:
+    """``numpy``, ``torch-cpu``, ``cupy``, ``torch-cuda``, ``cuda-array``, or ``other`` (lists, scalars:
+    converted with ``numpy.asarray`` on every call, since their contents cannot be watched)."""
     module = type(obj).__module__.split(".")[0]
     if isinstance(obj, np.ndarray):
         return "numpy"
@@ -45,14 +47,14 @@ def kind_of(obj: object) -> str:
         return "torch-cuda" if obj.is_cuda else "torch-cpu"
     if hasattr(obj, "__cuda_array_interface__"):
         return "cuda-array"
-    return "numpy"
+    return "other"
 
 
 def normalize(obj: object) -> Normalized:
     kind = kind_of(obj)
-    if kind == "numpy":
+    if kind in ("numpy", "other"):
         array = np.asarray(obj)
-        return Normalized(kind, array, array.dtype)
+        return Normalized("numpy", array, array.dtype)
     if kind == "cupy":
         return Normalized(kind, obj, obj.dtype)
     if kind == "cuda-array":
@@ -102,14 +104,16 @@ def caller_stream(kind: str):
 
 
 def from_host(array: np.ndarray, kind: str):
-    """A host result as the caller's kind."""
-    if kind == "torch-cpu":
+    """A host result as the caller's kind (device kinds when a host backend ran the pipeline)."""
+    if kind.startswith("torch"):
         import torch
 
         if array.dtype == ml_dtypes.bfloat16:
-            return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
-        return torch.from_numpy(array)
-    if kind in HOST_KINDS:
+            tensor = torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+        else:
+            tensor = torch.from_numpy(array)
+        return tensor.cuda() if kind == "torch-cuda" else tensor
+    if kind == "numpy":
         return array
     import cupy
 
@@ -125,7 +129,4 @@ def from_device(array, kind: str, bf16: bool):
         if bf16:
             return torch.from_dlpack(array.view(cupy.int16)).view(torch.bfloat16)
         return torch.from_dlpack(array)
-    if kind in HOST_KINDS:
-        host = array.get()
-        return from_host(host.view(ml_dtypes.bfloat16) if bf16 else host, kind)
     return array

@@ -1,0 +1,290 @@
+"""The Python API: load a ``.cuvil`` file, compile one pipeline, call it on arrays.
+
+::
+
+    import cuvil_dsl
+
+    softmax = cuvil_dsl.load("specs/softmax.cuvil").compile()
+    y = softmax(x)                      # x: NumPy, CuPy or PyTorch; y: the same kind
+    p, lse = cuvil_dsl.load("specs/multi_result.cuvil").compile(backend="reference")(x)
+
+Tensors bind by parameter order or name, scalar parameters by name (defaults apply); symbol
+sizes come from the arrays (plus any ``shapes`` given to :meth:`Program.compile`). Each shape
+signature gets its own executor, built on first use and kept. Device arrays never travel through
+the host: on the CUDA backend they are bound by pointer (graphs updated in place) or copied
+device to device.
+
+A repeated call with the same array objects (same shapes and dtypes) and the same scalars takes
+a fast path: no binding, no validation, only the copies host data needs and the launches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from cuvil_dsl.diagnostics import Span, UserError, error, raise_if_errors
+from cuvil_dsl.frontend import check_file
+from cuvil_dsl.ir import nodes as ir
+from cuvil_dsl.passes.plan import FusionPlan
+from cuvil_dsl.reference.executor import HostHooks
+from cuvil_dsl.runtime.base import Executor, Target
+from cuvil_dsl.runtime.binding import infer_sizes, resolve_params
+from cuvil_dsl.runtime.device import device_arch, gpu_available
+from cuvil_dsl.runtime.graphs import GraphCache
+from cuvil_dsl.runtime.interop import Normalized, caller_stream, from_device, from_host, kind_of, normalize, to_host
+from cuvil_dsl.types import DType
+
+BACKENDS = ("auto", "cuda", "cpu", "reference")
+TARGET_OPTIONS = ("compiler", "fallback", "fast_math", "tf32", "options", "device")
+
+
+def load(path: str | Path, entry: str | None = None) -> "Program":
+    """Parse and check ``path``; ``entry`` names the pipeline when the file holds several.
+
+    Raises :class:`UserError` with every diagnostic when the file has errors.
+    """
+    checked = check_file(path)
+    if not checked.ok:
+        raise UserError(checked.diagnostics)
+    module = checked.module
+    pipeline = module.pipeline(entry)
+    if pipeline is None:
+        names = ", ".join(p.name for p in module.pipelines)
+        message = (f"`{path}` holds {len(module.pipelines)} pipelines ({names}); pass entry=" if entry is None
+                   else f"no pipeline `{entry}` in `{path}` (it holds: {names})")
+        span = module.pipelines[0].span if module.pipelines else Span.whole_file(str(path))
+        raise UserError([error("E508", message, span)])
+    return Program(Path(path), module, pipeline, tuple(d for d in checked.diagnostics if not d.is_error))
+
+
+@dataclass(frozen=True)
+class Program:
+    """A checked pipeline, ready to compile for a backend."""
+
+    path: Path
+    module: ir.Module
+    pipeline: ir.Pipeline
+    warnings: tuple = ()
+
+    @property
+    def name(self) -> str:
+        return self.pipeline.name
+
+    def compile(self, shapes: Mapping[str, int] | None = None, backend: str = "auto", arch: str | None = None, *,
+                kernels: Mapping[str, object] | None = None, device_inputs: str = "bind",
+                **options) -> "CompiledPipeline":
+        """A callable for ``backend`` (``auto``: cuda with a GPU, else cpu).
+
+        ``shapes`` fixes symbol sizes ahead of the arrays; ``kernels`` overrides per-kernel
+        settings as a spec's ``kernels`` section does; ``options`` are the spec's ``target`` keys
+        (compiler, fallback, fast_math, tf32, options, device). ``device_inputs="copy"`` copies
+        caller device arrays into the arena on every call instead of binding them by pointer:
+        cheaper when every call passes new arrays (a new pointer means a graph re-capture).
+        """
+        unknown = sorted(set(options) - set(TARGET_OPTIONS))
+        if unknown:
+            raise TypeError(f"unknown target option(s) {unknown}; expected some of {list(TARGET_OPTIONS)}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, not {backend!r}")
+        if device_inputs not in ("bind", "copy"):
+            raise ValueError(f"device_inputs must be 'bind' or 'copy', not {device_inputs!r}")
+        if backend == "auto":
+            backend = "cuda" if gpu_available() else "cpu"
+        device = int(options.get("device", 0))
+        if backend == "cuda":
+            if not gpu_available():
+                raise UserError([error("E601", "the cuda backend needs a CUDA GPU, and none is available here",
+                                       self.pipeline.span, hint="use backend='cpu' or 'reference'")])
+            if arch in (None, "auto"):
+                arch = device_arch(device)
+        else:
+            arch = None
+        if "options" in options:
+            options["options"] = tuple(options["options"])
+        target = Target(backend=backend, arch=arch, **{**options, "device": device})
+        return CompiledPipeline(self.pipeline, target, dict(shapes or {}), dict(kernels or {}), device_inputs)
+
+
+@dataclass
+class _Call:
+    """One call's bound state, reused while the caller passes the same arrays and scalars."""
+
+    args: tuple
+    named: tuple[str, ...]
+    named_values: tuple
+    fingerprints: tuple
+    inputs: dict[str, Normalized]
+    params: dict[str, object]
+    executor: Executor
+    kind: str  # the caller's array kind, for the results
+
+    def matches(self, args: tuple, named: dict) -> bool:
+        if len(args) != len(self.args) or tuple(named) != self.named:
+            return False
+        for a, b in zip(args, self.args):
+            if a is not b:
+                return False
+        for value, old in zip(named.values(), self.named_values):
+            if value is not old and not (_is_scalar(value) and value == old):
+                return False
+        return _fingerprints(self.args + self.named_values) == self.fingerprints
+
+
+def _is_scalar(value: object) -> bool:
+    return isinstance(value, (bool, int, float)) or type(value).__module__ == "numpy" and getattr(value, "ndim", 1) == 0
+
+
+def _fingerprints(values: tuple) -> tuple:
+    """What may change in an array object without its identity changing: shape, dtype, storage."""
+    out = []
+    for value in values:
+        if _is_scalar(value):
+            continue
+        if type(value).__module__.split(".")[0] == "torch":
+            out.append((tuple(value.shape), value.dtype, value.data_ptr()))
+        else:
+            out.append((value.shape, value.dtype))
+    return tuple(out)
+
+
+class CompiledPipeline:
+    """Call it with arrays; it builds and caches one executor per shape signature."""
+
+    def __init__(self, pipeline: ir.Pipeline, target: Target, shapes: dict[str, int], kernels: dict[str, object],
+                 device_inputs: str):
+        self.pipeline = pipeline
+        self.target = target
+        self.shapes = shapes
+        self.hooks: HostHooks | None = HostHooks()  # host statements run on every call; None skips them
+        self.graphs = GraphCache()
+        self._overrides = kernels
+        self._copy_device = device_inputs == "copy"
+        self._plan: FusionPlan | None = None
+        self._executors: dict[tuple, Executor] = {}
+        self._tensors = [p.name for p in pipeline.tensor_params]
+        self._results = [r.name for r in pipeline.results]
+        self._bf16 = {r.name: r.type.dtype is DType.BF16 for r in pipeline.results}
+        self._last: _Call | None = None
+
+    @property
+    def backend(self) -> str:
+        return self.target.backend
+
+    @property
+    def plan(self) -> FusionPlan:
+        """The fusion plan (planned once: it does not depend on sizes)."""
+        if self._plan is None:
+            from cuvil_dsl.passes.fusion import plan_pipeline
+
+            plan, diagnostics = plan_pipeline(self.pipeline, self._overrides, self.target.arch)
+            raise_if_errors(diagnostics)
+            self._plan = plan
+        return self._plan
+
+    @property
+    def executors(self) -> dict[tuple, Executor]:
+        """The executors built so far, by shape signature (sorted ``(symbol, size)`` pairs)."""
+        return dict(self._executors)
+
+    def executor(self, sizes: Mapping[str, int]) -> Executor:
+        """The executor for one shape signature, built on first use."""
+        key = tuple(sorted(sizes.items()))
+        found = self._executors.get(key)
+        if found is None:
+            found = self._executors[key] = self._build(dict(sizes))
+        return found
+
+    def _build(self, sizes: dict[str, int]) -> Executor:
+        backend = self.target.backend
+        if backend == "reference":
+            from cuvil_dsl.runtime.reference_executor import ReferenceExecutor
+
+            return ReferenceExecutor(self.pipeline, sizes)
+        if backend == "cpu":
+            try:
+                from cuvil_dsl.runtime.cpu_executor import CpuExecutor
+            except ImportError as exc:
+                raise UserError([error("E601", f"the cpu backend is not available: {exc}", self.pipeline.span,
+                                       hint="use backend='reference'")]) from None
+            return CpuExecutor.build(self.pipeline, self.plan, sizes, self.target)
+        from cuvil_dsl.runtime.cuda_executor import CudaExecutor
+
+        return CudaExecutor.build(self.pipeline, self.plan, sizes, self.target, graphs=self.graphs)
+
+    def __call__(self, *arrays, **named):
+        call = self._last
+        if call is not None and call.matches(arrays, named):
+            return self._run(call, fresh=False)
+        call = self._bind(arrays, named)
+        # Lists and other non-array inputs are converted afresh on every call: never reuse them.
+        watched = [kind_of(v) != "other" for v in call.args + call.named_values if not _is_scalar(v)]
+        self._last = call if all(watched) else None
+        return self._run(call, fresh=True)
+
+    def _bind(self, arrays: tuple, named: dict) -> _Call:
+        if len(arrays) > len(self._tensors):
+            raise TypeError(f"{self.pipeline.name}() takes {len(self._tensors)} tensor argument(s) by position, "
+                            f"{len(arrays)} were given (scalar parameters go by name)")
+        given = dict(zip(self._tensors, arrays))
+        scalars = {}
+        for name, value in named.items():
+            param = self.pipeline.param(name)
+            if param is None:
+                raise TypeError(f"{self.pipeline.name}() has no parameter `{name}`")
+            if not param.is_tensor:
+                scalars[name] = value
+            elif name in given:
+                raise TypeError(f"{self.pipeline.name}() got two values for `{name}`")
+            else:
+                given[name] = value
+        missing = [n for n in self._tensors if n not in given]
+        if missing:
+            raise TypeError(f"{self.pipeline.name}() is missing tensor argument(s) {missing}")
+        inputs = {name: normalize(given[name]) for name in self._tensors}
+        sizes = infer_sizes(self.pipeline, self.shapes, {n: tuple(i.array.shape) for n, i in inputs.items()},
+                            {n: i.dtype for n, i in inputs.items()})
+        params = resolve_params(self.pipeline, scalars)
+        executor = self.executor(sizes)
+        kind = inputs[self._tensors[0]].kind if self._tensors else "numpy"
+        return _Call(arrays, tuple(named), tuple(named.values()), _fingerprints(arrays + tuple(named.values())),
+                     inputs, params, executor, kind)
+
+    def _run(self, call: _Call, fresh: bool):
+        executor = call.executor
+        if executor.backend != "cuda":
+            # Device inputs are read back on every call: their contents may have changed.
+            results = executor.run({n: to_host(i) for n, i in call.inputs.items()}, call.params, self.hooks)
+            outs = [from_host(results[name], call.kind) for name in self._results]
+        else:
+            outs = self._run_cuda(call, fresh)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _run_cuda(self, call: _Call, fresh: bool) -> list:
+        executor = call.executor
+        device_out = call.kind not in ("numpy", "torch-cpu")
+        with executor.device:
+            stream = caller_stream(call.kind) if device_out or any(i.on_device for i in call.inputs.values()) else None
+            if stream is not None:
+                executor.wait_for(stream)
+            for name, item in call.inputs.items():
+                if not item.on_device:
+                    executor.bind_host(name, item.array)  # host data may have changed in place: copy every call
+                elif fresh or self._copy_device:
+                    executor.bind_device(name, item.array, copy=self._copy_device)
+            executor.set_params(call.params)
+            executor.execute(self.hooks)
+            if not device_out:
+                return [from_host(executor.fetch(name), call.kind) for name in self._results]
+            outs = [executor.fetch_device(name) for name in self._results]
+            executor.signal(stream)
+            return [from_device(out, call.kind, self._bf16[name]) for name, out in zip(self._results, outs)]
+
+    def close(self) -> None:
+        """Release every executor's device memory, modules and graphs."""
+        for executor in self._executors.values():
+            executor.close()
+        self._executors.clear()
+        self._last = None
+

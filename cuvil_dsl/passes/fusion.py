@@ -1,0 +1,424 @@
+"""The fusion planner: a checked pipeline to a :class:`FusionPlan` (which ops share a kernel).
+
+Needs a pipeline the checker accepted. Guarantees: every tensor op lands in exactly one
+kernel (a ``.T`` that is only read is a view and is copied into each kernel that reads it);
+scalar-only work is on the host; a ``kernel`` block is exactly one kernel or an E401 at the
+statement that breaks it; no kernel spans a graph boundary or a host statement; values live
+in memory only when a later kernel, a host statement or the caller reads them.
+
+Policy, outside kernel blocks, in source order within a segment (the stretch between graph
+boundaries and host statements): an op joins the latest kernel it fits, or an earlier one
+when all its inputs are ready there; elementwise work fuses into elementwise chains and as
+prologue or epilogue into reductions and row ops (same rows), into a GEMM as epilogue (when it
+reads the GEMM's result), and a row softmax over a GEMM's last axis shares the GEMM's kernel.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from cuvil_dsl.diagnostics import SOURCES, Diagnostic, Span, error
+from cuvil_dsl.ir import nodes as ir
+from cuvil_dsl.passes import configs
+from cuvil_dsl.passes.indexing import REDUCE_OPS, ROW_OPS, Layout, Misfit, broadcast_shapes, derive_layout, shape_of
+from cuvil_dsl.passes.plan import Buffer, FusedKernel, FusionPlan, GraphStep, HostStep, Launch, Step
+from cuvil_dsl.passes.uniform import split_uniform
+from cuvil_dsl.types import Shape, TensorType
+
+
+@dataclass
+class _Group:
+    """A kernel being built: its ops, its iteration space and where it came from."""
+
+    kind: str | None
+    domain: Shape
+    row_axis: int | None
+    anchor: str | None
+    graph: str | None
+    block: ir.Block | None
+    ops: list[ir.Op] = field(default_factory=list)
+    name: str = ""
+
+    @property
+    def members(self) -> set[str]:
+        return {op.out for op in self.ops}
+
+
+@dataclass
+class _Segment:
+    graph: ir.Block | None
+    items: list  # ir.Op | ir.Block (kernel blocks)
+
+
+class _Planner:
+    def __init__(self, pipeline: ir.Pipeline, arch: str):
+        self.p = pipeline
+        self.arch = arch
+        self.host_ops, self.uniform = split_uniform(pipeline)
+        self.types = pipeline.value_types()
+        self.results = {r.name for r in pipeline.results}
+        self.host_reads = {s.arg for s, _g, _k in ir.walk(pipeline.body) if isinstance(s, ir.HostStmt) and s.arg}
+        self.views = {
+            op.out: op for op in pipeline.ops()
+            if op.op == "transpose" and op.out not in self.results and op.out not in self.host_reads
+        }
+        self.owner: dict[str, _Group] = {}
+        self.groups: list[_Group] = []
+        self.diags: list[Diagnostic] = []
+        self.notes: list[str] = []
+
+    # ------------------------------------------------------------------ transitions
+    def _view_chain(self, g: _Group, op: ir.Op) -> list[ir.Op]:
+        """The views ``op`` reads that ``g`` does not hold yet, innermost first."""
+        pulled: list[ir.Op] = []
+        members = g.members
+
+        def pull(value: str) -> None:
+            view = self.views.get(value)
+            if view is None or value in members or view in pulled:
+                return
+            pull(view.args[0])
+            pulled.append(view)
+
+        for a in op.args:
+            pull(a)
+        return pulled
+
+    def _sources(self, value: str) -> str:
+        """A value with the views in front of it peeled off."""
+        while value in self.views:
+            value = self.views[value].args[0]
+        return value
+
+    def _transition(self, g: _Group, op: ir.Op, anchored: frozenset) -> tuple | str:
+        """The group's (kind, domain, row_axis, anchor) with ``op`` in it, or why it cannot be."""
+        kind = g.kind
+        if op.op == "matmul":
+            if kind is None:
+                return ("matmul", shape_of(op), None, op.out)
+            if kind in ("matmul", "matmul_softmax"):
+                return "a second `@` in one kernel"
+            operands = {self._sources(a) for a in op.args}
+            if kind in ("reduce", "row"):
+                if operands & anchored:
+                    return "a reduction or row operation feeding `@`"
+                return "`@` after a reduction or row operation cannot share its kernel"
+            if operands & g.members:
+                return ("elementwise work feeding `@` (the operands of `@` are read from memory: parameters "
+                        "or values of earlier kernels)")
+            return ("matmul", shape_of(op), None, op.out)
+        if op.op in REDUCE_OPS or op.op in ROW_OPS:
+            x_shape = self.types[op.args[0]].shape
+            axis = op.attr("axis", len(x_shape) - 1)
+            new_kind = "reduce" if op.op in REDUCE_OPS else "row"
+            if kind in (None, "elementwise"):
+                return (new_kind, x_shape, axis, op.out)
+            if kind in ("reduce", "row"):
+                return ("row" if "row" in (kind, new_kind) else "reduce", g.domain, g.row_axis, g.anchor)
+            if kind == "matmul":
+                if op.op in ("softmax", "log_softmax") and axis == len(x_shape) - 1 and op.args[0] in anchored:
+                    return ("matmul_softmax", g.domain, len(g.domain) - 1, g.anchor)
+                return "a reduction or row operation after `@` (only a row softmax over the last axis shares the GEMM's kernel)"
+            return "a second row operation after `@` and its softmax"
+        if kind is None:
+            return ("elementwise", shape_of(op), None, None)
+        if kind == "elementwise":
+            domain = broadcast_shapes(g.domain, shape_of(op))
+            if domain is None:
+                return "shapes that cannot share one iteration space"
+            return (kind, domain, None, None)
+        return (kind, g.domain, g.row_axis, g.anchor)
+
+    def _fit(self, g: _Group, op: ir.Op) -> tuple[tuple, list[ir.Op], Layout] | str:
+        """Try ``op`` (and the views it reads) in ``g``: the new state and layout, or a reason."""
+        pulled = self._view_chain(g, op)
+        views = frozenset(self.views)
+        current = derive_layout(tuple(g.ops), g.domain, g.row_axis, self.types, views) if g.ops else None
+        anchored = current.anchored if isinstance(current, Layout) else frozenset()
+        state = self._transition(g, op, anchored)
+        if isinstance(state, str):
+            return state
+        _kind, domain, row_axis, _anchor = state
+        layout = derive_layout(tuple(g.ops + pulled + [op]), domain, row_axis, self.types, views)
+        if isinstance(layout, Misfit):
+            return layout.reason
+        return state, pulled, layout
+
+    def _join(self, g: _Group, op: ir.Op, fit: tuple) -> None:
+        state, pulled, _layout = fit
+        g.kind, g.domain, g.row_axis, g.anchor = state
+        g.ops.extend(pulled)
+        g.ops.append(op)
+        self.owner[op.out] = g
+
+    # ------------------------------------------------------------------ policy
+    def _policy_allows(self, g: _Group, op: ir.Op, fit: tuple) -> str | None:
+        state, _pulled, layout = fit
+        if op.op == "matmul" and g.ops:
+            return "`@` starts its own kernel"
+        if g.kind in ("matmul", "matmul_softmax") and op.out not in layout.anchored:
+            return "it does not read the GEMM's result"
+        if (op.op in REDUCE_OPS or op.op in ROW_OPS) and g.kind == "elementwise" and tuple(g.domain) != tuple(state[1]):
+            return "its rows are not the elementwise work's iteration space"
+        return None
+
+    def _ready(self, g: _Group, op: ir.Op, open_groups: list[_Group]) -> bool:
+        """Every input of ``op`` is computed before (or inside) ``g``."""
+        later = open_groups[open_groups.index(g) + 1:]
+        for a in op.args:
+            src = self.owner.get(self._sources(a))
+            if src is not None and src in later:
+                return False
+        return True
+
+    def _candidates(self, op: ir.Op, open_groups: list[_Group]) -> list[_Group]:
+        """Open groups to try, latest first, those that compute an input of ``op`` before the
+        others (fusing there keeps the input in registers)."""
+        producers = {id(self.owner.get(self._sources(a))) for a in op.args}
+        ordered = list(reversed(open_groups))
+        return [g for g in ordered if id(g) in producers] + [g for g in ordered if id(g) not in producers]
+
+    def _place(self, op: ir.Op, open_groups: list[_Group], graph: str | None) -> None:
+        first_reason = None
+        for g in self._candidates(op, open_groups):
+            if g.block is not None or not self._ready(g, op, open_groups):
+                continue
+            fit = self._fit(g, op)
+            reason = fit if isinstance(fit, str) else self._policy_allows(g, op, fit)
+            if reason is None:
+                self._join(g, op, fit)
+                return
+            first_reason = first_reason or reason
+        g = _Group(None, (), None, None, graph, None)
+        fit = self._fit(g, op)
+        assert not isinstance(fit, str), fit
+        self._join(g, op, fit)
+        open_groups.append(g)
+        self.groups.append(g)
+        if first_reason and any(x.block is None for x in open_groups[:-1]):
+            self.notes.append(f"`{op.out}` starts a new kernel: {first_reason}")
+
+    def _kernel_block(self, block: ir.Block, open_groups: list[_Group], graph: str | None) -> None:
+        g = _Group(None, (), None, None, graph, block, name=block.name)
+        open_groups.append(g)
+        self.groups.append(g)
+        block_ops = [s for s, _g, _k in ir.walk(block.body) if isinstance(s, ir.Op)]
+        work = [op for op in block_ops if op.out not in self.uniform and op.out not in self.views]
+        for i, op in enumerate(work):
+            fit = self._fit(g, op)
+            if isinstance(fit, str):
+                self.diags.append(error(
+                    "E401", f"kernel block `{block.name}` cannot be one kernel: {fit}",
+                    _statement_span(op, block_ops),
+                    "split the block, or move this statement out of it and let the planner place it"))
+                for rest in work[i:]:  # still plan every op, so the plan stays complete
+                    self._place(rest, open_groups, graph)
+                break
+            self._join(g, op, fit)
+        if not g.ops:
+            open_groups.remove(g)
+            self.groups.remove(g)
+
+    # ------------------------------------------------------------------ whole pipeline
+    def run(self, overrides: dict | None) -> tuple[FusionPlan, list[Diagnostic]]:
+        raw_steps: list = []
+        for seg in _segments(self.p.body):
+            if isinstance(seg, ir.HostStmt):
+                raw_steps.append(seg)
+                continue
+            graph = seg.graph.name if seg.graph else None
+            open_groups: list[_Group] = []
+            for item in seg.items:
+                if isinstance(item, ir.Block):
+                    self._kernel_block(item, open_groups, graph)
+                elif item.out not in self.uniform and item.out not in self.views:
+                    self._place(item, open_groups, graph)
+            self._sink_temporaries(open_groups)
+            raw_steps.append((seg, open_groups))
+        buffers = self._buffers()
+        live = {b.name for b in buffers}
+        self._name_groups()
+        kernels = {id(g): self._kernel(g, live, overrides or {}) for g in self.groups}
+        self._unknown_overrides(overrides or {})
+        steps: list[Step] = []
+        for item in raw_steps:
+            if isinstance(item, ir.HostStmt):
+                steps.append(HostStep(item))
+                continue
+            seg, groups = item
+            launches = tuple(Launch(kernels[id(g)]) for g in groups if g in self.groups)
+            if seg.graph is not None:
+                steps.append(GraphStep(seg.graph.name, launches, seg.graph.span))
+            else:
+                steps.extend(launches)
+        plan = FusionPlan(self.p, self.host_ops, tuple(steps), buffers, tuple(self.notes))
+        return plan, self.diags
+
+    def _sink_temporaries(self, groups: list[_Group]) -> None:
+        """Move an unnamed elementwise result into the one later kernel that reads it, when
+        that kernel can read the named value it came from instead: a temporary is not rounded
+        to its dtype (a named value is), so memory should hold the named one."""
+        moved = True
+        while moved:
+            moved = False
+            for a in [g for g in groups if g.block is None]:
+                for op in reversed(a.ops):
+                    target = self._sink_target(op, a, groups)
+                    if target is not None:
+                        a.ops.remove(op)
+                        target.ops[:] = target.ops[: self._first_reader(target, op.out)] + [op] + target.ops[
+                            self._first_reader(target, op.out):]
+                        self.owner[op.out] = target
+                        moved = True
+                        break
+            for g in [g for g in groups if not g.ops]:
+                groups.remove(g)
+                self.groups.remove(g)
+
+    def _first_reader(self, g: _Group, value: str) -> int:
+        return next(i for i, o in enumerate(g.ops) if value in o.args)
+
+    def _sink_target(self, op: ir.Op, a: _Group, groups: list[_Group]) -> _Group | None:
+        if (op.named or op.op not in ir.ELEMENTWISE_OPS or op.out in self.results or op.out in self.host_reads
+                or any(op.out in o.args for o in a.ops)):
+            return None
+        readers = [g for g in groups if g is not a and any(op.out in o.args for o in g.ops)]
+        if len(readers) != 1 or readers[0].block is not None or groups.index(readers[0]) < groups.index(a):
+            return None
+        local = [x for x in op.args if x in a.members]
+        if len(local) > 1 or any(not _is_named(self.p, x) for x in local):
+            return None
+        b = readers[0]
+        i = self._first_reader(b, op.out)
+        ops = tuple(b.ops[:i] + [op] + b.ops[i:])
+        layout = derive_layout(ops, b.domain, b.row_axis, self.types, frozenset(self.views))
+        return None if isinstance(layout, Misfit) else b
+
+    def _external_reads(self, g: _Group) -> list[str]:
+        members = g.members
+        seen: list[str] = []
+        for op in g.ops:
+            for a in op.args:
+                if a not in members and a not in self.uniform and a not in seen:
+                    seen.append(a)
+        return seen
+
+    def _buffers(self) -> tuple[Buffer, ...]:
+        """Values kept in memory; kernels whose work nobody reads are dropped (W602 said so)."""
+        while True:
+            read_elsewhere = {a for g in self.groups for a in self._external_reads(g)}
+            needed = read_elsewhere | self.results | self.host_reads
+            live = [g for g in self.groups if g.members & needed]
+            if len(live) == len(self.groups):
+                break
+            self.groups = live
+        out = [Buffer(p.name, p.type, "input") for p in self.p.tensor_params]
+        for op in self.p.ops():
+            if op.out in needed and self.owner.get(op.out) in self.groups:
+                out.append(Buffer(op.out, op.type, "result" if op.out in self.results else "intermediate"))
+        return tuple(out)
+
+    def _name_groups(self) -> None:
+        taken = {g.block.name for g in self.groups if g.block is not None}
+        counters: dict[str, int] = {}
+        for g in self.groups:
+            if g.block is not None:
+                continue
+            prefix = g.graph or "main"
+            n = counters.get(prefix, 0) + 1
+            while f"{prefix}_k{n}" in taken:
+                n += 1
+            counters[prefix] = n
+            g.name = f"{prefix}_k{n}"
+
+    def _kernel(self, g: _Group, live: set[str], overrides: dict) -> FusedKernel:
+        dtype = next(op.type.dtype for op in g.ops if op.out == g.anchor) if g.anchor else shape_dtype(g.ops[-1])
+        span = g.block.span if g.block is not None else g.ops[0].span
+        config = configs.default_config(g.kind, dtype, self.arch)
+        if g.name in overrides:
+            config, diags = configs.apply_overrides(config, overrides[g.name], g.kind, dtype, g.name, span)
+            self.diags.extend(diags)
+        outputs = tuple(op.out for op in g.ops if op.out in live and self.owner.get(op.out) is g)
+        uniforms = tuple(dict.fromkeys(a for op in g.ops for a in op.args if a in self.uniform))
+        return FusedKernel(
+            name=g.name, kind=g.kind, ops=tuple(g.ops), inputs=tuple(self._external_reads(g)), outputs=outputs,
+            uniforms=uniforms, anchor=g.anchor, config=config, graph=g.graph,
+            block_name=g.block.name if g.block is not None else None, span=span,
+            domain=tuple(g.domain), row_axis=g.row_axis,
+        )
+
+    def _unknown_overrides(self, overrides: dict) -> None:
+        names = {g.name for g in self.groups}
+        for key in overrides:
+            if key not in names:
+                known = ", ".join(sorted(names)) or "none"
+                self.diags.append(error("E501", f"`kernels` names `{key}`, which is no kernel of pipeline "
+                                                f"`{self.p.name}` (its kernels: {known})", self.p.span))
+
+
+def _is_named(pipeline: ir.Pipeline, value: str) -> bool:
+    return any(op.out == value and op.named for op in pipeline.ops())
+
+
+def shape_dtype(op: ir.Op):
+    assert isinstance(op.type, TensorType)
+    return op.type.dtype
+
+
+def _segments(body: tuple[ir.Stmt, ...]) -> list:
+    """Split the body at graph boundaries and host statements; kernel blocks stay items."""
+    out: list = []
+    current = _Segment(None, [])
+    for stmt in body:
+        if isinstance(stmt, ir.HostStmt):
+            out.append(current)
+            out.append(stmt)
+            current = _Segment(None, [])
+        elif isinstance(stmt, ir.Block) and stmt.kind == "graph":
+            out.append(current)
+            out.append(_Segment(stmt, list(stmt.body)))
+            current = _Segment(None, [])
+        else:
+            current.items.append(stmt)
+    out.append(current)
+    return [s for s in out if isinstance(s, ir.HostStmt) or s.items or s.graph is not None]
+
+
+def _statement_span(op: ir.Op, block_ops: list[ir.Op]) -> Span:
+    """The assignment target of the statement holding ``op``.
+
+    The IR keeps operator spans only, so find the statement's bound name (the first named op
+    from ``op`` on) and look for ``name =`` at a statement start before the statement's first
+    op in the source text; fall back to the op's own span.
+    """
+    i = block_ops.index(op)
+    named = next((o for o in block_ops[i:] if o.named), op)
+    start = i
+    while start > 0 and not block_ops[start - 1].named:
+        start -= 1
+    first = min((o.span for o in block_ops[start:block_ops.index(named) + 1]), default=op.span)
+    pattern = re.compile(r"(?:^|[;{])\s*(" + re.escape(named.out) + r")\s*=(?!=)")
+    for line in range(first.line, max(first.line - 20, 0), -1):
+        text = SOURCES.line(first.file, line)
+        if text is None:
+            break
+        limit = first.column - 1 if line == first.line else len(text)
+        hits = [m for m in pattern.finditer(text[:limit])]
+        if hits:
+            col = hits[-1].start(1) + 1
+            return Span(first.file, line, col, line, col + len(named.out))
+    return op.span
+
+
+def plan_pipeline(pipeline: ir.Pipeline, overrides: dict | None = None, arch: str = "sm_90"
+                  ) -> tuple[FusionPlan, list[Diagnostic]]:
+    """Plan ``pipeline``'s kernels. ``overrides`` is the spec's ``kernels:`` section (kernel
+    name to a dict or settings model with block, tile, launch_bounds, max_registers).
+
+    >>> from cuvil_dsl.frontend import check_source
+    >>> p = check_source("pipeline f(x: f32[N]) -> y: f32[N] { y = exp(x) * 2 }").module.pipelines[0]
+    >>> [k.name for k in plan_pipeline(p)[0].kernels]
+    ['main_k1']
+    """
+    return _Planner(pipeline, arch).run(overrides)

@@ -1,0 +1,553 @@
+"""The CUDA runtime on a real GPU: correctness, graphs, guards, faults, rebinding, caching, overhead.
+
+Two kinds of test:
+
+* *hand-made* pipelines (a small program, a plan and CUDA C written here) exercise the runtime
+  alone: replay against eager execution, 1000 replays, in-place graph updates, guard bands
+  (a kernel patched to write one element past its output), a faulting kernel (in a subprocess,
+  because the fault ruins the CUDA context), timing and host overhead;
+* *full-stack* tests run every ``specs/*.yaml`` example through planner, renderer, compiler and
+  runtime, and the Python API on NumPy, CuPy and PyTorch arrays.
+
+Run on a GPU machine: ``pytest -m gpu tests/gpu`` (they are skipped where there is none).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cuvil_dsl.codegen.artifact import KernelArg, RenderedKernel
+from cuvil_dsl.compile import CompileUnit, compile_units
+from cuvil_dsl.diagnostics import RunFailure, UserError
+from cuvil_dsl.frontend import check_source
+from cuvil_dsl.ir import nodes as ir
+from cuvil_dsl.passes.plan import Buffer, FusedKernel, FusionPlan, GraphStep, HostStep, KernelConfig, Launch
+from cuvil_dsl.reference.executor import HostHooks, execute
+from cuvil_dsl.runtime.base import Target
+from cuvil_dsl.types import DType
+
+pytestmark = pytest.mark.gpu
+
+ROOT = Path(__file__).resolve().parents[2]
+SPECS = ROOT / "specs"
+THIS = Path(__file__).resolve()
+BLOCK = 256
+
+SCALE_ADD = """\
+pipeline scale_add(x: f32[N], alpha: f32 = 2.0) -> y: f32[N] {
+    graph forward {
+        h = x * alpha
+        y = h + 1.0
+    }
+    print(y)
+}
+"""
+
+SCALE_KERNEL = r"""
+extern "C" __global__ void scale_add_forward_k1(const float* __restrict__ x, float* __restrict__ h, float alpha) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < %(n)dLL) h[i] = x[i] * alpha;
+}
+"""
+
+# The second kernel, with the line that is patched to inject faults.
+BIAS_KERNEL = r"""
+extern "C" __global__ void scale_add_forward_k2(const float* __restrict__ h, float* __restrict__ y) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    %(body)s
+}
+"""
+BIAS_OK = "if (i < %(n)dLL) y[i] = h[i] + 1.0f;"
+BIAS_OVERRUN = "if (i < %(n)dLL) y[i] = h[i] + 1.0f; if (i == %(n)dLL) y[i] = 0.0f;"  # one element past y
+BIAS_FAULT = "if (i == 0) *(volatile float*)8 = 1.0f;"  # an illegal address
+BIAS_FAR = "if (i < %(n)dLL) y[i] = h[i] + 1.0f; if (i == 0) y[1LL << 28] = 0.0f;"  # 1 GiB past y
+
+
+def _target():
+    from cuvil_dsl.runtime.device import device_arch
+
+    return Target(backend="cuda", arch=device_arch(0))
+
+
+def _rendered(name: str, entry: str, source: str, n: int, args: tuple, op: ir.Op, graph: str | None):
+    blocks = (n + BLOCK - 1) // BLOCK
+    return RenderedKernel(name, entry, source, (blocks, 1, 1), (BLOCK, 1, 1), 0, args, (), graph, op.span)
+
+
+def _fused(name: str, op: ir.Op, inputs: tuple, outputs: tuple, uniforms: tuple, graph: str | None):
+    return FusedKernel(name, "elementwise", (op,), inputs, outputs, uniforms, None, KernelConfig(), graph, None, op.span)
+
+
+def scale_add(n: int, bias: str = BIAS_OK, use_graphs: bool = True, graphs=None):
+    """The hand-made ``scale_add`` pipeline at N = ``n``: two kernels in graph ``forward``, then print(y)."""
+    from cuvil_dsl.runtime.cuda_executor import CudaExecutor
+
+    pipeline = check_source(SCALE_ADD, "scale_add.cuvil").module.pipelines[0]
+    named = {op.out: op for op in pipeline.ops() if op.named}
+    f32 = DType.F32
+    k1 = _rendered("forward_k1", "scale_add_forward_k1", SCALE_KERNEL % {"n": n}, n,
+                   (KernelArg("buffer", "x", f32, "const float* __restrict__"),
+                    KernelArg("buffer", "h", f32, "float* __restrict__"),
+                    KernelArg("scalar", "alpha", f32, "float")), named["h"], "forward")
+    k2 = _rendered("forward_k2", "scale_add_forward_k2", BIAS_KERNEL % {"body": bias % {"n": n}}, n,
+                   (KernelArg("buffer", "h", f32, "const float* __restrict__"),
+                    KernelArg("buffer", "y", f32, "float* __restrict__")), named["y"], "forward")
+    printed = next(s for s, _g, _k in ir.walk(pipeline.body) if isinstance(s, ir.HostStmt))
+    span = next(s.span for s, _g, _k in ir.walk(pipeline.body) if isinstance(s, ir.Block))
+    plan = FusionPlan(
+        pipeline, (),
+        (GraphStep("forward", (Launch(_fused("forward_k1", named["h"], ("x",), ("h",), ("alpha",), "forward")),
+                               Launch(_fused("forward_k2", named["y"], ("h",), ("y",), (), "forward"))), span),
+         HostStep(printed)),
+        (Buffer("x", pipeline.params[0].type, "input"), Buffer("h", named["h"].type, "intermediate"),
+         Buffer("y", pipeline.results[0].type, "result")),
+    )
+    target = _target()
+    units = compile_units([CompileUnit(k.entry, k.source, (k.entry,)) for k in (k1, k2)], target.arch)
+    return CudaExecutor(pipeline, plan, {"N": n}, target, (k1, k2), units, graphs=graphs, use_graphs=use_graphs)
+
+
+def chain(n: int, length: int = 8, use_graphs: bool = True):
+    """A hand-made graph of ``length`` elementwise kernels (a_i = a_{i-1} * 1.0001 + 0.5)."""
+    from cuvil_dsl.runtime.cuda_executor import CudaExecutor
+
+    names = ["x"] + [f"a{i}" for i in range(1, length)] + ["y"]
+    body = "\n".join(f"        {dst} = {src} * 1.0001 + 0.5" for src, dst in zip(names, names[1:]))
+    source = f"pipeline chain(x: f32[N]) -> y: f32[N] {{\n    graph g {{\n{body}\n    }}\n}}\n"
+    pipeline = check_source(source, "chain.cuvil").module.pipelines[0]
+    named = {op.out: op for op in pipeline.ops() if op.named}
+    kernels, launches = [], []
+    for index, (src, dst) in enumerate(zip(names, names[1:]), start=1):
+        entry = f"chain_g_k{index}"
+        code = (f'extern "C" __global__ void {entry}(const float* __restrict__ a, float* __restrict__ b) {{\n'
+                f"    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+                f"    if (i < {n}LL) b[i] = a[i] * 1.0001f + 0.5f;\n}}\n")
+        args = (KernelArg("buffer", src, DType.F32, "const float*"), KernelArg("buffer", dst, DType.F32, "float*"))
+        kernels.append(_rendered(f"g_k{index}", entry, code, n, args, named[dst], "g"))
+        launches.append(Launch(_fused(f"g_k{index}", named[dst], (src,), (dst,), (), "g")))
+    buffers = [Buffer("x", pipeline.params[0].type, "input")]
+    buffers += [Buffer(name, named[name].type, "intermediate") for name in names[1:-1]]
+    buffers.append(Buffer("y", pipeline.results[0].type, "result"))
+    span = next(s.span for s, _g, _k in ir.walk(pipeline.body) if isinstance(s, ir.Block))
+    plan = FusionPlan(pipeline, (), (GraphStep("g", tuple(launches), span),), tuple(buffers))
+    target = _target()
+    units = compile_units([CompileUnit(k.entry, k.source, (k.entry,)) for k in kernels], target.arch)
+    return CudaExecutor(pipeline, plan, {"N": n}, target, kernels, units, use_graphs=use_graphs)
+
+
+def f32_input(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=n).astype(np.float32)
+
+
+def expected_scale_add(x: np.ndarray, alpha: float) -> np.ndarray:
+    return x * np.float32(alpha) + np.float32(1.0)
+
+
+class Recorder(HostHooks):
+    def __init__(self):
+        super().__init__()
+        self.printed = []
+
+    def on_print(self, name, dtype, value):
+        self.printed.append((name, dtype, np.array(value)))
+
+
+# -- hand-made pipelines: the runtime alone -----------------------------------------------------
+
+
+def test_graph_replay_equals_eager_execution_bit_for_bit():
+    n = 10_000  # not a multiple of the block size
+    x = f32_input(n)
+    replayed, eager = scale_add(n), scale_add(n, use_graphs=False)
+    out_graph = replayed.run({"x": x}, {"alpha": 1.5})
+    out_eager = eager.run({"x": x}, {"alpha": 1.5})
+    np.testing.assert_array_equal(out_graph["y"], expected_scale_add(x, 1.5))
+    np.testing.assert_array_equal(out_graph["y"], out_eager["y"])
+    graph_snap, eager_snap = replayed.snapshot(), eager.snapshot()
+    assert [b.digest for b in graph_snap.buffers] == [b.digest for b in eager_snap.buffers]
+    assert graph_snap.damaged_guards() == [] and replayed.graphs.stats.instantiations == 1
+
+
+def test_thousand_replays_give_identical_snapshots():
+    n = 4096
+    executor = scale_add(n)
+    executor.run({"x": f32_input(n)}, {"alpha": 0.75})
+    first = executor.snapshot()
+    with executor.device:
+        for _ in range(1000):
+            executor.execute()
+    assert executor.snapshot() == first
+    assert executor.graphs.stats.captures == 1 and executor.graphs.stats.instantiations == 1
+
+
+def test_host_statements_run_with_hooks_and_are_skipped_without():
+    n = 300
+    executor = scale_add(n)
+    x = f32_input(n)
+    hooks = Recorder()
+    result = executor.run({"x": x}, {}, hooks)  # alpha defaults to 2.0
+    [(name, dtype, value)] = hooks.printed
+    assert (name, dtype) == ("y", DType.F32)
+    np.testing.assert_array_equal(value, result["y"])
+    np.testing.assert_array_equal(result["y"], expected_scale_add(x, 2.0))
+    executor.run({"x": x}, {}, None)
+    assert len(hooks.printed) == 1
+
+
+def _has_cuda_bindings() -> bool:
+    try:
+        from cuda.bindings import runtime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_new_scalar_value_updates_the_graph_in_place():
+    n = 2048
+    executor = scale_add(n)
+    x = f32_input(n)
+    executor.run({"x": x}, {"alpha": 1.5})
+    runner = executor.graphs.get(executor.graphs.keys()[0])
+    handle = runner.executable.graphExec
+    out = executor.run({"x": x}, {"alpha": -3.0})
+    np.testing.assert_array_equal(out["y"], expected_scale_add(x, -3.0))
+    stats = executor.graphs.stats
+    assert stats.captures == 2
+    if _has_cuda_bindings():
+        assert stats.updates == 1 and stats.instantiations == 1 and runner.executable.graphExec == handle
+    else:
+        assert stats.instantiations == 2
+
+
+def test_rebinding_device_arrays_updates_the_graph_without_a_new_one():
+    import cupy
+
+    n = 5000
+    executor = scale_add(n)
+    x0 = f32_input(n)
+    executor.run({"x": x0}, {"alpha": 2.0})
+    runner = executor.graphs.get(executor.graphs.keys()[0])
+    handle = runner.executable.graphExec
+    for seed in (1, 2, 3):
+        x = cupy.asarray(f32_input(n, seed))
+        with executor.device:
+            executor.bind_device("x", x)
+            executor.execute()
+            y = executor.fetch("y")
+        np.testing.assert_array_equal(y, expected_scale_add(x.get(), 2.0))
+    with executor.device:
+        executor.execute()  # the same pointer again: replay only
+    stats = executor.graphs.stats
+    assert stats.captures == 4  # the first capture, then one template per new pointer
+    np.testing.assert_array_equal(executor.arena.view("x").get(), x0)  # bound by pointer, never copied
+    if _has_cuda_bindings():
+        assert stats.updates == 3 and stats.instantiations == 1 and runner.executable.graphExec == handle
+    else:
+        assert stats.instantiations == 4
+
+
+def test_misaligned_device_array_is_copied_not_bound():
+    import cupy
+
+    n = 1000
+    executor = scale_add(n)
+    executor.run({"x": f32_input(n)}, {})
+    backing = cupy.asarray(f32_input(n + 1, 5))
+    shifted = backing[1:]  # 4 bytes past a 256-byte boundary
+    with executor.device:
+        executor.bind_device("x", shifted)
+        executor.execute()
+        y = executor.fetch("y")
+    np.testing.assert_array_equal(y, expected_scale_add(shifted.get(), 2.0))
+    np.testing.assert_array_equal(executor.arena.view("x").get(), shifted.get())
+    assert executor.graphs.stats.captures == 1
+
+
+def test_guard_bands_catch_a_kernel_writing_one_element_past_its_output():
+    n = 1024  # y ends on an alignment boundary: the stray element lands in the band's first bytes
+    executor = scale_add(n, bias=BIAS_OVERRUN)
+    with pytest.raises(RunFailure) as info:
+        executor.run({"x": f32_input(n)}, {"alpha": 1.0})
+    message = str(info.value)
+    assert "guard bands damaged around `y`" in message
+    assert "kernel `forward_k2` writes `y`" in message and "scale_add.cuvil:4:" in message
+    assert executor.snapshot().damaged_guards() == ["y"]
+    assert executor.check_guards() == ["y"]
+
+
+FAULT_SCRIPT = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("gpu_tests", {path!r})
+tests = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(tests)
+from cuvil_dsl.diagnostics import RunFailure
+executor = tests.scale_add(512, bias=tests.BIAS_FAULT)
+try:
+    executor.run({{"x": tests.f32_input(512)}}, {{}})
+except RunFailure as exc:
+    print(exc)
+    sys.exit(0)
+sys.exit("no RunFailure")
+"""
+
+
+def test_a_faulting_kernel_is_reported_with_its_name_and_pipeline_line(tmp_path):
+    script = tmp_path / "fault.py"
+    script.write_text(FAULT_SCRIPT.format(path=str(THIS)))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    message = done.stdout
+    assert "scale_add.cuvil:4:" in message  # the line of `y = h + 1.0`
+    assert "kernel `forward_k2` in graph `forward` failed" in message
+    assert "illegal" in message.lower() and "context is lost" in message
+
+
+def test_timing_returns_one_sample_per_execution():
+    n = 1 << 20
+    executor = scale_add(n)
+    executor.run({"x": f32_input(n)}, {})
+    timing = executor.time(warmup=3, iterations=25)
+    assert timing.iterations == 25 and all(s > 0 for s in timing.samples_us)
+    assert 0 < timing.p50_us <= timing.p99_us < 10_000
+
+
+def test_kernel_reports_come_from_the_compile_service():
+    executor = scale_add(256)
+    reports = executor.kernel_reports()
+    assert [r.name for r in reports] == ["forward_k1", "forward_k2"]
+    assert all(r.registers and r.registers > 0 and r.spill_bytes == 0 for r in reports)
+    assert all(isinstance(r.cache_hit, bool) and r.compile_ms is not None for r in reports)
+
+
+def test_an_arena_larger_than_device_memory_is_refused_before_allocating():
+    from cuvil_dsl.diagnostics import Span
+    from cuvil_dsl.runtime.arena import DeviceArena
+    from cuvil_dsl.runtime.layout import ArenaLayout, BufferSpec
+
+    layout = ArenaLayout.build([BufferSpec("x", "input", DType.F32, (1 << 40,))])
+    with pytest.raises(UserError) as info:
+        DeviceArena(layout, Span.whole_file("big.cuvil"), "pipeline `big`")
+    assert info.value.diagnostics[0].code == "E509" and "4096.00 GiB" in str(info.value)
+
+
+def test_device_info():
+    from cuvil_dsl.runtime.device import device_info, gpu_available, runs_on
+
+    info = device_info(0)
+    assert gpu_available() and info.arch.startswith("sm_") and info.sm_count > 0 and info.l2_bytes > 0
+    assert runs_on(info.arch) and not runs_on("sm_75" if info.compute_capability[0] != 7 else "sm_90")
+
+
+def _hand_made_api(executor):
+    """A CompiledPipeline serving a hand-made executor (the planner is not what these tests measure)."""
+    from cuvil_dsl.api import Program
+
+    program = Program(Path(executor.pipeline.span.file), None, executor.pipeline)
+    compiled = program.compile(backend="cuda")
+    compiled._executors[tuple(sorted(executor.sizes.items()))] = executor
+    compiled.graphs = executor.graphs
+    return compiled
+
+
+def test_api_binds_cupy_arrays_by_pointer_and_returns_cupy():
+    import cupy
+
+    n = 4096
+    compiled = _hand_made_api(scale_add(n))
+    compiled.hooks = None
+    x = cupy.asarray(f32_input(n))
+    y = compiled(x, alpha=0.5)
+    assert isinstance(y, cupy.ndarray)
+    np.testing.assert_array_equal(y.get(), expected_scale_add(x.get(), 0.5))
+    x *= 2  # in place, on the caller's stream: the next call must see it
+    y2 = compiled(x, alpha=0.5)
+    np.testing.assert_array_equal(y2.get(), expected_scale_add(x.get(), 0.5))
+    assert compiled.graphs.stats.captures == 1  # the same array: no rebinding at all
+    host = compiled(x.get(), alpha=0.5)  # NumPy in, NumPy out
+    assert isinstance(host, np.ndarray)
+
+
+def test_api_on_torch_tensors():
+    torch = pytest.importorskip("torch")
+    n = 2048
+    compiled = _hand_made_api(scale_add(n))
+    compiled.hooks = None
+    x = torch.randn(n, device="cuda")
+    y = compiled(x)
+    assert isinstance(y, torch.Tensor) and y.is_cuda
+    torch.testing.assert_close(y, x * 2.0 + 1.0, rtol=0, atol=0)
+    cpu = compiled(x.cpu())
+    assert isinstance(cpu, torch.Tensor) and not cpu.is_cuda
+
+
+def test_api_overhead_against_a_raw_cupy_graph_replay():
+    """An 8-kernel graph called through the API (CuPy in, CuPy out) within 1.25x of raw replay."""
+    import cupy
+
+    n = 1 << 20
+    executor = chain(n)
+    compiled = _hand_made_api(executor)
+    x = cupy.asarray(f32_input(n))
+    compiled(x)
+    runner = executor.graphs.get(executor.graphs.keys()[0])
+    stream = executor.stream
+    calls = 2000
+
+    def per_call(fn) -> float:
+        for _ in range(50):
+            fn()
+        cupy.cuda.runtime.deviceSynchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        cupy.cuda.runtime.deviceSynchronize()
+        return (time.perf_counter() - start) / calls
+
+    raw = min(per_call(lambda: runner.executable.launch(stream)) for _ in range(3))
+    api = min(per_call(lambda: compiled(x)) for _ in range(3))
+    print(f"raw replay {raw * 1e6:.1f} us, API call {api * 1e6:.1f} us, ratio {api / raw:.2f}")
+    assert api <= 1.25 * raw
+
+
+# -- full stack: planner, renderer, compiler, runtime --------------------------------------------
+
+
+def _within(out: np.ndarray, ref: np.ndarray, rtol: float, atol: float) -> tuple[bool, float]:
+    """LANGUAGE.md section 7: |out - ref| <= atol * max(1, max|ref|) + rtol * |ref|; NaN matches NaN."""
+    o, r = np.asarray(out).astype(np.float64), np.asarray(ref).astype(np.float64)
+    same = (o == r) | (np.isnan(o) & np.isnan(r))
+    finite = np.isfinite(r)
+    scale = max(1.0, float(np.max(np.abs(r[finite])))) if finite.any() else 1.0
+    with np.errstate(invalid="ignore"):
+        close = np.abs(o - r) <= atol * scale + rtol * np.abs(r)
+    ok = same | (close & finite & np.isfinite(o))
+    worst = float(np.max(np.where(ok, 0.0, np.abs(o - r)))) if o.size else 0.0
+    return bool(ok.all()), worst
+
+
+def _spec_case(path: Path):
+    from cuvil_dsl.frontend import check_file
+    from cuvil_dsl.spec import bind, load_spec, make_inputs, select_pipeline
+
+    loaded = load_spec(path)
+    checked = check_file(path.parent / loaded.spec.pipeline)
+    pipeline = select_pipeline(loaded, checked.module)
+    binding = bind(loaded, pipeline)
+    return loaded, pipeline, binding, make_inputs(binding, pipeline)
+
+
+@pytest.mark.parametrize("spec", sorted(SPECS.glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_spec_example_matches_the_reference(spec):
+    from cuvil_dsl.passes.fusion import plan_pipeline
+    from cuvil_dsl.runtime.cuda_executor import CudaExecutor
+
+    loaded, pipeline, binding, inputs = _spec_case(spec)
+    settings = loaded.spec.target
+    target = Target("cuda", _target().arch, settings.compiler, settings.fallback, settings.fast_math, settings.tf32,
+                    settings.options, 0)
+    plan, diagnostics = plan_pipeline(pipeline, loaded.spec.kernels, target.arch)
+    assert not [d for d in diagnostics if d.is_error]
+    executor = CudaExecutor.build(pipeline, plan, binding.sizes, target)
+    results = executor.run(inputs, binding.params, HostHooks())
+    reference = execute(pipeline, inputs, binding.params)
+    for result in pipeline.results:
+        rtol, atol = loaded.spec.check.tolerances(result.type.dtype, settings.tf32)
+        ok, worst = _within(results[result.name], reference[result.name], rtol, atol)
+        assert ok, f"{spec.stem}: `{result.name}` off by up to {worst} (rtol {rtol}, atol {atol})"
+    assert executor.snapshot().damaged_guards() == []
+    timing = executor.time(warmup=1, iterations=3)
+    assert timing.iterations == 3
+    executor.close()
+
+
+def test_api_full_stack_on_numpy_and_cupy_with_graph_updates():
+    import cupy
+
+    import cuvil_dsl
+
+    compiled = cuvil_dsl.load(SPECS / "softmax.cuvil").compile()
+    assert compiled.backend == "cuda"
+    x = np.random.default_rng(3).normal(size=(64, 256)).astype(np.float16)
+    expected = execute(compiled.pipeline, {"x": x}, {})["y"]
+    ok, worst = _within(compiled(x), expected, 1e-3, 1e-3)
+    assert ok, worst
+    captures = compiled.graphs.stats.captures
+    for seed in (4, 5):
+        xd = cupy.asarray(np.random.default_rng(seed).normal(size=(64, 256)).astype(np.float16))
+        y = compiled(xd)
+        assert isinstance(y, cupy.ndarray)
+        ok, worst = _within(y.get(), execute(compiled.pipeline, {"x": xd.get()}, {})["y"], 1e-3, 1e-3)
+        assert ok, worst
+    assert compiled.graphs.stats.captures == captures + 2  # one per new device array
+    if _has_cuda_bindings():
+        assert compiled.graphs.stats.instantiations == 1
+    compiled(np.zeros((32, 256), np.float16))  # another shape signature: another executor
+    assert len(compiled.executors) == 2
+    compiled.close()
+
+
+WARM_SCRIPT = """
+import json, sys, time
+import cupy
+cupy.cuda.Device(0).use()
+cupy.empty(1)  # the CUDA context is up before timing
+start = time.perf_counter()
+import cuvil_dsl
+compiled = cuvil_dsl.load({spec!r}).compile()
+executor = compiled.executor({sizes!r})
+elapsed = (time.perf_counter() - start) * 1e3
+print(json.dumps({{"ms": elapsed, "hits": [r.cache_hit for r in executor.kernel_reports()]}}))
+"""
+
+
+def test_a_new_process_with_a_warm_cache_loads_a_pipeline_in_milliseconds(tmp_path):
+    script = tmp_path / "warm.py"
+    script.write_text(WARM_SCRIPT.format(spec=str(SPECS / "two_graphs.cuvil"), sizes={"T": 256, "D": 256, "F": 512}))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def load_once() -> dict:
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    cold = load_once()
+    warm = load_once()
+    print(f"cold {cold['ms']:.0f} ms, warm {warm['ms']:.0f} ms")
+    assert warm["hits"] and all(warm["hits"])
+    assert warm["ms"] < 750
+
+
+def test_sanitizer_finds_the_out_of_bounds_write(tmp_path):
+    from cuvil_dsl.runtime.sanitize import find_sanitizer, sanitizer_command
+
+    sanitizer = find_sanitizer()
+    if sanitizer is None:
+        pytest.skip("compute-sanitizer is not installed")
+    script = tmp_path / "overrun.py"
+    script.write_text(textwrap.dedent(f"""
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("gpu_tests", {str(THIS)!r})
+        tests = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(tests)
+        executor = tests.scale_add(1000, bias=tests.BIAS_FAR)
+        try:
+            executor.run({{"x": tests.f32_input(1000)}}, {{}})
+        except Exception as exc:
+            print(exc)
+    """))
+    command = sanitizer_command(sanitizer, "memcheck", str(tmp_path / "report.txt"), [])
+    command = command[:command.index(sys.executable)] + [sys.executable, str(script)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "CUVIL_LINEINFO": "1"})
+    report = (tmp_path / "report.txt").read_text()
+    assert done.returncode == 9, done.stdout + done.stderr + report
+    assert "Invalid __global__ write" in report and "scale_add_forward_k2" in report
