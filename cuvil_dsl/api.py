@@ -33,7 +33,7 @@ from cuvil_dsl.runtime.base import Executor, Target
 from cuvil_dsl.runtime.binding import infer_sizes, resolve_params
 from cuvil_dsl.runtime.device import device_arch, gpu_available
 from cuvil_dsl.runtime.graphs import GraphCache
-from cuvil_dsl.runtime.interop import Normalized, caller_stream, from_device, from_host, kind_of, normalize, to_host
+from cuvil_dsl.runtime.interop import HOST_KINDS, Normalized, caller_stream, from_device, from_host, kind_of, normalize, to_host
 from cuvil_dsl.types import DType
 
 BACKENDS = ("auto", "cuda", "cpu", "reference")
@@ -114,11 +114,14 @@ class _Call:
     args: tuple
     named: tuple[str, ...]
     named_values: tuple
+    arrays: tuple  # the array objects among args and named values
     fingerprints: tuple
     inputs: dict[str, Normalized]
     params: dict[str, object]
     executor: Executor
     kind: str  # the caller's array kind, for the results
+    on_device: bool  # some input or the results live on the device
+    cacheable: bool  # every input is an array object whose changes the fingerprints see
 
     def matches(self, args: tuple, named: dict) -> bool:
         if len(args) != len(self.args) or tuple(named) != self.named:
@@ -129,24 +132,17 @@ class _Call:
         for value, old in zip(named.values(), self.named_values):
             if value is not old and not (_is_scalar(value) and value == old):
                 return False
-        return _fingerprints(self.args + self.named_values) == self.fingerprints
+        return _fingerprints(self.arrays) == self.fingerprints
 
 
 def _is_scalar(value: object) -> bool:
     return isinstance(value, (bool, int, float)) or type(value).__module__ == "numpy" and getattr(value, "ndim", 1) == 0
 
 
-def _fingerprints(values: tuple) -> tuple:
+def _fingerprints(arrays: tuple) -> tuple:
     """What may change in an array object without its identity changing: shape, dtype, storage."""
-    out = []
-    for value in values:
-        if _is_scalar(value):
-            continue
-        if type(value).__module__.split(".")[0] == "torch":
-            out.append((tuple(value.shape), value.dtype, value.data_ptr()))
-        else:
-            out.append((value.shape, value.dtype))
-    return tuple(out)
+    return tuple((tuple(a.shape), a.dtype, a.data_ptr()) if type(a).__module__.startswith("torch") else (a.shape, a.dtype)
+                 for a in arrays)
 
 
 class CompiledPipeline:
@@ -218,9 +214,7 @@ class CompiledPipeline:
         if call is not None and call.matches(arrays, named):
             return self._run(call, fresh=False)
         call = self._bind(arrays, named)
-        # Lists and other non-array inputs are converted afresh on every call: never reuse them.
-        watched = [kind_of(v) != "other" for v in call.args + call.named_values if not _is_scalar(v)]
-        self._last = call if all(watched) else None
+        self._last = call if call.cacheable else None
         return self._run(call, fresh=True)
 
     def _bind(self, arrays: tuple, named: dict) -> _Call:
@@ -248,8 +242,12 @@ class CompiledPipeline:
         params = resolve_params(self.pipeline, scalars)
         executor = self.executor(sizes)
         kind = inputs[self._tensors[0]].kind if self._tensors else "numpy"
-        return _Call(arrays, tuple(named), tuple(named.values()), _fingerprints(arrays + tuple(named.values())),
-                     inputs, params, executor, kind)
+        watched = tuple(given[name] for name in self._tensors)
+        # Lists and other non-array inputs are converted afresh on every call: such a call is never reused.
+        cacheable = all(kind_of(a) != "other" for a in watched)
+        on_device = kind not in HOST_KINDS or any(i.on_device for i in inputs.values())
+        return _Call(arrays, tuple(named), tuple(named.values()), watched, _fingerprints(watched) if cacheable else (),
+                     inputs, params, executor, kind, on_device, cacheable)
 
     def _run(self, call: _Call, fresh: bool):
         executor = call.executor
@@ -263,11 +261,9 @@ class CompiledPipeline:
 
     def _run_cuda(self, call: _Call, fresh: bool) -> list:
         executor = call.executor
-        device_out = call.kind not in ("numpy", "torch-cpu")
         with executor.device:
-            stream = caller_stream(call.kind) if device_out or any(i.on_device for i in call.inputs.values()) else None
-            if stream is not None:
-                executor.wait_for(stream)
+            # Device callers: work on their stream, so results are ordered with their work for free.
+            executor.use_stream(caller_stream(call.kind) if call.on_device else executor.stream)
             for name, item in call.inputs.items():
                 if not item.on_device:
                     executor.bind_host(name, item.array)  # host data may have changed in place: copy every call
@@ -275,11 +271,9 @@ class CompiledPipeline:
                     executor.bind_device(name, item.array, copy=self._copy_device)
             executor.set_params(call.params)
             executor.execute(self.hooks)
-            if not device_out:
+            if call.kind in HOST_KINDS:
                 return [from_host(executor.fetch(name), call.kind) for name in self._results]
-            outs = [executor.fetch_device(name) for name in self._results]
-            executor.signal(stream)
-            return [from_device(out, call.kind, self._bf16[name]) for name, out in zip(self._results, outs)]
+            return [from_device(executor.fetch_device(name), call.kind, self._bf16[name]) for name in self._results]
 
     def close(self) -> None:
         """Release every executor's device memory, modules and graphs."""

@@ -222,7 +222,7 @@ def cmd_replay(args) -> int:
         if isinstance(exc, UserError):
             print_diagnostics(exc.diagnostics)
         message = str(exc) if isinstance(exc, CaseError) else "the case's spec cannot be run here (problems above)"
-        report = ReplayReport(args.case, args.backend or "recorded", unusable=message)
+        report = ReplayReport(args.case, args.backend or "unknown", unusable=message)
     if args.html:
         write_html([report], args.html)
     if args.json:
@@ -242,7 +242,7 @@ def cmd_replay(args) -> int:
     except RecordRefused as exc:
         print(f"error: not re-recorded: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    print(recording.describe().replace("recorded", "re-recorded", 1), file=sys.stderr)
+    print(recording.describe("re-recorded"), file=sys.stderr)
     return EXIT_OK
 
 

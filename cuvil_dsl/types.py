@@ -159,10 +159,28 @@ def round_to(values: np.ndarray | float, dtype: DType, saturate: bool = False) -
         if saturate:
             m = dtype.max_finite
             arr = np.where(np.isfinite(arr), np.clip(arr, -m, m), arr)
+        if dtype is DType.BF16 and arr.dtype == np.float64:
+            return _f64_to_bf16(arr)
         return arr.astype(dtype.numpy)
     if dtype is DType.I32:
         return cast_to_i32(arr)
     return arr.astype(bool)
+
+
+def _f64_to_bf16(arr: np.ndarray) -> np.ndarray:
+    """float64 to bf16, rounded once to nearest even.
+
+    Going through float32 rounds twice: when the float32 value lands exactly on a bf16 tie
+    but the float64 value was not a tie, nudge it one float32 ulp toward the true value first.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        f32 = arr.astype(np.float32)
+    bits = f32.view(np.uint32)
+    tie = ((bits & 0xFFFF) == 0x8000) & np.isfinite(f32) & (f32.astype(np.float64) != arr)
+    if np.any(tie):
+        toward = np.where(arr > f32.astype(np.float64), np.float32(np.inf), np.float32(-np.inf))
+        f32 = np.where(tie, np.nextafter(f32, toward), f32)
+    return f32.astype(ml_dtypes.bfloat16)
 
 
 def cast_to_i32(arr: np.ndarray) -> np.ndarray:

@@ -127,7 +127,7 @@ class PointWalk:
         expr = self.expression(op, m)
         if rounds(op):
             return self._bind(op, self.lang.round(expr, self.dtype(op.out)))
-        if op.op in ("transpose", "copy"):
+        if op.op in ("transpose", "copy", "lit"):
             return expr
         return self._bind(op, expr)
 

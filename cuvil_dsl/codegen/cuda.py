@@ -9,6 +9,7 @@ constants; scalar parameters stay run-time arguments.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -174,11 +175,13 @@ def _prod(shape) -> int:
     return n
 
 
-def _template(kind: str):
-    from cuvil_dsl.codegen import cuda_elementwise, cuda_matmul, cuda_rows
+TEMPLATES = {"elementwise": "cuda_elementwise", "reduce": "cuda_rows", "row": "cuda_rows",
+             "matmul": "cuda_matmul", "matmul_softmax": "cuda_matmul"}
 
-    return {"elementwise": cuda_elementwise.render, "reduce": cuda_rows.render, "row": cuda_rows.render,
-            "matmul": cuda_matmul.render, "matmul_softmax": cuda_matmul.render}[kind]
+
+def _template(kind: str):
+    """The kernel template module of ``kind`` (imported late: templates import this module)."""
+    return importlib.import_module(f"cuvil_dsl.codegen.{TEMPLATES[kind]}").render
 
 
 def render_kernel(plan: FusionPlan, kernel: FusedKernel, sizes: dict[str, int], arch: str, *,

@@ -7,10 +7,16 @@ How an execution flows:
    updated in place) or copied device to device.
 2. Scalar parameters are turned into uniform values by evaluating ``plan.host_ops`` on the host
    (only when they changed) and stored into the kernels' argument cells.
-3. Steps run in program order on one non-blocking stream: eager kernels are launched, graphs are
+3. Steps run in program order on the *work stream*: eager kernels are launched, graphs are
    replayed (the first time: eager run, capture, upload), host statements synchronise the stream,
    read the value and call the hooks.
 4. Results are read back (or copied device to device for device callers).
+
+The work stream is the executor's own non-blocking stream for ``run`` and ``time``; the Python API
+switches it to the caller's stream (CuPy's or PyTorch's current one), so the pipeline is ordered
+with the caller's work at no cost: no events, no waits. Switching streams makes the new stream
+wait for everything queued on the old one, so the arena is never used by two streams at once.
+Captures always happen on the executor's own stream (the legacy default stream cannot capture).
 
 The first execution is *checked*: it waits after every kernel, so a fault names exactly the
 kernel and its pipeline line, and it ends with a guard-band check of the whole arena. Later
@@ -65,6 +71,8 @@ class CudaExecutor(Executor):
             self.layout = ArenaLayout.for_plan(plan, self.sizes)
             self.arena = DeviceArena(self.layout, pipeline.span, f"pipeline `{pipeline.name}`")
             self.stream = cupy.cuda.Stream(non_blocking=True)
+            self._work = self.stream
+            self._switched = cupy.cuda.Event(disable_timing=True)
             self._cells = ArgumentCells()
             for slot in self.layout.slots:
                 self._cells.set_pointer(slot.name, self.arena.pointer(slot.name))
@@ -72,8 +80,6 @@ class CudaExecutor(Executor):
             self._check_arguments()
             self._graph_of: dict[str, str] = {}
             self._steps: list[Step] = self._lay_out(use_graphs)
-            self._caller_ready = cupy.cuda.Event(disable_timing=True)
-            self._results_ready = cupy.cuda.Event(disable_timing=True)
         self._current = {s.name: self.arena.view(s.name) for s in self.layout.slots}  # what each name reads now
         self._params: dict | None = None
         self._uniforms: dict[str, object] = {}
@@ -121,7 +127,7 @@ class CudaExecutor(Executor):
                     steps.extend(kernels)
                     continue
                 key = GraphCache.key(self.pipeline.name, self.sizes, step.name)
-                runner = GraphRunner(step.name, step.span, kernels, self._cells, self.graphs.stats)
+                runner = GraphRunner(step.name, step.span, kernels, self._cells, self.stream, self.graphs.stats)
                 self.graphs.add(key, runner)
                 steps.append(runner)
             else:
@@ -138,7 +144,7 @@ class CudaExecutor(Executor):
 
     def bind_host(self, name: str, array: np.ndarray) -> None:
         """Copy a host array of the buffer's declared dtype into the arena."""
-        self.arena.upload(name, array, self.stream)
+        self.arena.upload(name, array, self._work)
         self._use_arena(name)
 
     def bind_device(self, name: str, array, copy: bool = False) -> None:
@@ -146,14 +152,14 @@ class CudaExecutor(Executor):
 
         Bound by pointer when it is C-contiguous and 256-byte aligned like an arena buffer
         (kernels may use wide vector loads), and ``copy`` is False; otherwise copied into the
-        arena on the stream. A bound array is kept alive until another one replaces it.
+        arena on the work stream. A bound array is kept alive until another one replaces it.
         """
         aligned = array.data.ptr % self.layout.alignment == 0
         if not copy and aligned and array.flags.c_contiguous:
             self._cells.set_pointer(name, array.data.ptr)
             self._current[name] = array
         else:
-            self.arena.copy_from_device(name, array, self.stream)
+            self.arena.copy_from_device(name, array, self._work)
             self._use_arena(name)
         self._has_inputs = True
 
@@ -169,17 +175,12 @@ class CudaExecutor(Executor):
             self._cells.set_uniforms(self._uniforms)
             self._params = dict(params)
 
-    def wait_for(self, stream) -> None:
-        """Make this executor's stream wait for the work a caller queued on ``stream``."""
-        if stream.ptr != self.stream.ptr:
-            self._caller_ready.record(stream)
-            self.stream.wait_event(self._caller_ready)
-
-    def signal(self, stream) -> None:
-        """Make ``stream`` wait for the work queued here so far (results included)."""
-        if stream.ptr != self.stream.ptr:
-            self._results_ready.record(self.stream)
-            stream.wait_event(self._results_ready)
+    def use_stream(self, stream) -> None:
+        """Queue the following work on ``stream``, after everything queued so far on the previous one."""
+        if stream.ptr != self._work.ptr:
+            self._switched.record(self._work)
+            stream.wait_event(self._switched)
+            self._work = stream
 
     # -- execution ----------------------------------------------------------------------------
 
@@ -187,6 +188,7 @@ class CudaExecutor(Executor):
             hooks: HostHooks | None = None) -> dict[str, np.ndarray]:
         with self.device:
             self._ensure_usable()
+            self.use_stream(self.stream)
             check_host_inputs(self.pipeline, self.sizes, inputs)
             for param in self.pipeline.tensor_params:
                 self.bind_host(param.name, inputs[param.name])
@@ -214,23 +216,23 @@ class CudaExecutor(Executor):
 
     def _launch(self, kernel: LoadedKernel, checked: bool) -> None:
         self._last = (kernel, checked)
-        kernel.launch(self.stream.ptr)
+        kernel.launch(self._work.ptr)
         if checked:
-            self.stream.synchronize()
+            self._work.synchronize()
 
     def _replay(self, runner: GraphRunner, checked: bool) -> None:
         if not runner.captured:
             for kernel in runner.kernels:  # eager once: modules warm, faults pinned to one kernel
                 self._launch(kernel, True)
-            runner.capture(self.stream)
+            runner.capture(self._work)
         self._last = (runner.kernels[-1], False)
-        runner.launch(self.stream)
+        runner.launch(self._work)
         if checked:
-            self.stream.synchronize()
+            self._work.synchronize()
 
     def _after_first_execution(self) -> None:
-        self.stream.synchronize()
-        damaged = self.arena.check_guards(self.stream)
+        self._work.synchronize()
+        damaged = self.arena.check_guards(self._work)
         if damaged:
             raise RunFailure(self._guard_message(damaged))
         self._checked = False
@@ -243,7 +245,7 @@ class CudaExecutor(Executor):
         return "\n".join(lines)
 
     def _host(self, stmt: ir.HostStmt, hooks: HostHooks) -> None:
-        self.stream.synchronize()
+        self._work.synchronize()
         if stmt.kind == "sync":
             return
         value, dtype = self._host_value(stmt.arg, stmt.span)
@@ -276,26 +278,32 @@ class CudaExecutor(Executor):
     # -- results ------------------------------------------------------------------------------
 
     def fetch(self, name: str) -> np.ndarray:
-        """Buffer ``name`` as a host array of its declared dtype (waits for the stream)."""
+        """Buffer ``name`` as a host array of its declared dtype (waits for the work stream)."""
         slot = self.layout.slot(name)
         try:
-            host = self._current[name].get(stream=self.stream)
+            host = self._current[name].get(stream=self._work)
         except cuda_error_types() as exc:
             raise self._failure(exc) from None
         return host.view(slot.dtype.numpy) if slot.dtype is DType.BF16 else host
 
     def fetch_device(self, name: str):
-        """A new CuPy array holding buffer ``name`` (storage dtype), copied on the stream."""
+        """A new CuPy array holding buffer ``name`` (storage dtype), copied on the work stream.
+
+        Allocated from CuPy's pool on the work stream, so the pool reuses its memory in that
+        stream's order.
+        """
         import cupy
 
         source = self._current[name]
-        out = cupy.empty(source.shape, dtype=source.dtype)
-        out.data.copy_from_device_async(source.data, source.nbytes, self.stream)
+        with self._work:
+            out = cupy.empty(source.shape, dtype=source.dtype)
+        cupy.cuda.runtime.memcpyAsync(out.data.ptr, source.data.ptr, source.nbytes,
+                                      cupy.cuda.runtime.memcpyDeviceToDevice, self._work.ptr)
         return out
 
     def synchronize(self) -> None:
         try:
-            self.stream.synchronize()
+            self._work.synchronize()
         except cuda_error_types() as exc:
             raise self._failure(exc) from None
 
@@ -309,6 +317,7 @@ class CudaExecutor(Executor):
             raise InternalError("time() needs a run() first: the arena holds no inputs yet")
         with self.device:
             self._ensure_usable()
+            self.use_stream(self.stream)
             device_steps = [s for s in self._steps if not isinstance(s, HostStep)]
             events = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(iterations)]
             try:
@@ -333,12 +342,12 @@ class CudaExecutor(Executor):
     def snapshot(self) -> Snapshot:
         with self.device:
             self.synchronize()
-            return self.arena.snapshot(self.backend, self.stream)
+            return self.arena.snapshot(self.backend, self._work)
 
     def check_guards(self) -> list[str]:
         with self.device:
             self.synchronize()
-            return self.arena.check_guards(self.stream)
+            return self.arena.check_guards(self._work)
 
     def kernel_reports(self) -> list[KernelReport]:
         by_entry = {entry: unit for unit in self._units for entry in unit.unit.kernels}
@@ -360,7 +369,7 @@ class CudaExecutor(Executor):
     def close(self) -> None:
         with self.device:
             if self._lost is None:
-                self.stream.synchronize()
+                self._work.synchronize()
             self.graphs.evict(self.pipeline.name, self.sizes)
             self._steps.clear()
             self._loaded.clear()

@@ -2,8 +2,9 @@
 
 Life of one graph (:class:`GraphRunner`): the executor runs its kernels eagerly once (modules
 loaded, caches warm, faults attributed to one kernel), then the runner captures them on the
-executor's non-blocking stream, instantiates and uploads the graph, and from then on each
-execution is one ``cudaGraphLaunch``.
+executor's own non-blocking stream, instantiates the graph and uploads it on the stream that
+will launch it, and from then on each execution is one ``cudaGraphLaunch`` on whichever stream
+the executor works on.
 
 Capture runs in *thread-local* mode: a forbidden call made by this thread while capturing (an
 allocation, a synchronisation) invalidates the capture and is reported, instead of being silently
@@ -60,11 +61,12 @@ class GraphRunner:
     """One declared graph: captured once, replayed, updated in place when its arguments change."""
 
     def __init__(self, name: str, span: Span, kernels: Sequence[LoadedKernel], cells: ArgumentCells,
-                 stats: GraphStats):
+                 capture_stream, stats: GraphStats):
         self.name = name
         self.span = span
         self.kernels = tuple(kernels)
         self._cells = cells
+        self._capture_stream = capture_stream  # non-blocking: the legacy default stream cannot capture
         self.stats = stats
         self.executable = None  # the cupy.cuda.Graph launched
         self._template = None  # the last capture applied by update; kept alive with the executable
@@ -76,8 +78,8 @@ class GraphRunner:
         return self.executable is not None
 
     def capture(self, stream) -> None:
-        """Capture, instantiate and upload (after the executor's eager run of the same kernels)."""
-        graph = self._capture(stream)
+        """Capture, instantiate, and upload on ``stream`` (after the executor's eager run of the kernels)."""
+        graph = self._capture()
         graph.upload(stream)
         self.executable, self._template = graph, None
         self.stats.instantiations += 1
@@ -94,7 +96,7 @@ class GraphRunner:
     def _refresh(self, stream) -> None:
         values = self._signature()
         if values != self._values:
-            fresh = self._capture(stream)
+            fresh = self._capture()
             if exec_update(self.executable, fresh):
                 self._template = fresh
                 self.stats.updates += 1
@@ -104,9 +106,10 @@ class GraphRunner:
                 self.stats.instantiations += 1
         self._version = self._cells.version
 
-    def _capture(self, stream):
+    def _capture(self):
         from cupy.cuda import runtime
 
+        stream = self._capture_stream
         errors = cuda_error_types()
         last = self.kernels[0]
         values, version = self._signature(), self._cells.version

@@ -92,15 +92,22 @@ def to_host(item: Normalized) -> np.ndarray:
     return item.array
 
 
+_TORCH_STREAMS: dict[int, object] = {}  # CuPy wrappers of PyTorch streams, by handle
+
+
 def caller_stream(kind: str):
     """The stream the caller's library queues its work on now (device kinds only)."""
     import cupy
 
-    if kind == "torch-cuda":
-        import torch
+    if kind != "torch-cuda":
+        return cupy.cuda.get_current_stream()
+    import torch
 
-        return cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
-    return cupy.cuda.get_current_stream()
+    current = torch.cuda.current_stream()
+    wrapped = _TORCH_STREAMS.get(current.cuda_stream)
+    if wrapped is None:
+        wrapped = _TORCH_STREAMS[current.cuda_stream] = cupy.cuda.Stream.from_external(current)
+    return wrapped
 
 
 def from_host(array: np.ndarray, kind: str):

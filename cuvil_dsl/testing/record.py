@@ -58,10 +58,10 @@ class Recording:
         return {"case": str(self.path), "run": self.report.to_json(), "timing": self.timing.to_json(),
                 "warnings": self.warnings}
 
-    def describe(self) -> str:
+    def describe(self, verb: str = "recorded") -> str:
         """One line for the terminal: what was recorded, and its time with the measured noise."""
         report = self.report
-        return (f"recorded {self.path}: pipeline {report.pipeline} on {report.backend}, "
+        return (f"{verb} {self.path}: pipeline {report.pipeline} on {report.backend}, "
                 f"{len(report.outputs)} result(s), {len(report.kernels)} kernel(s); median "
                 f"{self.timing.median_us:.1f} us over {self.timing.samples} executions "
                 f"(noise {self.timing.spread * 100:.1f}%)")

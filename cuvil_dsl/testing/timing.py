@@ -4,9 +4,11 @@ One timing round is ``executor.time(warmup, n)`` (CUDA-event times on the GPU). 
 the spec's ``iterations`` calibrates: later rounds take at least ``MIN_ROUND_SECONDS`` each (more
 executions when one is short), so a round's median is not at the mercy of one scheduler hiccup.
 A round's median still moves with the machine's mood (clocks, other processes, caches), so
-rounds are repeated until the relative spread of their medians (``(max - min) / median``) is
-below ``TARGET_SPREAD``, as nvbench does with its relative noise, or until ``MAX_ROUNDS`` or
-``MAX_SECONDS`` are used up. The spread that remains is the measured noise.
+rounds are repeated until the relative spread of their medians is below ``TARGET_SPREAD``, as
+nvbench does with its relative noise, or until ``MAX_ROUNDS`` or ``MAX_SECONDS`` are used up.
+The spread that remains is the measured noise. It is the interquartile range of the round
+medians over their median (half the range for three rounds), so one round that a background
+process slowed down does not pass for noise of the pipeline.
 
 A replay is a regression when its median exceeds the recorded one by more than ``regress_pct``
 *plus* the larger of the two noises, and a second measurement agrees (the faster of the two
@@ -39,7 +41,7 @@ class TimingStats:
     p99_us: float
     mean_us: float
     std_us: float
-    spread: float  # relative spread of the round medians: the measured noise
+    spread: float  # interquartile range of the round medians over their median: the measured noise
     samples: int
     round_medians_us: tuple[float, ...]
     samples_us: tuple[float, ...] = ()  # every sample, kept in memory for the budget, not recorded
@@ -50,7 +52,8 @@ class TimingStats:
         every = tuple(s for r in rounds for s in r.samples_us)
         whole = Timing(every)
         median = float(np.median(medians))
-        spread = float((medians.max() - medians.min()) / median) if median > 0 else 0.0
+        q25, q75 = np.percentile(medians, [25, 75])
+        spread = float((q75 - q25) / median) if median > 0 else 0.0
         return TimingStats(median, whole.p99_us, whole.mean_us, whole.std_us, spread, len(every),
                            tuple(float(m) for m in medians), every)
 

@@ -83,6 +83,11 @@ def test_lists_are_accepted_but_never_take_the_fast_path():
     with pytest.raises(UserError, match="float64"):  # a list becomes float64 data: refused for f32
         compiled(values)
     assert out.shape == (3,)
+    chain64 = cuvil_dsl.load(SPECS / "f64_chain.cuvil").compile(backend="reference")
+    rows = [[0.5, 1.0], [2.0, -1.0]]
+    first = chain64(rows)
+    rows[0][0] = 4.0  # a list's contents are read again on every call
+    assert chain64._last is None and not np.array_equal(chain64(rows), first)
 
 
 def test_bf16_and_bool_and_int_data():

@@ -134,10 +134,10 @@ def test_graph_cache_keys_and_eviction():
     span = Span.whole_file("p.cuvil")
     key = GraphCache.key("p", {"N": 4, "M": 2}, "forward")
     assert key == ("p", (("M", 2), ("N", 4)), "forward")
-    runner = GraphRunner("forward", span, (), ArgumentCells(), cache.stats)
+    runner = GraphRunner("forward", span, (), ArgumentCells(), None, cache.stats)
     cache.add(key, runner)
     cache.add(GraphCache.key("p", {"N": 8, "M": 2}, "forward"), GraphRunner("forward", span, (), ArgumentCells(),
-                                                                               cache.stats))
+                                                                               None, cache.stats))
     assert cache.get(key) is runner and len(cache.keys()) == 2
     cache.evict("p", {"M": 2, "N": 4})
     assert cache.get(key) is None and len(cache.keys()) == 1

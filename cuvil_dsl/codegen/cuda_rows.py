@@ -1,0 +1,326 @@
+"""Row kernels: reductions, softmax, log_softmax, layernorm and rmsnorm with fused prologues
+and epilogues, along any axis.
+
+A row kernel runs its phases (see :mod:`~cuvil_dsl.codegen.program`) over each row: every
+phase accumulates its reductions per thread, combines them across the threads of the row,
+and the final pass stores. Three shapes, chosen from the sizes:
+
+* **contiguous, cached** (reduced axis innermost, row fits in registers): the data a
+  reduction reads is loaded once, with 16-byte vectors, into registers; every phase and the
+  final pass reuse it, so each element is read from memory once and written once.
+* **contiguous, streaming** (rows too long to hold): each pass reads the row again.
+* **strided** (reduced axis not innermost): threads take consecutive inner positions (so
+  accesses coalesce) and split the reduced axis; partials meet in shared memory.
+
+Rows of at most 1024 elements get one warp each (shuffles only, no block barrier); longer
+rows get a block, with one ``__syncthreads()`` per phase (each reduction has its own shared
+slots, so none is reused within a row).
+"""
+
+from __future__ import annotations
+
+from cuvil_dsl.codegen.base import rounds
+from cuvil_dsl.codegen.cuda import CudaKernel, Emitted, _prod
+from cuvil_dsl.codegen.program import Reduction
+from cuvil_dsl.passes.indexing import operand_map
+
+WARP_ROW_LIMIT = 1024  # longest row one warp takes
+CACHE_BUDGET = 64  # cached elements per thread (registers)
+MAX_VEC = 8
+_WARP_REDUCE = {"rsum": "cvl_warp_sum", "rmax": "cvl_warp_max", "rmin": "cvl_warp_min"}
+
+
+def _indent(lines: list[str], n: int = 1) -> list[str]:
+    return ["    " * n + x for x in lines]
+
+
+def _pow2_ceil(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+class _RowKernel:
+    def __init__(self, k: CudaKernel):
+        p = k.p
+        self.k, self.p = k, p
+        self.a = p.row_axis
+        self.L = p.domain[self.a]
+        self.rows = _prod(p.domain[: self.a])
+        self.inner = _prod(p.domain[self.a + 1:])
+        self.acc: dict[str, str] = {}  # reduction out -> its result variable
+        self.passes = [[r for r in p.reductions if r.phase == i] for i in range(p.phases)]
+        # values that do not vary along the row are computed once per row, before the pass
+        # that first needs them, by a walk of their own
+        self.row_lines: list[str] = []
+        self.row_walk = k.walk(self.row_lines.append, self.row_coord, None, None, lambda v, m: self.acc.get(v))
+
+    # ------------------------------------------------------------------ shared helpers
+    def input_map(self, r: Reduction):
+        op = r.op
+        return operand_map(op, self.p.layout.maps[op.out], 0, self.p.types[op.args[0]].shape, self.a)
+
+    def row_coord(self, d: int) -> str:
+        assert d != self.a, "a per-row value depends on the position in the row"
+        return "0" if d > self.a and self.inner == 1 else f"c{d}"
+
+    def anchor(self, value: str, m) -> str | None:
+        if value in self.acc:
+            return self.acc[value]
+        return self.row_walk.value(value, m) if self.a not in m else None
+
+    def hoisted(self, lines: list[str]) -> list[str]:
+        """The per-row values the pass just asked for, then the pass."""
+        row, self.row_lines[:] = list(self.row_lines), []
+        return row + lines
+
+    def roots(self, pass_index: int | None) -> list:
+        if pass_index is None:
+            return [(s.value, s.map) for s in self.p.stores]
+        return [(r.op.args[0], self.input_map(r)) for r in self.passes[pass_index]]
+
+    def row_leaves(self, pass_index: int | None) -> list:
+        """Buffers the pass reads that vary along the row."""
+        dummy = {r.op.out: "r" for r in self.p.reductions}
+        leaves = self.k.leaves(self.roots(pass_index), lambda v, m: dummy.get(v))
+        return [(v, m) for v, m in leaves if self.a in m]
+
+    def body_of_pass(self, pass_index: int | None, coord, leaf) -> list[str]:
+        """Per-element work of one pass: accumulate its reductions, or store (final pass)."""
+        k, out = self.k, []
+        w = k.walk(out.append, coord, None, leaf, self.anchor)
+        if pass_index is None:
+            for s in self.p.stores:
+                out += k.store_lines(s, w.value(s.value, s.map), coord)
+            return out
+        for r in self.passes[pass_index]:
+            x = w.value(r.op.args[0], self.input_map(r))
+            acc = f"acc_{self.acc_names[r.op.out]}"
+            combined = k.lang.apply(k.lang.combine[r.op.op], k.dtype(r.op.out), a=acc, b=x)
+            out.append(f"{acc} = {combined};")
+        return out
+
+    def open_accumulators(self, pass_index: int) -> list[str]:
+        k = self.k
+        return [f"{k.lang.ctype(k.dtype(r.op.out))} acc_{self.acc_names[r.op.out]} = "
+                f"{k.lang.identity(r.op.op, k.dtype(r.op.out))};" for r in self.passes[pass_index]]
+
+    def close(self, r: Reduction, combined: str) -> list[str]:
+        """Bind the row's result, rounded to its dtype when it is a user-level value."""
+        k = self.k
+        dtype = k.dtype(r.op.out)
+        name = f"r_{self.acc_names[r.op.out]}"
+        value = k.lang.round(combined, dtype) if rounds(r.op) else combined
+        self.acc[r.op.out] = name
+        return [f"const {k.lang.ctype(dtype)} {name} = {value};"]
+
+    def combine_list(self, r: Reduction, items: list[str]) -> str:
+        k = self.k
+        expr = items[0]
+        for x in items[1:]:
+            expr = k.lang.apply(k.lang.combine[r.op.op], k.dtype(r.op.out), a=expr, b=x)
+        return expr
+
+    def coords(self, index: str, shape: tuple, first_axis: int, prefix: str = "c") -> list[str]:
+        """Declarations of the coordinates of flat ``index`` over ``shape`` (axes from ``first_axis``)."""
+        lines, inner = [], 1
+        for j in reversed(range(len(shape))):
+            d = first_axis + j
+            div = f"{index} / {inner}" if inner > 1 else index
+            lines.insert(0, f"const int {prefix}{d} = ({div}) % {shape[j]};" if j else f"const int {prefix}{d} = {div};")
+            inner *= shape[j]
+        return lines
+
+    # ------------------------------------------------------------------ contiguous rows
+    def render_contiguous(self, entry: str) -> Emitted:
+        k, p = self.k, self.p
+        self.acc_names = {r.op.out: str(i) for i, r in enumerate(p.reductions)}
+        warp_mode = self.L <= WARP_ROW_LIMIT
+        if warp_mode:
+            tpr, threads = 32, k.config.block
+        else:
+            tpr = k.config.block if "block" in k.config.overridden else min(1024, max(128, _pow2_ceil(self.L // 16)))
+            threads = tpr
+        all_leaves = [x for i in [*range(p.phases), None] for x in self.row_leaves(i)]
+        stores = [(s.value, s.map) for s in p.stores if self.a in s.map]
+        vectorizable = [v for v, m in all_leaves + stores if k.contiguous_axis(v, m, self.a)]
+        vec = min(MAX_VEC, 16 // min(k.dtype(v).itemsize for v in vectorizable)) if vectorizable else 1
+        while self.L % vec:
+            vec //= 2
+        nv = self.L // vec
+        slots = -(-nv // tpr)
+        cached_leaves = list(dict.fromkeys(x for i in range(p.phases) for x in self.row_leaves(i)))
+        cached = bool(cached_leaves) and len(cached_leaves) * slots * vec <= CACHE_BUDGET
+        self.vec, self.tpr, self.nv, self.slots = vec, tpr, nv, slots
+
+        body = []
+        if warp_mode:
+            rpb = threads // 32
+            body += ["const int tid = threadIdx.x % 32;", f"const int row = blockIdx.x * {rpb} + threadIdx.x / 32;"]
+            grid = -(-self.rows // rpb)
+        else:
+            body += ["const int tid = threadIdx.x;", "const int row = blockIdx.x;"]
+            grid = self.rows
+        inner_body = self.coords("row", p.domain[: self.a], 0)
+        cache_names = {}
+        if cached:
+            for leaf in cached_leaves:
+                cache_names[leaf] = k.fresh("c")
+            inner_body += self.load_cache(cache_names)
+        for i in range(p.phases):
+            inner_body += self.open_accumulators(i)
+            inner_body += self.hoisted(self.slot_loop(i, cached, cache_names))
+            inner_body += self.reduce_across(i, warp_mode, threads)
+        inner_body += self.hoisted(self.slot_loop(None, cached, cache_names))
+        if warp_mode and self.rows % (threads // 32):
+            body += [f"if (row < {self.rows}) {{", *_indent(inner_body), "}"]
+        else:
+            body += inner_body
+        lines = [*k.signature(entry, threads), *_indent(body), "}"]
+        return Emitted(lines, (grid, 1, 1), (threads, 1, 1))
+
+    def coord_contiguous(self, col: str):
+        return lambda d: col if d == self.a else ("0" if d > self.a else f"c{d}")
+
+    def load_cache(self, names: dict) -> list[str]:
+        k, vec = self.k, self.vec
+        decl = [f"{k.lang.ctype(k.dtype(v))} {n}[{self.slots}][{vec}];" for (v, m), n in names.items()]
+        inner = []
+        for (v, m), n in names.items():
+            if vec > 1 and k.contiguous_axis(v, m, self.a):
+                raw = k.fresh("raw")
+                off = k.offset(v, m, self.coord_contiguous(f"sv * {vec}"))
+                inner += [f"__align__(16) {k.storage(v)} {raw}[{vec}];",
+                          f"cvl_copy_vec<{k.storage(v)}, {vec}>({raw}, {k.names[v]} + {off});",
+                          *self.e_loop([f"{n}[s][e] = {k.lang.load(f'{raw}[e]', k.dtype(v))};"])]
+            else:
+                inner += self.e_loop([f"{n}[s][e] = {k.load(v, m, self.coord_contiguous(self.col()))};"])
+        return decl + self.unrolled_slots(inner)
+
+    def col(self) -> str:
+        return f"(sv * {self.vec} + e)" if self.vec > 1 else "sv"
+
+    def e_loop(self, lines: list[str]) -> list[str]:
+        if self.vec == 1:
+            return ["{", "    const int e = 0;", *_indent(lines), "}"]
+        return ["#pragma unroll", f"for (int e = 0; e < {self.vec}; ++e) {{", *_indent(lines), "}"]
+
+    def unrolled_slots(self, inner: list[str]) -> list[str]:
+        guard = self.nv % self.tpr != 0
+        body = [f"const int sv = s * {self.tpr} + tid;"]
+        body += [f"if (sv < {self.nv}) {{", *_indent(inner), "}"] if guard else inner
+        return ["#pragma unroll", f"for (int s = 0; s < {self.slots}; ++s) {{", *_indent(body), "}"]
+
+    def slot_loop(self, pass_index: int | None, cached: bool, cache_names: dict) -> list[str]:
+        """One pass over the thread's part of the row, vector slot by vector slot."""
+        k, vec = self.k, self.vec
+        loaded: dict = {}
+        pre: list[str] = []
+        for v, m in self.row_leaves(pass_index):
+            if (v, m) in cache_names or (v, m) in loaded or not (vec > 1 and k.contiguous_axis(v, m, self.a)):
+                continue
+            raw = loaded[(v, m)] = k.fresh("raw")
+            off = k.offset(v, m, self.coord_contiguous(f"sv * {vec}"))
+            pre += [f"__align__(16) {k.storage(v)} {raw}[{vec}];",
+                    f"cvl_copy_vec<{k.storage(v)}, {vec}>({raw}, {k.names[v]} + {off});"]
+
+        def leaf(value: str, m) -> str | None:
+            if (value, tuple(m)) in cache_names:
+                return f"{cache_names[(value, tuple(m))]}[s][e]"
+            if (value, tuple(m)) in loaded:
+                return k.lang.load(f"{loaded[(value, tuple(m))]}[e]", k.dtype(value))
+            return None
+
+        staged, post = {}, []
+        if pass_index is None:
+            for s in self.p.stores:
+                if vec > 1 and k.contiguous_axis(s.value, s.map, self.a):
+                    staged[s.value] = k.fresh("out")
+                    pre.append(f"__align__(16) {k.storage(s.value)} {staged[s.value]}[{vec}];")
+                    off = k.offset(s.value, s.map, self.coord_contiguous(f"sv * {vec}"))
+                    post.append(f"cvl_copy_vec<{k.storage(s.value)}, {vec}>({k.names[s.value]} + {off}, "
+                                f"{staged[s.value]});")
+        body = ([f"const int col = {self.col()};"] if self.vec > 1 else ["const int col = sv;"])
+        body += self.pass_body(pass_index, leaf, staged)
+        inner = pre + self.e_loop(body) + post
+        if cached:
+            return self.unrolled_slots(inner)
+        return [f"for (int sv = tid; sv < {self.nv}; sv += {self.tpr}) {{", *_indent(inner), "}"]
+
+    def pass_body(self, pass_index: int | None, leaf, staged: dict) -> list[str]:
+        k = self.k
+        coord = self.coord_contiguous("col")
+        if pass_index is not None or not staged:
+            return self.body_of_pass(pass_index, coord, leaf)
+        out: list[str] = []
+        w = k.walk(out.append, coord, None, leaf, self.anchor)
+        for s in self.p.stores:
+            expr = w.value(s.value, s.map)
+            if s.value in staged:
+                out.append(f"{staged[s.value]}[e] = {k.lang.store(expr, k.dtype(s.value))};")
+            else:
+                out += k.store_lines(s, expr, coord)
+        return out
+
+    def reduce_across(self, pass_index: int, warp_mode: bool, threads: int) -> list[str]:
+        k = self.k
+        reds = self.passes[pass_index]
+        out = []
+        if warp_mode:
+            for r in reds:
+                out += self.close(r, f"{_WARP_REDUCE[r.op.op]}(acc_{self.acc_names[r.op.out]}, 32)")
+            return out
+        warps = threads // 32
+        for r in reds:
+            n = self.acc_names[r.op.out]
+            out += [f"__shared__ {k.lang.ctype(k.dtype(r.op.out))} red_{n}[{warps}];",
+                    f"acc_{n} = {_WARP_REDUCE[r.op.op]}(acc_{n}, 32);",
+                    f"if (threadIdx.x % 32 == 0) red_{n}[threadIdx.x / 32] = acc_{n};"]
+        out.append("__syncthreads();")
+        for r in reds:
+            n = self.acc_names[r.op.out]
+            out += self.close(r, self.combine_list(r, [f"red_{n}[{w}]" for w in range(warps)]))
+        return out
+
+    # ------------------------------------------------------------------ strided rows
+    def render_strided(self, entry: str) -> Emitted:
+        k, p = self.k, self.p
+        self.acc_names = {r.op.out: str(i) for i, r in enumerate(p.reductions)}
+        threads = k.config.block
+        tx = min(32, _pow2_ceil(self.inner))
+        by = threads // tx
+        chunks = -(-self.inner // tx)
+        body = [f"const int tx = threadIdx.x % {tx};", f"const int ty = threadIdx.x / {tx};",
+                f"const int chunk = blockIdx.x % {chunks};", f"const int orow = blockIdx.x / {chunks};",
+                f"const int inner = chunk * {tx} + tx;"]
+        body += self.coords("orow", p.domain[: self.a], 0)
+        body += self.coords("inner", p.domain[self.a + 1:], self.a + 1)
+        guard = self.inner % tx != 0
+
+        def coord(d: int) -> str:
+            return "l" if d == self.a else f"c{d}"
+
+        def loop(inner: list[str]) -> list[str]:
+            lines = [f"for (int l = ty; l < {self.L}; l += {by}) {{", *_indent(inner), "}"]
+            return [f"if (inner < {self.inner}) {{", *_indent(lines), "}"] if guard else lines
+
+        for i in range(p.phases):
+            body += self.open_accumulators(i)
+            body += self.hoisted(loop(self.body_of_pass(i, coord, None)))
+            for r in self.passes[i]:
+                n = self.acc_names[r.op.out]
+                body += [f"__shared__ {k.lang.ctype(k.dtype(r.op.out))} red_{n}[{by}][{tx}];",
+                         f"red_{n}[ty][tx] = acc_{n};"]
+            body.append("__syncthreads();")
+            for r in self.passes[i]:
+                n = self.acc_names[r.op.out]
+                body += self.close(r, self.combine_list(r, [f"red_{n}[{y}][tx]" for y in range(by)]))
+        body += self.hoisted(loop(self.body_of_pass(None, coord, None)))
+        lines = [*k.signature(entry, threads), *_indent(body), "}"]
+        return Emitted(lines, (chunks * self.rows, 1, 1), (threads, 1, 1))
+
+
+def render(k: CudaKernel, entry: str) -> Emitted:
+    rk = _RowKernel(k)
+    return rk.render_strided(entry) if rk.inner > 1 else rk.render_contiguous(entry)
