@@ -20,7 +20,7 @@ a fast path: no binding, no validation, only the copies host data needs and the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
@@ -122,6 +122,7 @@ class _Call:
     kind: str  # the caller's array kind, for the results
     on_device: bool  # some input or the results live on the device
     cacheable: bool  # every input is an array object whose changes the fingerprints see
+    copied: set[str] = field(default_factory=set)  # device inputs copied into the arena: again on every call
 
     def matches(self, args: tuple, named: dict) -> bool:
         if len(args) != len(self.args) or tuple(named) != self.named:
@@ -267,8 +268,11 @@ class CompiledPipeline:
             for name, item in call.inputs.items():
                 if not item.on_device:
                     executor.bind_host(name, item.array)  # host data may have changed in place: copy every call
-                elif fresh or self._copy_device:
-                    executor.bind_device(name, item.array, copy=self._copy_device)
+                elif fresh:
+                    if not executor.bind_device(name, item.array, copy=self._copy_device):
+                        call.copied.add(name)
+                elif name in call.copied:
+                    executor.bind_device(name, item.array, copy=True)
             executor.set_params(call.params)
             executor.execute(self.hooks)
             if call.kind in HOST_KINDS:

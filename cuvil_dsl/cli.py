@@ -229,7 +229,7 @@ def cmd_replay(args) -> int:
         print(json.dumps(report.to_json(), indent=2))
     else:
         print(format_replay(report), file=sys.stderr if report.unusable else sys.stdout)
-    if not args.update or report.unusable:
+    if not args.update:
         return report.exit_code
     try:
         recording = update_case(args.case, backend=args.backend, arch=args.arch)

@@ -7,9 +7,10 @@ name for the compute type). Backends subclass it and override only what differs.
 straight-line statements, one named local per op; kernel templates decide where the points are
 (a vector lane, a row item, a GEMM accumulator) and how buffers and anchors are read.
 
-Numerics (LANGUAGE.md section 5): f16/bf16 math runs in f32, f64 in f64, i32 wraps, bool is a
-boolean. A value is rounded to its dtype where it is bound by name, and where it is the result
-of a reduction, row op or GEMM (a tensor of that dtype), so results never depend on fusion.
+Numerics (LANGUAGE.md section 5, as the float64 reference defines them): f16/bf16 math runs in
+f32, f64 in f64, i32 wraps, bool is a boolean. A value is rounded to its dtype where it is bound
+by name, whatever kernel computes it; unnamed values stay in the compute type (the planner keeps
+them in registers wherever it can, since memory would round them).
 """
 
 from __future__ import annotations
@@ -84,8 +85,8 @@ class Language:
 
 
 def rounds(op: ir.Op) -> bool:
-    """Is ``op``'s value rounded to its dtype where it is computed?"""
-    return op.named or bool(op.attr("round"))
+    """Is ``op``'s value rounded to its dtype where it is computed? (Named values are.)"""
+    return op.named
 
 
 class PointWalk:

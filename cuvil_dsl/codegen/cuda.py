@@ -90,8 +90,8 @@ class CudaKernel:
 
     def signature(self, entry: str, threads: int) -> list[str]:
         c = self.config
-        bound = c.max_threads or threads
-        bounds = f"{bound}, {c.min_blocks}" if c.min_blocks else f"{bound}"
+        # an explicit minimum of one block: without it ptxas may cap registers low and spill
+        bounds = f"{c.max_threads or threads}, {c.min_blocks or 1}"
         params = []
         for arg in self.args():
             name = self.names.get(arg.name) or self.uniform_names[arg.name]

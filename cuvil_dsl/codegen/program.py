@@ -11,7 +11,7 @@ with the cross-thread reductions whose inputs are ready) and a final pass that s
     mean(x)        rsum(x) / L
 
 Intermediate statistics stay in the compute type (f32 for f16/bf16, two-pass variance); the
-op's own result is rounded to its dtype (``round`` attribute).
+op's own result keeps the op's id, so it is rounded exactly when the op was a named binding.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class _Expander:
         return out
 
     def final(self, base: ir.Op, opcode: str, args: tuple) -> None:
-        self.ops.append(ir.Op(opcode, base.out, base.type, args, base.span, (("round", True),), base.named))
+        self.ops.append(ir.Op(opcode, base.out, base.type, args, base.span, (), base.named))
 
     def lit(self, base: ir.Op, name: str, value: float) -> str:
         return self.add(base, name, "lit", (), (), value=value)
@@ -98,8 +98,7 @@ class _Expander:
     def expand(self, op: ir.Op) -> None:
         if op.op in _REDUCTION:
             if op.op != "mean":
-                self.ops.append(ir.Op(_REDUCTION[op.op], op.out, op.type, op.args, op.span,
-                                      op.attrs + (("round", True),), op.named))
+                self.ops.append(ir.Op(_REDUCTION[op.op], op.out, op.type, op.args, op.span, op.attrs, op.named))
                 return
             x_shape = self.types[op.args[0]].shape
             total = self.add(op, "sum", "rsum", op.args, op.type.shape, **dict(op.attrs))

@@ -17,6 +17,8 @@ from cuvil_dsl.passes.plan import KernelConfig
 from cuvil_dsl.types import DType
 
 SMEM_LIMIT = 48 * 1024  # dynamic shared memory a launch gets without an opt-in attribute
+# what a block may opt in to (the runtime sets the attribute beyond 48 KiB)
+SMEM_OPT_IN = {80: 163 * 1024, 86: 99 * 1024, 87: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024}
 
 MMA_MN = (32, 64, 128, 256)
 MMA_K = (16, 32, 64)
@@ -99,20 +101,28 @@ def thread_layout(bm: int, bn: int, threads: int) -> ThreadLayout | None:
     return best[1] if best else None
 
 
+def smem_limit(arch: str) -> int:
+    return SMEM_OPT_IN.get(arch_number(arch), SMEM_LIMIT)
+
+
+def operand_tile_elems(rows: int, bk: int, itemsize: int, k_major: bool) -> int:
+    """Shared-memory elements of one operand tile: [rows][BK + 16 bytes] when K is contiguous,
+    else [BK][rows + 8] (padding that keeps ldmatrix and fragment reads free of bank conflicts)."""
+    return rows * (bk + 16 // itemsize) if k_major else bk * (rows + 8)
+
+
 def mma_smem_bytes(bm: int, bn: int, bk: int, itemsize: int, stages: int) -> int:
-    """Worst case over operand layouts: [rows][BK + pad] or [BK][rows + pad]."""
-    pad = 16 // itemsize
-
+    """Worst case over operand layouts."""
     def tile(rows: int) -> int:
-        return max(rows * (bk + pad), bk * (rows + pad)) * itemsize
+        return max(operand_tile_elems(rows, bk, itemsize, True), operand_tile_elems(rows, bk, itemsize, False))
 
-    return stages * (tile(bm) + tile(bn))
+    return stages * (tile(bm) + tile(bn)) * itemsize
 
 
-def mma_stages(bm: int, bn: int, bk: int, itemsize: int) -> int:
-    """Three stages when they fit without an opt-in, else two (0: the tile does not fit)."""
-    for stages in (3, 2):
-        if mma_smem_bytes(bm, bn, bk, itemsize, stages) <= SMEM_LIMIT:
+def mma_stages(bm: int, bn: int, bk: int, itemsize: int, arch: str) -> int:
+    """The deepest cp.async pipeline (4, 3 or 2 stages) that fits; 0 when none does."""
+    for stages in (4, 3, 2):
+        if mma_smem_bytes(bm, bn, bk, itemsize, stages) <= smem_limit(arch):
             return stages
     return 0
 
@@ -143,7 +153,7 @@ def _overridden(config: KernelConfig, field: str) -> bool:
     return key in config.overridden
 
 
-def _gemm_problem(c: KernelConfig, kind: str, dtype: DType) -> str | None:
+def _gemm_problem(c: KernelConfig, kind: str, dtype: DType, arch: str) -> str | None:
     """Why the tile cannot run on the template(s) for ``dtype``, or None."""
     bm, bn, bk, threads = c.tile_m, c.tile_n, c.tile_k, c.block
     softmax = kind == "matmul_softmax"
@@ -152,8 +162,8 @@ def _gemm_problem(c: KernelConfig, kind: str, dtype: DType) -> str | None:
             return f"m and n must be one of {_list(MMA_MN)} and k one of {_list(MMA_K)}"
         if warp_layout(bm, bn, threads, softmax) is None:
             return _warp_rule(softmax)
-        if not mma_stages(bm, bn, bk, 2):
-            return f"the tile needs more than {SMEM_LIMIT // 1024} KiB of shared memory for two stages"
+        if not mma_stages(bm, bn, bk, 2, arch):
+            return f"the tile needs more than {smem_limit(arch) // 1024} KiB of shared memory for two stages"
         return None
     allowed_mn, allowed_k = (F32_MN, F32_K) if dtype is DType.F32 else (SIMT_MN, SIMT_K)
     if bm not in allowed_mn or bn not in allowed_mn or bk not in allowed_k:
@@ -185,8 +195,8 @@ def _get(settings, key: str):
     return getattr(settings, key, None)
 
 
-def apply_overrides(config: KernelConfig, settings, kind: str, dtype: DType, name: str, span: Span
-                    ) -> tuple[KernelConfig, list[Diagnostic]]:
+def apply_overrides(config: KernelConfig, settings, kind: str, dtype: DType, name: str, span: Span,
+                    arch: str = "sm_90") -> tuple[KernelConfig, list[Diagnostic]]:
     """``settings`` is a dict (or the spec's KernelSettings model) with the keys of a spec's
     ``kernels:`` entry: block, tile {m, n, k}, launch_bounds {max_threads, min_blocks},
     max_registers."""
@@ -229,7 +239,7 @@ def apply_overrides(config: KernelConfig, settings, kind: str, dtype: DType, nam
         if new.block not in THREAD_COUNTS:
             bad(f"a {kind} kernel runs with one of {_list(THREAD_COUNTS)} threads, not {new.block}")
         else:
-            problem = _gemm_problem(new, kind, dtype)
+            problem = _gemm_problem(new, kind, dtype, arch)
             if problem:
                 bad(f"tile {{m: {new.tile_m}, n: {new.tile_n}, k: {new.tile_k}}} with {new.block} threads is not "
                     f"supported by the {dtype.value} {kind} template: {problem}")

@@ -124,10 +124,8 @@ class _Planner:
         if kind is None:
             return ("elementwise", shape_of(op), None, None)
         if kind == "elementwise":
-            domain = broadcast_shapes(g.domain, shape_of(op))
-            if domain is None:
-                return "shapes that cannot share one iteration space"
-            return (kind, domain, None, None)
+            # a transposed result may still fit the current space (stored through its map)
+            return (kind, broadcast_shapes(g.domain, shape_of(op)) or g.domain, None, None)
         return (kind, g.domain, g.row_axis, g.anchor)
 
     def _fit(self, g: _Group, op: ir.Op) -> tuple[tuple, list[ir.Op], Layout] | str:
@@ -159,8 +157,8 @@ class _Planner:
             return "`@` starts its own kernel"
         if g.kind in ("matmul", "matmul_softmax") and op.out not in layout.anchored:
             return "it does not read the GEMM's result"
-        if (op.op in REDUCE_OPS or op.op in ROW_OPS) and g.kind == "elementwise" and tuple(g.domain) != tuple(state[1]):
-            return "its rows are not the elementwise work's iteration space"
+        if (op.op in REDUCE_OPS or op.op in ROW_OPS) and tuple(self.types[op.args[0]].shape) != tuple(g.domain):
+            return "its rows are not this kernel's iteration space"
         return None
 
     def _ready(self, g: _Group, op: ir.Op, open_groups: list[_Group]) -> bool:
@@ -240,7 +238,6 @@ class _Planner:
         live = {b.name for b in buffers}
         self._name_groups()
         kernels = {id(g): self._kernel(g, live, overrides or {}) for g in self.groups}
-        self._unknown_overrides(overrides or {})
         steps: list[Step] = []
         for item in raw_steps:
             if isinstance(item, ir.HostStmt):
@@ -256,9 +253,10 @@ class _Planner:
         return plan, self.diags
 
     def _sink_temporaries(self, groups: list[_Group]) -> None:
-        """Move an unnamed elementwise result into the one later kernel that reads it, when
-        that kernel can read the named value it came from instead: a temporary is not rounded
-        to its dtype (a named value is), so memory should hold the named one."""
+        """Move an elementwise result into the one later kernel that reads it when that costs no
+        extra memory traffic, or when the reader can read the named value it came from instead
+        (a temporary is not rounded to its dtype, a named value is, so memory should hold the
+        named one)."""
         moved = True
         while moved:
             moved = False
@@ -280,20 +278,28 @@ class _Planner:
         return next(i for i, o in enumerate(g.ops) if value in o.args)
 
     def _sink_target(self, op: ir.Op, a: _Group, groups: list[_Group]) -> _Group | None:
-        if (op.named or op.op not in ir.ELEMENTWISE_OPS or op.out in self.results or op.out in self.host_reads
+        if (op.op not in ir.ELEMENTWISE_OPS or op.out in self.results or op.out in self.host_reads
                 or any(op.out in o.args for o in a.ops)):
             return None
         readers = [g for g in groups if g is not a and any(op.out in o.args for o in g.ops)]
         if len(readers) != 1 or readers[0].block is not None or groups.index(readers[0]) < groups.index(a):
             return None
-        local = [x for x in op.args if x in a.members]
-        if len(local) > 1 or any(not _is_named(self.p, x) for x in local):
+        fresh = [x for x in op.args if x in a.members and not self._stored(x, a, op)]
+        # moving must not add memory traffic (no new buffer), except that an unnamed value may
+        # trade places with the named value it is computed from
+        if fresh and (op.named or len(fresh) > 1 or not _is_named(self.p, fresh[0])):
             return None
         b = readers[0]
         i = self._first_reader(b, op.out)
         ops = tuple(b.ops[:i] + [op] + b.ops[i:])
         layout = derive_layout(ops, b.domain, b.row_axis, self.types, frozenset(self.views))
         return None if isinstance(layout, Misfit) else b
+
+    def _stored(self, value: str, owner: _Group, reader: ir.Op) -> bool:
+        """Is ``value`` in memory anyway (a result, printed, or read by another kernel)?"""
+        if value in self.results or value in self.host_reads:
+            return True
+        return any(value in o.args for g in self.groups if g is not owner for o in g.ops if o is not reader)
 
     def _external_reads(self, g: _Group) -> list[str]:
         members = g.members
@@ -337,7 +343,8 @@ class _Planner:
         span = g.block.span if g.block is not None else g.ops[0].span
         config = configs.default_config(g.kind, dtype, self.arch)
         if g.name in overrides:
-            config, diags = configs.apply_overrides(config, overrides[g.name], g.kind, dtype, g.name, span)
+            config, diags = configs.apply_overrides(config, overrides[g.name], g.kind, dtype, g.name, span,
+                                                    self.arch)
             self.diags.extend(diags)
         outputs = tuple(op.out for op in g.ops if op.out in live and self.owner.get(op.out) is g)
         uniforms = tuple(dict.fromkeys(a for op in g.ops for a in op.args if a in self.uniform))
@@ -347,14 +354,6 @@ class _Planner:
             block_name=g.block.name if g.block is not None else None, span=span,
             domain=tuple(g.domain), row_axis=g.row_axis,
         )
-
-    def _unknown_overrides(self, overrides: dict) -> None:
-        names = {g.name for g in self.groups}
-        for key in overrides:
-            if key not in names:
-                known = ", ".join(sorted(names)) or "none"
-                self.diags.append(error("E501", f"`kernels` names `{key}`, which is no kernel of pipeline "
-                                                f"`{self.p.name}` (its kernels: {known})", self.p.span))
 
 
 def _is_named(pipeline: ir.Pipeline, value: str) -> bool:
@@ -414,7 +413,8 @@ def _statement_span(op: ir.Op, block_ops: list[ir.Op]) -> Span:
 def plan_pipeline(pipeline: ir.Pipeline, overrides: dict | None = None, arch: str = "sm_90"
                   ) -> tuple[FusionPlan, list[Diagnostic]]:
     """Plan ``pipeline``'s kernels. ``overrides`` is the spec's ``kernels:`` section (kernel
-    name to a dict or settings model with block, tile, launch_bounds, max_registers).
+    name to a dict or settings model with block, tile, launch_bounds, max_registers); names
+    that match no kernel are left to the spec's own check (E501 at the YAML key).
 
     >>> from cuvil_dsl.frontend import check_source
     >>> p = check_source("pipeline f(x: f32[N]) -> y: f32[N] { y = exp(x) * 2 }").module.pipelines[0]

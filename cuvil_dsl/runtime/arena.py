@@ -13,7 +13,7 @@ import numpy as np
 from cuvil_dsl.diagnostics import Span, UserError, error
 from cuvil_dsl.runtime.base import Snapshot
 from cuvil_dsl.runtime.host_arena import checked_host_array
-from cuvil_dsl.runtime.layout import ArenaLayout, storage_dtype
+from cuvil_dsl.runtime.layout import CANARY_WORD, ArenaLayout, storage_dtype
 from cuvil_dsl.types import DType
 
 
@@ -38,7 +38,7 @@ class DeviceArena:
         self.layout = layout
         self._memory = cupy.cuda.Memory(layout.total_bytes)
         self._bytes = cupy.ndarray((layout.total_bytes,), cupy.uint8, cupy.cuda.MemoryPointer(self._memory, 0))
-        self._bytes.set(layout.canary_image())
+        self._bytes.view(cupy.uint16).fill(CANARY_WORD)  # on the device: no arena-sized host image
         self._views = {
             s.name: self._bytes[s.offset:s.end].view(storage_dtype(s.dtype)).reshape(s.shape) for s in layout.slots
         }

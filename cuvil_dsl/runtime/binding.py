@@ -12,7 +12,7 @@ from typing import Mapping
 
 import numpy as np
 
-from cuvil_dsl.diagnostics import Diagnostic, UserError, error, raise_if_errors
+from cuvil_dsl.diagnostics import Diagnostic, error, raise_if_errors
 from cuvil_dsl.ir.nodes import Param, Pipeline
 from cuvil_dsl.passes.plan import FusionPlan
 from cuvil_dsl.reference.executor import bind_round, eval_op
@@ -149,9 +149,3 @@ def evaluate_uniforms(plan: FusionPlan, params: Mapping[str, object]) -> dict[st
             value = bind_round(value, op.type.dtype)
         env[op.out] = value
     return env
-
-
-def missing_input(name: str, pipeline: Pipeline) -> UserError:
-    param = pipeline.param(name)
-    span = param.span if param is not None else pipeline.span
-    return UserError([error("E506", f"no array for input `{name}`", span)])

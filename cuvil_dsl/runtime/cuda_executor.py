@@ -25,12 +25,10 @@ executions only queue work.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
-from cuvil_dsl.codegen.artifact import RenderedKernel
-from cuvil_dsl.compile.units import CompiledUnit, CompileUnit
 from cuvil_dsl.diagnostics import InternalError, RunFailure, Span, UserError, error
 from cuvil_dsl.ir import nodes as ir
 from cuvil_dsl.passes.plan import FusionPlan, GraphStep, HostStep, Launch
@@ -44,6 +42,10 @@ from cuvil_dsl.runtime.graphs import GraphCache, GraphRunner
 from cuvil_dsl.runtime.layout import ArenaLayout
 from cuvil_dsl.runtime.modules import ArgumentCells, LoadedKernel, load_kernels
 from cuvil_dsl.types import DType
+
+if TYPE_CHECKING:
+    from cuvil_dsl.codegen.artifact import RenderedKernel
+    from cuvil_dsl.compile.units import CompiledUnit
 
 Step = LoadedKernel | GraphRunner | HostStep
 
@@ -93,15 +95,15 @@ class CudaExecutor(Executor):
               graphs: GraphCache | None = None, use_graphs: bool = True) -> "CudaExecutor":
         """Render the plan for ``sizes``, compile every kernel (in parallel, cached) and load it."""
         from cuvil_dsl.codegen import render_cuda
-        from cuvil_dsl.compile import compile_units
+        from cuvil_dsl.compile import CompileUnit, compile_units
 
         arch = target.arch or device_arch(target.device)
         if not runs_on(arch, target.device):
             message = f"kernels built for {arch} cannot run on GPU {target.device} ({device_arch(target.device)})"
             raise UserError([error("E504", message, pipeline.span, hint="leave arch as auto")])
         kernels = render_cuda(plan, dict(sizes), arch, fast_math=target.fast_math, tf32=target.tf32)
-        units = compile_units(
-            [CompileUnit(k.entry, k.source, (k.entry,), k.options) for k in kernels], arch,
+        units = compile_units(  # one unit per kernel, named like `cuvil-dsl compile`'s, so they share the cache
+            [CompileUnit(k.name, k.source, (k.entry,), tuple(k.options)) for k in kernels], arch,
             compiler=target.compiler, fallback=target.fallback, fast_math=target.fast_math, options=target.options,
         )
         return cls(pipeline, plan, sizes, target, kernels, units, graphs=graphs, use_graphs=use_graphs)
@@ -147,21 +149,25 @@ class CudaExecutor(Executor):
         self.arena.upload(name, array, self._work)
         self._use_arena(name)
 
-    def bind_device(self, name: str, array, copy: bool = False) -> None:
+    def bind_device(self, name: str, array, copy: bool = False) -> bool:
         """Use a caller's CuPy array (storage dtype, the buffer's shape) as input ``name``.
 
         Bound by pointer when it is C-contiguous and 256-byte aligned like an arena buffer
         (kernels may use wide vector loads), and ``copy`` is False; otherwise copied into the
         arena on the work stream. A bound array is kept alive until another one replaces it.
+        Returns whether it was bound by pointer (a copied array must be copied again when its
+        contents change).
         """
         aligned = array.data.ptr % self.layout.alignment == 0
-        if not copy and aligned and array.flags.c_contiguous:
+        bound = not copy and aligned and array.flags.c_contiguous
+        if bound:
             self._cells.set_pointer(name, array.data.ptr)
             self._current[name] = array
+            self._has_inputs = True
         else:
             self.arena.copy_from_device(name, array, self._work)
             self._use_arena(name)
-        self._has_inputs = True
+        return bound
 
     def _use_arena(self, name: str) -> None:
         self._cells.set_pointer(name, self.arena.pointer(name))
@@ -375,4 +381,3 @@ class CudaExecutor(Executor):
             self._loaded.clear()
             self._current.clear()
             self.arena.release()
-

@@ -64,15 +64,6 @@ def max_dynamic_shared_bytes(ordinal: int = 0) -> int:
     return int(runtime.deviceGetAttribute(runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin, ordinal))
 
 
-def free_memory(ordinal: int = 0) -> tuple[int, int]:
-    """``(free, total)`` bytes of device memory right now."""
-    import cupy
-
-    with cupy.cuda.Device(ordinal):
-        free, total = cupy.cuda.runtime.memGetInfo()
-    return int(free), int(total)
-
-
 def runs_on(arch: str, ordinal: int = 0) -> bool:
     """Whether a CUBIN built for ``arch`` (``sm_90``, ``sm_90a``) runs on GPU ``ordinal``.
 

@@ -8,8 +8,12 @@ illegal address is *sticky*: the CUDA context is unusable afterwards, and the me
 
 from __future__ import annotations
 
-from cuvil_dsl.codegen.artifact import RenderedKernel
+from typing import TYPE_CHECKING
+
 from cuvil_dsl.diagnostics import RunFailure
+
+if TYPE_CHECKING:
+    from cuvil_dsl.codegen.artifact import RenderedKernel
 
 # cudaError_t values (the same numbers in CUresult) after which the context is lost for good.
 STICKY_ERRORS = {

@@ -12,7 +12,7 @@ import numpy as np
 
 from cuvil_dsl.diagnostics import InternalError
 from cuvil_dsl.runtime.base import Snapshot
-from cuvil_dsl.runtime.layout import ArenaLayout, Slot
+from cuvil_dsl.runtime.layout import CANARY_WORD, ArenaLayout, Slot
 from cuvil_dsl.types import DType
 
 
@@ -42,7 +42,7 @@ class HostArena:
         raw = np.empty(layout.total_bytes + layout.alignment, dtype=np.uint8)
         start = -raw.ctypes.data % layout.alignment
         self._bytes = raw[start:start + layout.total_bytes]
-        self._bytes[:] = layout.canary_image()
+        self._bytes.view("<u2")[:] = CANARY_WORD  # the total is a multiple of the alignment: even
         self._views = {
             s.name: self._bytes[s.offset:s.end].view(s.dtype.numpy).reshape(s.shape) for s in layout.slots
         }

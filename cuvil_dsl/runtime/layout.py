@@ -32,6 +32,7 @@ GUARD_BYTES = 256
 # Non-trivial on purpose: neither zero nor 0xFF, not a small float or int, different in each byte,
 # so neither a zero fill nor a stray store of a common value can look like an intact band.
 CANARY = np.array([0xC3, 0x5A], dtype=np.uint8)
+CANARY_WORD = int(CANARY.view("<u2")[0])  # the same two bytes as one little-endian uint16: fills run as 16-bit stores
 
 
 def storage_dtype(dtype: DType) -> np.dtype:
@@ -114,7 +115,7 @@ class ArenaLayout:
 
     def canary_image(self) -> np.ndarray:
         """A fresh host image of the whole arena as it starts: canary bytes everywhere."""
-        return np.resize(CANARY, self.total_bytes)
+        return np.full(self.total_bytes // 2, CANARY_WORD, dtype="<u2").view(np.uint8)
 
     @cached_property
     def guard_positions(self) -> np.ndarray:

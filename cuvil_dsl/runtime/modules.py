@@ -16,11 +16,13 @@ from __future__ import annotations
 import ctypes
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
-from cuvil_dsl.codegen.artifact import KernelArg, RenderedKernel
-from cuvil_dsl.compile.units import CompiledUnit
 from cuvil_dsl.diagnostics import InternalError, UserError, error
+
+if TYPE_CHECKING:  # types only: importing the API must not pull in the renderer and the compiler
+    from cuvil_dsl.codegen.artifact import KernelArg, RenderedKernel
+    from cuvil_dsl.compile.units import CompiledUnit
 
 # Dynamic shared memory beyond this needs an explicit opt-in per function.
 DEFAULT_DYNAMIC_SHARED = 48 * 1024

@@ -219,15 +219,23 @@ def load_case(folder: str | Path) -> Case:
         raise CaseError(f"{manifest_path}: format {manifest['format']!r}, this cuvil-dsl reads format {FORMAT_VERSION}")
     if not isinstance(manifest["files"], dict) or not isinstance(manifest["identity"], dict):
         raise CaseError(f"{manifest_path}: `files` and `identity` must be mappings")
+    unknown = [c for c in manifest.get("checks") or () if c not in CHECKS]
+    if unknown:
+        raise CaseError(f"{manifest_path}: unknown check(s) {', '.join(map(str, unknown))}; "
+                        f"the checks are {', '.join(CHECKS)}")
     return Case(path, manifest)
 
 
 class _ManifestDumper(yaml.SafeDumper):
-    """Mappings in block style (one key a line, easy to read and diff), lists of numbers inline."""
+    """Mappings in block style (one key a line, easy to read and diff), lists of scalars inline."""
 
 
-_ManifestDumper.add_representer(
-    list, lambda dumper, data: dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=True))
+def _represent_list(dumper: yaml.SafeDumper, data: list) -> yaml.Node:
+    inline = all(not isinstance(item, (dict, list)) for item in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=inline)
+
+
+_ManifestDumper.add_representer(list, _represent_list)
 
 
 def write_manifest(folder: Path, manifest: dict) -> None:

@@ -56,7 +56,8 @@ def bitwise_difference(expected: np.ndarray, actual: np.ndarray) -> str | None:
         gaps = np.abs(wide_expected[differs] - wide_actual[differs])
     largest = float(np.nanmax(gaps)) if np.any(~np.isnan(gaps)) else float("nan")
     return (f"{count} of {expected.size} elements differ, first at index {list(first)} "
-            f"({wide_actual[first]!r} vs recorded {wide_expected[first]!r}), largest difference {largest:.3g}")
+            f"({float(wide_actual[first])!r} vs recorded {float(wide_expected[first])!r}), "
+            f"largest difference {largest:.3g}")
 
 
 def check_inputs(recorded: dict[str, np.ndarray], regenerated: dict[str, np.ndarray]) -> CheckResult:
@@ -103,11 +104,12 @@ def _layout(buffer: BufferRecord, with_offsets: bool) -> tuple:
     return base + (buffer.offset,) if with_offsets else base
 
 
-def check_snapshot(recorded: Snapshot | None, current: Snapshot | None, exact: bool, same_backend: bool) -> CheckResult:
+def check_snapshot(recorded: Snapshot | None, current: Snapshot | None, exact: bool, same_target: bool) -> CheckResult:
     """Buffer layout (and, under the exact rule, each buffer's digest) as recorded.
 
-    Backends lay out their intermediates differently, so across backends only the inputs' and
-    results' buffers are compared, and without offsets.
+    Backends (and one backend's plans for different archs) lay out their intermediates
+    differently, so across targets only the inputs' and results' buffers are compared, and
+    without offsets.
     """
     rule = "exact" if exact else "tolerance"
     if recorded is None and current is None:
@@ -117,25 +119,25 @@ def check_snapshot(recorded: Snapshot | None, current: Snapshot | None, exact: b
         return CheckResult("snapshot", rule, False, f"the {missing} run has no memory snapshot")
 
     def buffers(s: Snapshot) -> dict[str, BufferRecord]:
-        return {b.name: b for b in s.buffers if same_backend or b.role in ("input", "result")}
+        return {b.name: b for b in s.buffers if same_target or b.role in ("input", "result")}
 
     old, new = buffers(recorded), buffers(current)
     problems = [f"buffer `{n}` was recorded but is not in the replay's arena" for n in old if n not in new]
     problems += [f"buffer `{n}` is new in the replay's arena" for n in new if n not in old]
     for name in (n for n in old if n in new):
-        was, now = _layout(old[name], same_backend), _layout(new[name], same_backend)
+        was, now = _layout(old[name], same_target), _layout(new[name], same_target)
         if was != now:
-            problems.append(f"buffer `{name}` changed layout: (role, dtype, shape, bytes{', offset' * same_backend}) "
+            problems.append(f"buffer `{name}` changed layout: (role, dtype, shape, bytes{', offset' * same_target}) "
                             f"{was} -> {now}")
         elif exact and old[name].digest != new[name].digest:
             problems.append(f"buffer `{name}` holds different bytes (sha256 {new[name].digest[:12]}... "
                             f"vs recorded {old[name].digest[:12]}...)")
-    if same_backend and (recorded.alignment, recorded.guard_bytes) != (current.alignment, current.guard_bytes):
+    if same_target and (recorded.alignment, recorded.guard_bytes) != (current.alignment, current.guard_bytes):
         problems.append(f"arena alignment/guard bytes {current.alignment}/{current.guard_bytes} vs recorded "
                         f"{recorded.alignment}/{recorded.guard_bytes}")
     if problems:
         return CheckResult("snapshot", rule, False, "\n".join(problems))
-    scope = "every buffer" if same_backend else "the inputs' and results' buffers (the backend differs)"
+    scope = "every buffer" if same_target else "the inputs' and results' buffers (the backend or arch differs)"
     digests = "layout and digests equal" if exact else "layout equal; digests not compared under the tolerance rule"
     return CheckResult("snapshot", rule, True, f"{scope} ({len(old)}): {digests}")
 
@@ -188,5 +190,5 @@ def check_code(recorded: dict[str, str], current: dict[str, str]) -> CheckResult
     if problems:
         return CheckResult("code", "exact", False, "\n".join(problems))
     if not recorded:
-        return CheckResult("code", "exact", True, "no generated sources (the backend generates none)")
+        return CheckResult("code", "exact", True, "no generated sources (the executor reports none)")
     return CheckResult("code", "exact", True, f"{len(recorded)} generated source(s) unchanged")

@@ -47,12 +47,14 @@ def _now() -> str:
 
 def write_json(reports: list[ReplayReport], path: str | Path) -> Path:
     target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(reports_json(reports), indent=2) + "\n", encoding="utf-8")
     return target
 
 
 def write_html(reports: list[ReplayReport], path: str | Path) -> Path:
     target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(render_html(reports), encoding="utf-8")
     return target
 
@@ -108,10 +110,10 @@ def _plots(reports: list[ReplayReport]) -> str:
     timed = [r for r in reports if r.timing is not None]
     if not timed:
         return "<p>No case was timed.</p>"
-    images = [_png(_ratio_figure([r for r in timed if r.verdict is not None])),
-              _png(_budget_figure(timed))]
+    images = {"time against the recording": _png(_ratio_figure([r for r in timed if r.verdict is not None])),
+              "time against the budget": _png(_budget_figure(timed))}
     return "\n".join(f'<p><img alt="{alt}" src="data:image/png;base64,{data}"></p>'
-                     for alt, data in zip(("time against the recording", "time against the budget"), images) if data)
+                     for alt, data in images.items() if data)
 
 
 def _figure(rows: int):
@@ -122,40 +124,40 @@ def _figure(rows: int):
 
 
 def _ratio_figure(reports: list[ReplayReport]):
-    """Median / recorded median per case, the noise as an error bar, the regression limit as a tick."""
+    """Median / recorded median per case on a log axis (ratios multiply), the measured noise as an
+    error bar, the regression limit (regress_pct + noise) as a black tick where it is judged."""
     if not reports:
         return None
     figure, ax = _figure(len(reports))
-    names = [r.case for r in reports]
-    ratios = [r.verdict.ratio for r in reports]
-    colors = [_color(r.check("time").passed if r.check("time") else None) for r in reports]
-    ax.barh(names, ratios, xerr=[r.verdict.noise * r.verdict.ratio for r in reports], color=colors, capsize=3)
-    limits = [(i, r.verdict.limit) for i, r in enumerate(reports) if r.verdict.limit is not None]
-    if limits:
-        ax.scatter([lim for _, lim in limits], [i for i, _ in limits], marker="|", s=300, color="black",
-                   label="regression limit (regress_pct + noise)", zorder=3)
-        ax.legend(loc="lower right")
+    for row, r in enumerate(reports):
+        ratio, noise = r.verdict.ratio, r.verdict.noise
+        check = r.check("time")
+        ax.errorbar([ratio], [row], xerr=[[ratio - ratio / (1 + noise)], [ratio * noise]], fmt="o", capsize=3,
+                    color=_color(check.passed if check else None))
+        if r.verdict.limit is not None:
+            ax.plot([r.verdict.limit], [row], marker="|", markersize=16, color="black")
+    ax.set_yticks(range(len(reports)), [r.case for r in reports])
     ax.axvline(1.0, color="#555", linewidth=1)
+    ax.set_xscale("log")
     ax.invert_yaxis()
-    ax.set_xlabel("median / recorded median")
+    ax.set_xlabel("median / recorded median (log scale); black tick: regression limit")
     ax.set_title("time against the recording")
     return figure
 
 
 def _budget_figure(reports: list[ReplayReport]):
-    """Median per case in microseconds (log scale), the budget's p50 limit as a tick."""
+    """Median per case in microseconds (log scale), the budget's p50 limit as a black tick."""
     figure, ax = _figure(len(reports))
-    names = [r.case for r in reports]
-    colors = [_color(r.check("budget").passed if r.check("budget") else None) for r in reports]
-    ax.barh(names, [r.timing.median_us for r in reports], color=colors)
-    budgets = [(i, r.budget["p50_us"]) for i, r in enumerate(reports) if r.budget.get("p50_us")]
-    if budgets:
-        ax.scatter([b for _, b in budgets], [i for i, _ in budgets], marker="|", s=300, color="black",
-                   label="budget p50_us (judged on budget.backend only)", zorder=3)
-        ax.legend(loc="lower right")
+    for row, r in enumerate(reports):
+        check = r.check("budget")
+        ax.plot([r.timing.median_us], [row], "o", color=_color(check.passed if check else None))
+        if r.budget.get("p50_us"):
+            ax.plot([r.budget["p50_us"]], [row], marker="|", markersize=16, color="black")
+    ax.set_yticks(range(len(reports)), [r.case for r in reports])
     ax.set_xscale("log")
     ax.invert_yaxis()
-    ax.set_xlabel("median time per execution (us)")
+    ax.set_xlabel("median time per execution, us (log scale); black tick: budget p50_us "
+                  "(judged on budget.backend only)")
     ax.set_title("time against the budget")
     return figure
 

@@ -7,7 +7,7 @@ reports its own check. A failed check fails its item with the check's message (n
 check that does not apply is skipped with the reason; a time that is reported but not judged
 passes. Cases recorded on ``cuda`` skip cleanly where there is no GPU.
 
-With pytest-benchmark installed, ``::time`` is also a benchmark: ``benchmark.pedantic`` runs one
+With pytest-benchmark installed and enabled, ``::time`` is also a benchmark: ``benchmark.pedantic`` runs one
 pipeline execution per round under a timer that synchronises the device, and the device's own
 times (CUDA events on the GPU) go to ``benchmark.extra_info``. The judged regression verdict is
 still the replay's noise-aware one; pytest-benchmark adds its storage and ``--benchmark-compare``.
@@ -57,13 +57,12 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 
 def _in_regression_folder(path: Path, root: Path) -> bool:
-    """Only cases under a folder named ``regression`` (below the rootdir when inside it), never
-    the ``.tmp-``/``.old-`` folders a recording in progress leaves for a moment."""
+    """Only cases under a folder named ``regression`` (the rootdir or below it, when the case is
+    inside the rootdir), never the ``.tmp-``/``.old-`` folders a recording in progress leaves."""
     try:
-        parts = path.relative_to(root).parts
+        folders = (root.name, *path.relative_to(root).parts[:-1])
     except ValueError:
-        parts = path.parts
-    folders = parts[:-1]
+        folders = path.parts[:-1]
     return "regression" in folders and not any(".tmp-" in p or ".old-" in p for p in folders)
 
 
@@ -91,8 +90,7 @@ class CaseFile(pytest.File):
             checks, backend = case.checks, self.config.getoption("cuvil_backend") or case.backend
         except CaseError:
             checks, backend = ("checksums",), None  # its item reports why the case is unusable
-        plugins = self.config.pluginmanager
-        benchmarking = plugins.hasplugin("benchmark") or plugins.hasplugin("pytest_benchmark.plugin")
+        benchmarking = _benchmarks_active(self.config)
         for name in checks:
             if name == "time" and benchmarking:
                 yield _time_function(self, backend)
@@ -124,7 +122,7 @@ class CaseFile(pytest.File):
         try:
             case = load_case(self.case_dir)
             if (backend or case.backend) == "cuda" and not gpu_available():
-                pytest.skip(f"{name}: recorded on cuda, and this machine has no CUDA GPU")
+                pytest.skip("replays on cuda, and this machine has no CUDA GPU")
             if self.config.getoption("cuvil_update"):
                 update_case(self.case_dir, backend=backend)
             report = replay_case(self.case_dir, backend=backend)
@@ -139,7 +137,7 @@ class CaseFile(pytest.File):
     def benchmark(self, fixture, backend: str) -> None:
         """pytest-benchmark rounds of one execution each; the device's times go to ``extra_info``."""
         report = self.replay()
-        if fixture.disabled or report.unusable:
+        if report.unusable:
             return
         from cuvil_dsl import driver
         from cuvil_dsl.reference import HostHooks
@@ -165,6 +163,13 @@ class CaseFile(pytest.File):
             "replay_median_us": report.timing.median_us if report.timing else None,
             "recorded_median_us": report.recorded_timing.median_us if report.recorded_timing else None,
         })
+
+
+def _benchmarks_active(config: pytest.Config) -> bool:
+    """Whether pytest-benchmark is loaded and will time: not ``--benchmark-disable`` or
+    ``--benchmark-skip``, and not switched off by itself (under xdist)."""
+    session = getattr(config, "_benchmarksession", None)
+    return session is not None and not session.disabled and not session.skip
 
 
 def _assert_check(case: CaseFile, name: str) -> str:

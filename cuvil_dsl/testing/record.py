@@ -82,10 +82,10 @@ def record_case(spec: str | os.PathLike, out: str | os.PathLike, *, backend: str
     """Run ``spec`` and write a case to ``out``.
 
     ``shapes`` overrides sizes in the recorded copy of the spec (a smaller instance of a large
-    example). ``provenance`` (where the spec came from, the overrides) and ``checks`` (the checks a
-    replay applies) are kept from an earlier recording when a case is re-recorded in place. Raises ``UserError`` for a bad spec,
-    :class:`CaseError` when ``out`` holds a case and ``force`` is false, :class:`RecordRefused`
-    when the run fails.
+    example). ``provenance`` (where the spec came from, the overrides) and ``checks`` (the checks
+    a replay applies) are kept from an earlier recording when a case is re-recorded in place.
+    Raises ``UserError`` for a bad spec, :class:`CaseError` when ``out`` holds a case and
+    ``force`` is false, :class:`RecordRefused` when the run fails.
     """
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
@@ -96,8 +96,8 @@ def record_case(spec: str | os.PathLike, out: str | os.PathLike, *, backend: str
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        spec_copy = copy_spec(loaded, tmp / "spec", shapes or {})
         provenance = provenance or {"recorded_from": str(spec), "shapes_override": dict(shapes or {})}
+        spec_copy = copy_spec(loaded, tmp / "spec", shapes or {}, provenance["recorded_from"])
         header = {"spec": provenance, "checks": list(checks)}
         recording = _record_into(tmp, spec_copy, backend, iterations, arch, header)
         _install(tmp, out)
@@ -108,10 +108,14 @@ def record_case(spec: str | os.PathLike, out: str | os.PathLike, *, backend: str
     return recording
 
 
-def copy_spec(loaded: LoadedSpec, folder: Path, shapes: dict[str, int]) -> Path:
+_COPY_NOTE = "# Recorded copy of "
+
+
+def copy_spec(loaded: LoadedSpec, folder: Path, shapes: dict[str, int], origin: str) -> Path:
     """Copy the spec, its pipeline source and its ``.npy`` inputs into ``folder``, the spec's
     paths rewritten to the copies (input files become ``files/NAME.npy``, so names cannot clash).
-    The spec's leading comment is kept; its other comments are lost in the rewrite."""
+    The spec's leading comment is kept, with a line naming ``origin`` (the spec it came from);
+    its other comments are lost in the rewrite."""
     folder.mkdir(parents=True)
     text = Path(loaded.file).read_text(encoding="utf-8-sig")
     data = parse_yaml(text, loaded.file).data
@@ -128,8 +132,9 @@ def copy_spec(loaded: LoadedSpec, folder: Path, shapes: dict[str, int]) -> Path:
     for line in text.splitlines():
         if not line.startswith("#"):
             break
-        header.append(line)
-    header.append(f"# Recorded copy of {loaded.file}: paths point at the copies in this folder.")
+        if not line.startswith(_COPY_NOTE):  # a case re-recorded from its own copy keeps one note
+            header.append(line)
+    header.append(f"{_COPY_NOTE}{origin}: paths point at the copies in this folder.")
     target = folder / Path(loaded.file).name
     body = yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
     target.write_text("\n".join(header) + "\n" + body, encoding="utf-8")

@@ -134,8 +134,9 @@ class _Replay:
         if self.same_target:
             self.add(check_code(self.case.sources(), executor.sources()))
         else:
+            recorded, replayed = self._target(self.case.identity), self._target(self.current)
             self.add(skipped("code", f"generated code is compared on the recorded backend and arch only "
-                                     f"({self._target(self.case.identity)}; this replay: {self._target(self.current)})"))
+                                     f"({recorded}; this replay: {replayed})"))
         hooks = HostHooks(stream=io.StringIO())  # host `print`s would only clutter a replay
         try:
             first = executor.run(session.inputs, session.binding.params, hooks)
@@ -148,7 +149,7 @@ class _Replay:
                 self.add(skipped(name, "not run: the execution failed"))
             return
         self.add(check_results(self.case.result_entries, recorded_results, first, exact, self.report.rule_reason))
-        self.add(check_snapshot(self.case.snapshot(), first_snapshot, exact, self.same_backend))
+        self.add(check_snapshot(self.case.snapshot(), first_snapshot, exact, self.same_target))
         self.add(check_determinism(first, second))
         timed = {"budget", "time"} & set(self.case.checks)
         stats = self._measure() if timed else None
@@ -170,7 +171,7 @@ class _Replay:
         """Noise-aware timing; a suspected regression is measured again and the faster run counts."""
         case = self.case
         stats = measure(self.executor, case.warmup, case.iterations)
-        recorded, regress_pct = case.timing, case.budget.get("regress_pct")
+        recorded, regress_pct = case.timing, self.session.spec.budget.regress_pct
         if recorded is not None and self._comparable() is None and judge(recorded, stats, regress_pct).passed is False:
             again = measure(self.executor, case.warmup, case.iterations)
             stats = min(stats, again, key=lambda s: s.median_us)
@@ -191,7 +192,7 @@ class _Replay:
         recorded = self.case.timing
         if recorded is None:
             return skipped("time", "no timing was recorded")
-        regress_pct = self.case.budget.get("regress_pct")
+        regress_pct = self.session.spec.budget.regress_pct
         verdict = judge(recorded, stats, regress_pct)
         self.report.verdict = verdict
         message = verdict.describe(recorded, stats, regress_pct)
@@ -204,7 +205,7 @@ class _Replay:
 
     def _budget(self, stats: TimingStats) -> CheckResult:
         items, passed, note = driver.judge_budget(self.session, stats.as_timing(), self.executor.kernel_reports())
-        self.report.budget = {**self.case.budget, "verdict": passed,
+        self.report.budget = {**self.session.spec.budget.model_dump(), "verdict": passed,
                               "items": {i.name: i.to_json() for i in items}}
         lines = [f"{i.name} {'-' if i.value is None else f'{i.value:.4g}'} (limit {i.limit:g})"
                  f"{'' if i.passed is None else (' ok' if i.passed else ' OVER')}" for i in items]

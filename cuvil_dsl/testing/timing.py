@@ -47,7 +47,7 @@ class TimingStats:
     samples_us: tuple[float, ...] = ()  # every sample, kept in memory for the budget, not recorded
 
     @staticmethod
-    def from_rounds(rounds: list[Timing]) -> "TimingStats":
+    def from_rounds(rounds: list[Timing]) -> TimingStats:
         medians = np.array([r.p50_us for r in rounds])
         every = tuple(s for r in rounds for s in r.samples_us)
         whole = Timing(every)
@@ -74,7 +74,7 @@ class TimingStats:
         }
 
     @staticmethod
-    def from_json(data: dict) -> "TimingStats":
+    def from_json(data: dict) -> TimingStats:
         return TimingStats(
             float(data["median_us"]), float(data["p99_us"]), float(data["mean_us"]), float(data["std_us"]),
             float(data["spread"]), int(data["samples"]), tuple(float(m) for m in data["round_medians_us"]),

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from harness_support import SPECS
 
 from cuvil_dsl.cli import main
 from cuvil_dsl.testing.case import CHECKS, load_case
 from cuvil_dsl.testing.record import RecordRefused, record_case
 from cuvil_dsl.testing.replay import replay_case
-from conftest import SPECS
 
 
 def test_round_trip_passes_every_check_under_the_exact_rule(case_dir):
@@ -23,7 +23,7 @@ def test_round_trip_passes_every_check_under_the_exact_rule(case_dir):
     assert [c.name for c in report.checks] == list(CHECKS)
     by_name = {c.name: c for c in report.checks}
     assert by_name["results"].passed and by_name["results"].rule == "exact"
-    assert by_name["time"].passed is True  # regress_pct is set and the machine is the same
+    assert by_name["time"].passed is None and "not judged" in by_name["time"].message  # no regress_pct
     assert by_name["budget"].passed is None  # no limit is set, so nothing is judged
 
 
@@ -37,7 +37,7 @@ def test_case_is_self_contained_and_readable(case_dir):
                                         "rtol": 1e-3, "atol": 1e-3}
     assert {"cuvil_dsl", "python", "numpy"} <= set(manifest["identity"]["toolchain"])
     assert {"median_us", "p99_us", "mean_us", "std_us", "spread", "samples"} <= set(manifest["timing"])
-    assert manifest["budget"]["regress_pct"] == 10
+    assert manifest["budget"]["backend"] == "reference"
     for name in ("spec/softmax.cuvil", "inputs/x.npy", "results/y.npy", "snapshot.json", "pipeline.ir"):
         assert name in manifest["files"], name
     assert "softmax" in (case_dir / "pipeline.ir").read_text()
@@ -80,7 +80,8 @@ def test_a_failing_run_is_not_recorded_and_leaves_nothing_behind(tmp_path, capsy
     (tmp_path / "logs.cuvil").write_text(
         "pipeline logs(x: f32[N]) -> y: f32[N] {\n    y = log(x)\n    assert_finite(y)\n}\n")
     spec = tmp_path / "logs.yaml"
-    spec.write_text("pipeline: logs.cuvil\nshapes: {N: 8}\ninputs:\n  x: {init: zeros}\nrun: {warmup: 0, iterations: 2}\n")
+    spec.write_text("pipeline: logs.cuvil\nshapes: {N: 8}\ninputs:\n  x: {init: zeros}\n"
+                    "run: {warmup: 0, iterations: 2}\n")
     out = tmp_path / "cases" / "logs"
     with pytest.raises(RecordRefused, match="assert_finite"):
         record_case(spec, out, backend="reference")
@@ -148,5 +149,25 @@ def test_update_re_records_in_place_keeping_checks_and_provenance(case_dir, caps
     updated = load_case(case_dir)
     assert "time" not in updated.checks
     assert updated.manifest["spec"]["recorded_from"] == manifest["spec"]["recorded_from"]
+    spec_copy = (case_dir / "spec" / "small_softmax.yaml").read_text()
+    assert spec_copy.count("# Recorded copy of ") == 1 and manifest["spec"]["recorded_from"] in spec_copy
     assert not list(Path(case_dir).parent.glob("*.tmp-*")) and not list(Path(case_dir).parent.glob("*.old-*"))
     assert replay_case(case_dir).exit_code == 0
+
+
+def test_the_manifest_checks_list_selects_checks_and_rejects_unknown_ones(case_dir, capsys):
+    manifest_path = case_dir / "case.yaml"
+    manifest = yaml.safe_load(manifest_path.read_text())
+    manifest["checks"] = ["results", "snapshot"]
+    manifest_path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+    assert [c.name for c in replay_case(case_dir).checks] == ["checksums", "results", "snapshot"]
+    manifest["checks"] = ["results", "determinsm"]
+    manifest_path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+    assert main(["replay", str(case_dir)]) == 2
+    assert "unknown check(s) determinsm" in capsys.readouterr().err
+
+
+def test_update_refuses_a_tampered_case(case_dir, capsys):
+    (case_dir / "inputs" / "x.npy").write_bytes(b"not an array")
+    assert main(["replay", str(case_dir), "--update"]) == 2
+    assert "refusing to re-record" in capsys.readouterr().err

@@ -6,7 +6,6 @@ import ctypes
 import os
 import stat
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -1,0 +1,240 @@
+"""The numba helpers generated CPU kernels call (``cvl.<name>`` in the generated source).
+
+They exist where numba's own functions do not match the language (LANGUAGE.md section 5) or
+would keep LLVM from vectorizing a loop:
+
+* f16 and bf16 live in memory as uint16 bit patterns (numba has no usable half type); the
+  conversions are integer bit operations with round to nearest even, branch-free, so a loop
+  over half data still vectorizes. ``narrow_f64`` rounds f64 to f32 *to odd* first, so that
+  f64 to half rounds once, as the reference does.
+* ``fmaximum``/``fminimum`` are LLVM's NaN-propagating ``llvm.maximum``/``llvm.minimum``
+  (NumPy's semantics); the loop vectorizer knows them as reductions, a compare-and-select
+  with a NaN test it does not.
+* ``exp_f32`` is a Cephes-style exp (< 1 ulp on the normal range) made of arithmetic and bit
+  operations only: libm's ``expf`` is a scalar call that stops vectorization, and softmax
+  spends most of its time there.
+* i32 casts from floats truncate, saturate and send NaN to 0.
+
+Generated sources carry a hash of this file, so editing it gives new source files and numba's
+cache (which only watches the kernel's own file) never serves code built on older helpers.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+_JIT = {"cache": True, "error_model": "numpy"}
+
+
+def _bitcast(src, dst):
+    """An intrinsic reinterpreting the bits of a ``src`` value as ``dst`` (same width)."""
+
+    @intrinsic
+    def reinterpret(typingctx, x):
+        if x != src:
+            return None
+
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], context.get_value_type(dst))
+
+        return dst(src), codegen
+
+    return reinterpret
+
+
+f32_as_i32 = _bitcast(types.float32, types.int32)
+i32_as_f32 = _bitcast(types.int32, types.float32)
+
+
+def _nan_propagating(llvm_name: str):
+    """An intrinsic calling ``llvm.maximum``/``llvm.minimum`` on two floats of one type."""
+
+    @intrinsic
+    def extremum(typingctx, a, b):
+        if a != b or a not in (types.float32, types.float64):
+            return None
+
+        def codegen(context, builder, signature, args):
+            t = context.get_value_type(a)
+            fn = builder.module.declare_intrinsic(llvm_name, [t], ir.FunctionType(t, [t, t]))
+            return builder.call(fn, args)
+
+        return a(a, a), codegen
+
+    return extremum
+
+
+fmaximum = _nan_propagating("llvm.maximum")
+fminimum = _nan_propagating("llvm.minimum")
+
+
+# ---------------------------------------------------------------------------- half types
+
+
+@numba.njit(**_JIT)
+def f16_to_f32(h):
+    """f16 bits to f32 (exact): rebias the exponent; subnormals renormalised by a float subtract."""
+    v = np.int64(h)
+    o = (v & 0x7FFF) << 13
+    e = o & 0x0F800000
+    normal = i32_as_f32(np.int32(o + (224 << 23 if e == 0x0F800000 else 112 << 23)))
+    subnormal = i32_as_f32(np.int32(o + (113 << 23))) - np.float32(6.103515625e-05)
+    f = subnormal if e == 0 else normal
+    return i32_as_f32(np.int32(np.int64(f32_as_i32(f)) | ((v & 0x8000) << 16)))
+
+
+@numba.njit(**_JIT)
+def f32_to_f16(x):
+    """f32 to f16 bits, round to nearest even; overflow to inf, NaN to a quiet NaN."""
+    u = np.int64(f32_as_i32(x)) & 0xFFFFFFFF
+    a = u & 0x7FFFFFFF
+    # below 2^-14 the result is subnormal: adding 0.5 lines the 10 mantissa bits up at the
+    # bottom of the float, rounded to nearest even by the FPU
+    subnormal = (np.int64(f32_as_i32(abs(x) + np.float32(0.5))) & 0xFFFFFFFF) - 0x3F000000
+    normal = (a - (112 << 23) + 0xFFF + ((a >> 13) & 1)) >> 13
+    special = 0x7E00 if a > 0x7F800000 else 0x7C00
+    h = special if a >= 0x47800000 else (subnormal if a < 0x38800000 else normal)
+    return np.uint16(h | ((u >> 16) & 0x8000))
+
+
+@numba.njit(**_JIT)
+def bf16_to_f32(h):
+    """bf16 bits to f32 (exact): the upper half of the f32 bits."""
+    return i32_as_f32(np.int32(np.int64(h) << 16))
+
+
+@numba.njit(**_JIT)
+def f32_to_bf16(x):
+    """f32 to bf16 bits, round to nearest even; NaN stays a quiet NaN."""
+    u = np.int64(f32_as_i32(x)) & 0xFFFFFFFF
+    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    quiet = (u >> 16) | 0x40
+    return np.uint16(quiet if (u & 0x7FFFFFFF) > 0x7F800000 else rounded)
+
+
+@numba.njit(**_JIT)
+def round_f16(x):
+    """An f32 value rounded to f16 and back: a named f16 value as it is bound."""
+    return f16_to_f32(f32_to_f16(x))
+
+
+@numba.njit(**_JIT)
+def round_bf16(x):
+    """An f32 value rounded to bf16 and back: a named bf16 value as it is bound."""
+    return bf16_to_f32(f32_to_bf16(x))
+
+
+@numba.njit(**_JIT)
+def narrow_f64(x):
+    """f64 to f32 rounded to odd: rounding the result to a half type again is exact RNE."""
+    y = np.float32(x)
+    wide = np.float64(y)
+    bits = np.int64(f32_as_i32(y))
+    bits = bits - 1 if abs(wide) > abs(x) else bits  # step back toward zero: truncation
+    odd = i32_as_f32(np.int32(bits | 1))
+    return y if (wide == x or x != x) else odd
+
+
+# ---------------------------------------------------------------------------- numerics
+
+
+@numba.njit(**_JIT)
+def to_i32(x):
+    """Float to i32: truncate toward zero, saturate, NaN to 0 (the language's cast)."""
+    if x != x:
+        return np.int32(0)
+    if x >= 2147483647.0:
+        return np.int32(2147483647)
+    if x <= -2147483648.0:
+        return np.int32(-2147483648)
+    return np.int32(x)
+
+
+@numba.njit(**_JIT)
+def exp_f32(x):
+    """exp on f32 without a libm call (vectorizes); < 1 ulp where the result is normal."""
+    xc = np.minimum(np.maximum(x, np.float32(-104.0)), np.float32(89.0))
+    t = np.floor(xc * np.float32(1.4426950408889634) + np.float32(0.5))
+    r = xc - t * np.float32(0.693359375) - t * np.float32(-2.12194440e-4)
+    p = np.float32(1.9875691500e-4)
+    p = p * r + np.float32(1.3981999507e-3)
+    p = p * r + np.float32(8.3334519073e-3)
+    p = p * r + np.float32(4.1665795894e-2)
+    p = p * r + np.float32(1.6666665459e-1)
+    p = p * r + np.float32(5.0000001201e-1)
+    p = p * r * r + r + np.float32(1.0)
+    # 2^t as two factors, each a normal float, so the product overflows and underflows
+    # (to subnormals) exactly where exp does
+    n = np.int32(t)
+    h = np.int32(n >> 1)
+    scale_a = i32_as_f32(np.int32((h + 127) << 23))
+    scale_b = i32_as_f32(np.int32((n - h + 127) << 23))
+    y = p * scale_a * scale_b
+    return x if x != x else y
+
+
+@numba.njit(**_JIT)
+def relu_f32(x):
+    return fmaximum(x, np.float32(0.0))
+
+
+@numba.njit(**_JIT)
+def relu_f64(x):
+    return fmaximum(x, 0.0)
+
+
+@numba.njit(**_JIT)
+def rsqrt_f32(x):
+    return np.float32(1.0) / np.sqrt(x)
+
+
+@numba.njit(**_JIT)
+def rsqrt_f64(x):
+    return 1.0 / np.sqrt(x)
+
+
+@numba.njit(**_JIT)
+def sigmoid_f32(x):
+    return np.float32(1.0) / (np.float32(1.0) + exp_f32(-x))
+
+
+@numba.njit(**_JIT)
+def sigmoid_f64(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+@numba.njit(**_JIT)
+def silu_f32(x):
+    return x * sigmoid_f32(x)
+
+
+@numba.njit(**_JIT)
+def silu_f64(x):
+    return x * sigmoid_f64(x)
+
+
+@numba.njit(**_JIT)
+def gelu_f32(x):
+    return np.float32(0.5) * x * (np.float32(1.0) + math.erf(x * np.float32(0.7071067811865476)))
+
+
+@numba.njit(**_JIT)
+def gelu_f64(x):
+    return 0.5 * x * (1.0 + math.erf(x * 0.7071067811865476))
+
+
+@numba.njit(**_JIT)
+def gelu_tanh_f32(x):
+    inner = np.float32(0.7978845608028654) * (x + np.float32(0.044715) * x * x * x)
+    return np.float32(0.5) * x * (np.float32(1.0) + np.tanh(inner))
+
+
+@numba.njit(**_JIT)
+def gelu_tanh_f64(x):
+    return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))

@@ -1,0 +1,89 @@
+"""What the generated kernels really run, from their SASS (cuobjdump, no GPU needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cuvil_dsl.compile import SassUnavailable, count_instructions, disassemble, find_cuobjdump
+
+pytestmark = pytest.mark.skipif(find_cuobjdump() is None, reason="cuobjdump is not installed")
+
+
+def sass_of(built, arch: str, case: str, kernel: str) -> str:
+    b = built(arch)[(case, kernel)]
+    try:
+        return disassemble(b.unit.cubin)
+    except SassUnavailable as exc:  # a broken tool is not a failure of the generated code
+        pytest.skip(str(exc))
+
+
+def barriers(sass: str) -> int:
+    return count_instructions(sass, r"BAR\.SYNC")
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("case,kernel", [
+    ("specs/gemm_bias_gelu", "gemm_epilogue"),
+    ("programs/gemm_bf16", "main_k1"),
+    ("specs/attention_scores", "qk_softmax"),
+    ("programs/gemm_f32_tf32", "main_k1"),
+])
+def test_half_and_tf32_matmuls_run_on_tensor_cores(built, arch, case, kernel):
+    sass = sass_of(built, arch, case, kernel)
+    assert count_instructions(sass, "HMMA") > 0
+    if "tf32" not in case:
+        assert count_instructions(sass, "LDSM") > 0  # fragments by ldmatrix
+
+
+@pytest.mark.parametrize("case,kernel,fma", [
+    ("specs/batched_matmul_broadcast", "main_k1", "FFMA"),
+    ("programs/gemm_f64", "main_k1", "DFMA"),
+])
+def test_full_precision_matmuls_do_not_use_tensor_cores(built, case, kernel, fma):
+    sass = sass_of(built, "sm_90", case, kernel)
+    assert count_instructions(sass, "HMMA") == 0
+    assert count_instructions(sass, fma) >= 64 * 64 * 16 // 256  # the tile's products, per thread
+
+
+def test_aligned_operands_are_copied_by_cp_async(built):
+    assert count_instructions(sass_of(built, "sm_90", "specs/gemm_bias_gelu", "gemm_epilogue"), "LDGSTS") > 0
+    # K = 45 halves is not 16-byte aligned: element copies instead
+    assert count_instructions(sass_of(built, "sm_90", "programs/gemm_f16_ragged", "main_k1"), "LDGSTS") == 0
+
+
+@pytest.mark.parametrize("case,kernel,expected", [
+    ("specs/elementwise_chain", "main_k1", 0),  # elementwise: no barrier
+    ("specs/softmax", "row_softmax", 0),  # rows of 1024: one warp per row, shuffles only
+    ("specs/rmsnorm", "main_k1", 1),  # rows of 2048: a block per row, one phase
+    ("programs/norm_wide", "main_k1", 2),  # two phases (rmsnorm's and layernorm's statistics)
+    ("programs/softmax_very_long", "main_k1", 2),  # max, then sum
+    ("specs/reductions", "main_k2", 1),  # strided (column) reduction: one shared-memory combine
+    ("specs/batched_matmul_broadcast", "main_k1", 2),  # SIMT GEMM: first tile, then one per k step
+])
+def test_barrier_counts_match_the_templates(built, case, kernel, expected):
+    sass = sass_of(built, "sm_90", case, kernel)
+    assert barriers(sass) == expected
+    source = built("sm_90")[(case, kernel)].kernel.source
+    assert source.split('extern "C"')[1].count("__syncthreads()") == expected
+
+
+@pytest.mark.parametrize("case,kernel", [("specs/gemm_bias_gelu", "gemm_epilogue"),
+                                         ("specs/attention_scores", "qk_softmax")])
+def test_tensor_core_pipeline_has_one_barrier_per_step(built, case, kernel):
+    source = built("sm_90")[(case, kernel)].kernel.source
+    assert source.split('extern "C"')[1].count("__syncthreads()") == 1
+    # the compiler may rotate the step loop, duplicating its one barrier
+    assert 1 <= barriers(sass_of(built, "sm_90", case, kernel)) <= 2
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_f32_elementwise_uses_16_byte_accesses(built, arch):
+    sass = sass_of(built, arch, "specs/elementwise_chain", "main_k1")
+    assert count_instructions(sass, r"LDG\.E\.128") > 0
+    assert count_instructions(sass, r"STG\.E\.128") > 0
+
+
+def test_half_row_kernels_load_rows_with_16_byte_vectors(built):
+    for case, kernel in (("specs/softmax", "row_softmax"), ("specs/layernorm", "norm")):
+        sass = sass_of(built, "sm_90", case, kernel)
+        assert count_instructions(sass, r"LDG\.E\.128") > 0 and count_instructions(sass, r"STG\.E\.128") > 0
