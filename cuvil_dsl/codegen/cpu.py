@@ -106,6 +106,12 @@ class CpuKernel:
         out += [Param("scalar", u, self.dtype(u), self.lang.scalar_type(self.dtype(u))) for u in self.p.uniforms]
         return tuple(out)
 
+    def local(self, prm: Param) -> str:
+        """The generated name a parameter has inside the kernel."""
+        if prm.kind == "workspace":
+            return prm.name
+        return self.names[prm.name] if prm.kind == "buffer" else self.uniform_names[prm.name]
+
     def param_lines(self) -> list[str]:
         """``b0,  # x: f16[T, H] input`` per parameter, for a ``def``."""
         lines = []
@@ -113,10 +119,9 @@ class CpuKernel:
             if prm.kind == "workspace":
                 lines.append(f"    {prm.name},  # workspace: {prm.dtype.value}[{prm.size}]")
                 continue
-            local = self.names.get(prm.name) or self.uniform_names[prm.name]
             role = "input" if prm.name in self.kernel.inputs else "output" if prm.kind == "buffer" else "scalar"
             t = self.p.types[prm.name]
-            lines.append(f"    {local},  # {comment_text(prm.name)}: {prm.dtype.value}{shape_str(t.shape)} {role}")
+            lines.append(f"    {self.local(prm)},  # {comment_text(prm.name)}: {prm.dtype.value}{shape_str(t.shape)} {role}")
         return lines
 
     def jit_function(self, name: str, body: list[str]) -> list[str]:
@@ -128,7 +133,7 @@ class CpuKernel:
 
     def arguments(self) -> str:
         """The parameters as a call's argument list."""
-        return ", ".join(self.names.get(p.name) or self.uniform_names.get(p.name) or p.name for p in self.params())
+        return ", ".join(self.local(p) for p in self.params())
 
     # ------------------------------------------------------------------ addressing and stores
     def load(self, value: str, m: Map, coord: Coord, flat: str | None = None) -> str:

@@ -1,0 +1,92 @@
+"""Generated numba modules on disk: written by hash, imported, compiled or loaded from numba's cache.
+
+numba caches only functions defined in a real file (``exec`` of a string has no cache
+locator), and it finds a cached function in the next process through the module's name. So
+each module is written to ``<cache dir>/numba/<hash>.py`` and imported under the name
+``cuvil_dsl_cpu_<hash>``, registered in ``sys.modules`` *before* it runs. The file is
+rewritten only when its bytes differ from the source: numba's cache index checks the
+file's modification time, and touching an intact file would throw its cache away.
+
+The cache directory is the compile cache's, trusted the same way (owned by you, not
+writable by others: these files are imported as code); with the cache disabled or refused,
+modules go to a private temporary directory that lives as long as the executor.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from cuvil_dsl import knobs
+from cuvil_dsl.codegen.cpu import CpuModule
+from cuvil_dsl.compile.cache import atomic_write, disk_cache
+from cuvil_dsl.diagnostics import InternalError
+
+MODULE_PREFIX = "cuvil_dsl_cpu_"
+
+
+@dataclass(frozen=True)
+class LoadedModule:
+    module: CpuModule
+    entry: Callable
+    path: Path
+    compile_ms: float  # compiling, or loading numba's cache, when the module was imported
+    cache_hit: bool  # numba loaded every function from its cache (or this process already had it)
+
+
+class ModuleDirectory:
+    """Where generated modules are written: ``<cache dir>/numba``, or a private temporary folder."""
+
+    def __init__(self) -> None:
+        self._temporary: tempfile.TemporaryDirectory | None = None
+        if disk_cache() is None:  # disabled, or the directory is not trusted (a warning said why)
+            self._temporary = tempfile.TemporaryDirectory(prefix="cuvil-numba-")
+            self.path = Path(self._temporary.name)
+        else:
+            self.path = knobs.values.cache_dir / "numba"
+            self.path.mkdir(mode=0o700, exist_ok=True)
+
+    def close(self) -> None:
+        if self._temporary is not None:
+            self._temporary.cleanup()
+            self._temporary = None
+
+
+def load_module(module: CpuModule, directory: Path) -> LoadedModule:
+    """Import ``module`` from ``directory``; numba compiles its functions now, or loads them from its cache."""
+    digest = hashlib.sha256(module.source.encode("utf-8")).hexdigest()[:32]
+    name = MODULE_PREFIX + digest
+    path = directory / f"{digest}.py"
+    loaded = sys.modules.get(name)
+    if loaded is not None:  # the same source, compiled earlier in this process
+        return LoadedModule(module, getattr(loaded, module.entry), Path(loaded.__file__), 0.0, True)
+    data = module.source.encode("utf-8")
+    if not path.is_file() or path.read_bytes() != data:
+        atomic_write(path, data, durable=False)  # a torn file is caught by the comparison above
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    code = importlib.util.module_from_spec(spec)
+    sys.modules[name] = code
+    started = time.perf_counter()
+    try:
+        spec.loader.exec_module(code)
+    except Exception as exc:
+        del sys.modules[name]
+        raise InternalError(f"kernel `{module.name}`: numba could not compile the generated module {path}: "
+                            f"{type(exc).__name__}: {exc}") from exc
+    compile_ms = (time.perf_counter() - started) * 1e3
+    return LoadedModule(module, getattr(code, module.entry), path, compile_ms, _from_cache(code, name))
+
+
+def _from_cache(code, name: str) -> bool:
+    """Whether numba loaded every jitted function of the module from its cache, none compiled."""
+    from numba.core.dispatcher import Dispatcher
+
+    jitted = [v for v in vars(code).values() if isinstance(v, Dispatcher) and v.py_func.__module__ == name]
+    return bool(jitted) and all(sum(f.stats.cache_hits.values()) and not f.stats.cache_misses for f in jitted)
