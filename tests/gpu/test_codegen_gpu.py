@@ -40,7 +40,7 @@ def _poisoned(shape: tuple, dtype: DType):
     if dtype in (DType.F16, DType.F32, DType.F64):
         return cupy.full(shape, np.nan, dtype=dtype.numpy)
     storage = {DType.BF16: np.uint16, DType.BOOL: np.uint8, DType.I32: np.int32}[dtype]
-    return cupy.full(shape, -1, dtype=storage)
+    return cupy.full(shape, np.iinfo(storage).max, dtype=storage)
 
 
 def _host_array(dev, dtype: DType) -> np.ndarray:
