@@ -198,17 +198,26 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     skip = set(filter(None, args.skip.split(",")))
     data: dict = {"device": device_info()}
+
+    def save() -> str:
+        # After every step, so a session cut short still brings back what it measured.
+        (out / "report.json").write_text(json.dumps(data, indent=2, default=str))
+        text = report(data)
+        (out / "report.md").write_text(text)
+        return text
+
     with open(out / "runs.log", "w") as log:
         if "tests" not in skip:
             data["tests"] = run_tests(out, log)
+            save()
         if "specs" not in skip:
             data["specs"] = run_specs("specs", log)
+            save()
         if "bench" not in skip:
             data["bench"] = run_specs("benchmarks", log)
+            save()
             data["baselines"] = baselines()
-    (out / "report.json").write_text(json.dumps(data, indent=2, default=str))
-    text = report(data)
-    (out / "report.md").write_text(text)
+    text = save()
     print(text)
     return 0
 

@@ -13,23 +13,27 @@ from __future__ import annotations
 
 import re
 
-_BARRIER = re.compile(r"\b__syncthreads(?:_count|_and|_or)?\s*\(|\bbar(?:rier)?\.sync\b")
+_BARRIER = re.compile(r"\b__syncthreads(?:_count|_and|_or)?\s*\(|\bbar(?:rier)?\.sync\b|\bbarrier\.cluster\b"
+                      r"|\bcvl_cluster_sync\s*\(")
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 _ASSIGN = re.compile(r"([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*(?:[-+*/%&|^]|<<|>>)?=(?!=)([^;{}]*)")
 _CONTROL = re.compile(r"^\s*(?:\}\s*)?(else\s+if|if|for|while|switch|else)\b")
 _SEEDS = {"threadIdx", "laneid", "lane", "lane_id"}
 
 
-def _strip(source: str) -> str:
-    """Comments, string literals and preprocessor lines blanked (a barrier inside
-    ``asm("bar.sync ...")`` is kept)."""
-    def blank(m: re.Match) -> str:
-        text = m.group(0)
-        if text.startswith('"') and _BARRIER.search(text):
-            return " __syncthreads() " + " " * max(0, len(text) - 17)
-        return re.sub(r"[^\n]", " ", text)
+_ASM = re.compile(r'\basm\s*(?:volatile\s*)?\((?:[^()"]|"(?:\\.|[^"\\])*"|\([^()]*\))*\)')
 
-    text = re.sub(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\])*"', blank, source, flags=re.S)
+
+def _strip(source: str) -> str:
+    """Comments, string literals and preprocessor lines blanked; an ``asm`` statement that
+    holds ``bar.sync`` becomes a ``__syncthreads()``."""
+    def asm(m: re.Match) -> str:
+        text = m.group(0)
+        return "__syncthreads()" + " " * (len(text) - 15) if _BARRIER.search(text) else text
+
+    text = _ASM.sub(asm, source)
+    text = re.sub(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\])*"', lambda m: re.sub(r"[^\n]", " ", m.group(0)), text,
+                  flags=re.S)
     return re.sub(r"^[ \t]*#[^\n]*", lambda m: " " * len(m.group(0)), text, flags=re.M)
 
 

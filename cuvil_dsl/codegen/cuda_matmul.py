@@ -26,6 +26,7 @@ import math
 from cuvil_dsl.codegen.base import rounds
 from cuvil_dsl.codegen.cuda import CudaKernel, Emitted, _prod
 from cuvil_dsl.codegen.cuda_gemm import batch_offset, engine, operand
+from cuvil_dsl.passes import configs
 from cuvil_dsl.types import DType
 
 
@@ -40,14 +41,22 @@ class _GemmKernel:
         self.matmul = k.kernel.anchor
         self.softmax = next((op for op in p.ops.values() if op.op in ("softmax", "log_softmax")), None)
         self.a, self.b = operand(k, self.matmul, 0), operand(k, self.matmul, 1)
-        self.eng = engine(k, self.a, self.b, rows_only=self.softmax is not None)
         self.M, self.N = p.domain[-2], p.domain[-1]
         self.batch = _prod(p.domain[:-2])
+        kind = "matmul_softmax" if self.softmax is not None else "matmul"
+        k.config = configs.sized_tiles(k.config, kind, configs.uses_tensor_cores(self.a.dtype, k.arch, k.tf32),
+                                       self.blocks, k.sm_count)
+        self.eng = engine(k, self.a, self.b, rows_only=self.softmax is not None)
         self.mt = -(-self.M // self.eng.bm)
         self.nt = -(-self.N // self.eng.bn)
         self.kt = -(-self.a.depth // self.eng.bk)
         self.dtype: DType = k.dtype(self.matmul)
         self.ctype = k.lang.ctype(self.dtype)
+
+    def blocks(self, bm: int, bn: int) -> int:
+        """Blocks a launch with this tile takes (a softmax block owns whole rows)."""
+        rows = -(-self.M // bm)
+        return self.batch * rows * (1 if self.softmax is not None else -(-self.N // bn))
 
     # ------------------------------------------------------------------ per-element work
     def coord(self, d: int) -> str:

@@ -19,15 +19,46 @@ slots, so none is reused within a row).
 
 from __future__ import annotations
 
+import re
+
 from cuvil_dsl.codegen.base import rounds
 from cuvil_dsl.codegen.cuda import CudaKernel, Emitted, _prod
 from cuvil_dsl.codegen.program import Reduction
+from cuvil_dsl.passes import configs
 from cuvil_dsl.passes.indexing import operand_map
 
 WARP_ROW_LIMIT = 1024  # longest row one warp takes
+MAX_CLUSTER = 8  # blocks sharing one row (the portable thread-block cluster size)
 CACHE_BUDGET = 64  # cached elements per thread (registers)
 MAX_VEC = 8
 _WARP_REDUCE = {"rsum": "cvl_warp_sum", "rmax": "cvl_warp_max", "rmin": "cvl_warp_min"}
+CLUSTER_HELPERS = r"""
+// sm_90 thread-block clusters: a barrier over the cluster's blocks (release/acquire), and a
+// read of another block's shared memory (distributed shared memory).
+__device__ __forceinline__ void cvl_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ unsigned cvl_cluster_addr(const void* p, int rank) {
+    unsigned local = static_cast<unsigned>(__cvta_generic_to_shared(p)), remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+    return remote;
+}
+__device__ __forceinline__ float cvl_cluster_load(const float* p, int rank) {
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(cvl_cluster_addr(p, rank)) : "memory");
+    return v;
+}
+__device__ __forceinline__ double cvl_cluster_load(const double* p, int rank) {
+    double v;
+    asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(cvl_cluster_addr(p, rank)) : "memory");
+    return v;
+}
+__device__ __forceinline__ int cvl_cluster_load(const int* p, int rank) {
+    int v;
+    asm volatile("ld.shared::cluster.s32 %0, [%1];" : "=r"(v) : "r"(cvl_cluster_addr(p, rank)) : "memory");
+    return v;
+}
+"""
 
 
 def _indent(lines: list[str], n: int = 1) -> list[str]:
@@ -115,12 +146,12 @@ class _RowKernel:
         self.acc[r.op.out] = name
         return [f"const {k.lang.ctype(dtype)} {name} = {value};"]
 
-    def combine_list(self, r: Reduction, items: list[str]) -> str:
+    def fold_lines(self, r: Reduction, name: str, count: int, item) -> list[str]:
+        """``name`` = the in-order combine of ``item(i)`` for i < count, as a loop."""
         k = self.k
-        expr = items[0]
-        for x in items[1:]:
-            expr = k.lang.apply(k.lang.combine[r.op.op], k.dtype(r.op.out), a=expr, b=x)
-        return expr
+        step = k.lang.apply(k.lang.combine[r.op.op], k.dtype(r.op.out), a=name, b=item("i"))
+        return [f"{k.lang.ctype(k.dtype(r.op.out))} {name} = {item('0')};",
+                "#pragma unroll", f"for (int i = 1; i < {count}; ++i) {name} = {step};"]
 
     def coords(self, index: str, shape: tuple, first_axis: int, prefix: str = "c") -> list[str]:
         """Declarations of the coordinates of flat ``index`` over ``shape`` (axes from ``first_axis``)."""
@@ -149,6 +180,8 @@ class _RowKernel:
         while self.L % vec:
             vec //= 2
         nv = self.L // vec
+        self.cluster = 1 if warp_mode else self.cluster_size(self.rows, threads * vec)
+        tpr *= self.cluster  # the threads of every block of the cluster share the row
         slots = -(-nv // tpr)
         cached_leaves = list(dict.fromkeys(x for i in range(p.phases) for x in self.row_leaves(i)))
         cached = bool(cached_leaves) and len(cached_leaves) * slots * vec <= CACHE_BUDGET
@@ -159,6 +192,10 @@ class _RowKernel:
             rpb = threads // 32
             body += ["const int tid = threadIdx.x % 32;", f"const int row = blockIdx.x * {rpb} + threadIdx.x / 32;"]
             grid = -(-self.rows // rpb)
+        elif self.cluster > 1:
+            body += [f"const int tid = blockIdx.x % {self.cluster} * {threads} + threadIdx.x;",
+                     f"const int row = blockIdx.x / {self.cluster};"]
+            grid = self.rows * self.cluster
         else:
             body += ["const int tid = threadIdx.x;", "const int row = blockIdx.x;"]
             grid = self.rows
@@ -177,8 +214,28 @@ class _RowKernel:
             body += [f"if (row < {self.rows}) {{", *_indent(inner_body), "}"]
         else:
             body += inner_body
-        lines = [*k.signature(entry, threads), *_indent(body), "}"]
-        return Emitted(lines, (grid, 1, 1), (threads, 1, 1))
+        signature, helpers = self.clustered(k.signature(entry, threads), body)
+        lines = [*signature, *_indent(body), "}"]
+        return Emitted(lines, (grid, 1, 1), (threads, 1, 1), helpers=helpers)
+
+    def cluster_size(self, blocks: int, per_block: int) -> int:
+        """Blocks per row on sm_90+: enough to fill the machine when rows are few and long
+        (each block keeping at least two steps of ``per_block`` elements of the row)."""
+        if configs.arch_number(self.k.arch) < 90:
+            return 1
+        size = 1
+        while size < MAX_CLUSTER and blocks * size * 2 <= self.k.sm_count and self.L >= 2 * size * 2 * per_block:
+            size *= 2
+        return size
+
+    def clustered(self, signature: list[str], body: list[str]) -> tuple[list[str], str]:
+        """Mark the kernel as launched in clusters; no block leaves while another may still
+        read its shared memory."""
+        if self.cluster == 1:
+            return signature, ""
+        body.append("cvl_cluster_sync();")
+        first = signature[0].replace("__global__ void", f"__global__ void __cluster_dims__({self.cluster}, 1, 1)")
+        return [first, *signature[1:]], CLUSTER_HELPERS
 
     def coord_contiguous(self, col: str):
         return lambda d: col if d == self.a else ("0" if d > self.a else f"c{d}")
@@ -241,8 +298,9 @@ class _RowKernel:
                     off = k.offset(s.value, s.map, self.coord_contiguous(f"sv * {vec}"))
                     post.append(f"cvl_copy_vec<{k.storage(s.value)}, {vec}>({k.names[s.value]} + {off}, "
                                 f"{staged[s.value]});")
-        body = ([f"const int col = {self.col()};"] if self.vec > 1 else ["const int col = sv;"])
-        body += self.pass_body(pass_index, leaf, staged)
+        work = self.pass_body(pass_index, leaf, staged)
+        uses_col = any(re.search(r"\bcol\b", line) for line in work)
+        body = ([f"const int col = {self.col()};"] if uses_col else []) + work
         inner = pre + self.e_loop(body) + post
         if cached:
             return self.unrolled_slots(inner)
@@ -280,7 +338,20 @@ class _RowKernel:
         out.append("__syncthreads();")
         for r in reds:
             n = self.acc_names[r.op.out]
-            out += self.close(r, self.combine_list(r, [f"red_{n}[{w}]" for w in range(warps)]))
+            out += self.fold_lines(r, f"block_{n}", warps, lambda i: f"red_{n}[{i}]")
+            if self.cluster == 1:
+                out += self.close(r, f"block_{n}")
+                continue
+            ctype = k.lang.ctype(k.dtype(r.op.out))
+            out += [f"__shared__ {ctype} part_{n};", f"if (threadIdx.x == 0) part_{n} = block_{n};"]
+        if self.cluster == 1:
+            return out
+        out.append("cvl_cluster_sync();")
+        for r in reds:
+            n = self.acc_names[r.op.out]
+            # every block combines the blocks' partials in rank order: the same bits everywhere
+            out += self.fold_lines(r, f"cluster_{n}", self.cluster, lambda i: f"cvl_cluster_load(&part_{n}, {i})")
+            out += self.close(r, f"cluster_{n}")
         return out
 
     # ------------------------------------------------------------------ strided rows
@@ -291,8 +362,12 @@ class _RowKernel:
         tx = min(32, _pow2_ceil(self.inner))
         by = threads // tx
         chunks = -(-self.inner // tx)
-        body = [f"const int tx = threadIdx.x % {tx};", f"const int ty = threadIdx.x / {tx};",
-                f"const int chunk = blockIdx.x % {chunks};", f"const int orow = blockIdx.x / {chunks};",
+        self.cluster = self.cluster_size(chunks * self.rows, by)
+        span = by * self.cluster  # threads down the reduced axis, over the cluster's blocks
+        body = [f"const int tx = threadIdx.x % {tx};",
+                f"const int ty = threadIdx.x / {tx}" + (f" + blockIdx.x % {self.cluster} * {by};" if self.cluster > 1 else ";"),
+                f"const int chunk = blockIdx.x / {self.cluster} % {chunks};",
+                f"const int orow = blockIdx.x / {self.cluster * chunks};",
                 f"const int inner = chunk * {tx} + tx;"]
         body += self.coords("orow", p.domain[: self.a], 0)
         body += self.coords("inner", p.domain[self.a + 1:], self.a + 1)
@@ -302,7 +377,7 @@ class _RowKernel:
             return "l" if d == self.a else f"c{d}"
 
         def loop(inner: list[str]) -> list[str]:
-            lines = [f"for (int l = ty; l < {self.L}; l += {by}) {{", *_indent(inner), "}"]
+            lines = [f"for (int l = ty; l < {self.L}; l += {span}) {{", *_indent(inner), "}"]
             return [f"if (inner < {self.inner}) {{", *_indent(lines), "}"] if guard else lines
 
         for i in range(p.phases):
@@ -311,14 +386,30 @@ class _RowKernel:
             for r in self.passes[i]:
                 n = self.acc_names[r.op.out]
                 body += [f"__shared__ {k.lang.ctype(k.dtype(r.op.out))} red_{n}[{by}][{tx}];",
-                         f"red_{n}[ty][tx] = acc_{n};"]
+                         f"red_{n}[threadIdx.x / {tx}][tx] = acc_{n};"]
             body.append("__syncthreads();")
             for r in self.passes[i]:
-                n = self.acc_names[r.op.out]
-                body += self.close(r, self.combine_list(r, [f"red_{n}[{y}][tx]" for y in range(by)]))
+                body += self.combine_strided(r, by, tx)
+            if self.cluster > 1:
+                body.append("cvl_cluster_sync();")
+                for r in self.passes[i]:
+                    n = self.acc_names[r.op.out]
+                    body += self.fold_lines(r, f"cluster_{n}", self.cluster, lambda c: f"cvl_cluster_load(&part_{n}[tx], {c})")
+                    body += self.close(r, f"cluster_{n}")
         body += self.hoisted(loop(self.body_of_pass(None, coord, None)))
-        lines = [*k.signature(entry, threads), *_indent(body), "}"]
-        return Emitted(lines, (chunks * self.rows, 1, 1), (threads, 1, 1))
+        signature, helpers = self.clustered(k.signature(entry, threads), body)
+        lines = [*signature, *_indent(body), "}"]
+        return Emitted(lines, (chunks * self.rows * self.cluster, 1, 1), (threads, 1, 1), helpers=helpers)
+
+    def combine_strided(self, r: Reduction, by: int, tx: int) -> list[str]:
+        """The block's partial for this thread's column; in a cluster, published for the others."""
+        k = self.k
+        n = self.acc_names[r.op.out]
+        out = self.fold_lines(r, f"block_{n}", by, lambda y: f"red_{n}[{y}][tx]")
+        if self.cluster == 1:
+            return out + self.close(r, f"block_{n}")
+        return out + [f"__shared__ {k.lang.ctype(k.dtype(r.op.out))} part_{n}[{tx}];",
+                      f"if (threadIdx.x < {tx}) part_{n}[tx] = block_{n};"]
 
 
 def render(k: CudaKernel, entry: str) -> Emitted:

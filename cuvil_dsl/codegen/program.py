@@ -80,14 +80,17 @@ class _Expander:
         self.types = dict(types)
         self.sizes = sizes
         self.ops: list[ir.Op] = []
+        self.seen: dict[tuple, str] = {}  # identical internal ops are computed once
 
     def add(self, base: ir.Op, name: str, opcode: str, args: tuple, shape, **attrs) -> str:
         dtype = self.types[base.args[0]].dtype
-        out = f"{base.out}.{name}"
-        op = ir.Op(opcode, out, TensorType(dtype, tuple(shape)), args, base.span, tuple(attrs.items()))
-        self.ops.append(op)
-        self.types[out] = op.type
-        return out
+        t = TensorType(dtype, tuple(shape))
+        key = (opcode, args, tuple(attrs.items()), t)
+        if key not in self.seen:
+            out = self.seen[key] = f"{base.out}.{name}"
+            self.ops.append(ir.Op(opcode, out, t, args, base.span, tuple(attrs.items())))
+            self.types[out] = t
+        return self.seen[key]
 
     def final(self, base: ir.Op, opcode: str, args: tuple) -> None:
         self.ops.append(ir.Op(opcode, base.out, base.type, args, base.span, (), base.named))

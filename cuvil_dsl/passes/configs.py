@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, fields, replace
+from typing import Callable
 
 from cuvil_dsl.diagnostics import Diagnostic, Span, error
 from cuvil_dsl.passes.plan import KernelConfig
@@ -138,6 +139,27 @@ def default_config(kind: str, dtype: DType, arch: str, tf32: bool = False) -> Ke
             return KernelConfig(block=128, tile_m=64, tile_n=64, tile_k=32 if dtype.itemsize == 2 else 16)
         return KernelConfig(block=256, tile_m=64, tile_n=64, tile_k=16)
     return KernelConfig(block=256, tile_m=0, tile_n=0, tile_k=0)
+
+
+# Default tiles from largest to smallest (tile_m, tile_n, threads): the renderer takes the first
+# that gives at least one block per multiprocessor, else the last (small problems need blocks
+# more than they need tile reuse).
+TILE_LADDER = {
+    ("matmul", True): ((128, 128, 256), (128, 64, 256), (64, 64, 128), (64, 32, 128)),
+    ("matmul", False): ((64, 64, 256), (32, 64, 256), (32, 32, 256), (32, 32, 128)),
+    ("matmul_softmax", True): ((64, 64, 128), (32, 64, 64), (16, 64, 32)),
+    ("matmul_softmax", False): ((64, 64, 256), (32, 64, 256), (32, 32, 128)),
+}
+
+
+def sized_tiles(config: KernelConfig, kind: str, tensor_cores: bool, blocks: Callable[[int, int], int],
+                sm_count: int) -> KernelConfig:
+    """Shrink the default tile until the launch fills the machine (unless the spec set it)."""
+    if "tile" in config.overridden or "block" in config.overridden:
+        return config
+    ladder = TILE_LADDER[(kind, tensor_cores)]
+    bm, bn, threads = next((t for t in ladder if blocks(t[0], t[1]) >= sm_count), ladder[-1])
+    return replace(config, tile_m=bm, tile_n=bn, block=threads)
 
 
 def resolve(config: KernelConfig, kind: str, dtype: DType, arch: str, tf32: bool) -> KernelConfig:

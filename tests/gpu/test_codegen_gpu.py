@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cuvil_dsl.passes.plan import GraphStep, Launch
 from cuvil_dsl.types import DType, concrete_shape
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "codegen"))
@@ -70,46 +69,59 @@ def _scalar_arg(value, dtype: DType):
     return np.int32(int(item))
 
 
+class Prepared:
+    """One case compiled, loaded and bound to device buffers: ``launches`` in plan order."""
+
+    def __init__(self, case: Case):
+        from cupy_backends.cuda.api import driver
+
+        from cuvil_dsl.codegen import render_cuda
+        from cuvil_dsl.compile import CompileUnit, compile_units
+        from cuvil_dsl.runtime.device import device_arch
+
+        arch = device_arch()
+        plan = case.plan(arch)
+        sizes = case.binding.sizes
+        self.case, self.host = case, case.inputs()
+        rendered = render_cuda(plan, sizes, arch, tf32=case.tf32)
+        units = compile_units([CompileUnit(k.entry, k.source, (k.entry,), k.options) for k in rendered], arch)
+        self.buffers = {
+            b.name: _device_array(self.host[b.name], b.type.dtype) if b.role == "input"
+            else _poisoned(concrete_shape(b.type.shape, sizes), b.type.dtype)
+            for b in plan.buffers
+        }
+        uniforms = _uniform_values(plan, case.binding.params)
+        types = case.pipeline.value_types()
+        by_name = {k.name: (k, u) for k, u in zip(rendered, units)}
+        self.launches = []
+        for fused in plan.kernels:
+            kernel, unit = by_name[fused.name]
+            module = cupy.cuda.function.Module()
+            module.load(unit.cubin)
+            fn = module.get_function(kernel.entry)
+            if kernel.shared_bytes > 48 * 1024:
+                driver.funcSetAttribute(fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                        kernel.shared_bytes)
+            args = tuple(self.buffers[a.name] if a.kind == "buffer"
+                         else _scalar_arg(uniforms[a.name], types[a.name].dtype) for a in kernel.args)
+            self.launches.append((kernel, module, fn, args))
+
+    def run(self) -> None:
+        for kernel, _module, fn, args in self.launches:
+            fn(kernel.grid, kernel.block, args, shared_mem=kernel.shared_bytes)
+
+    def results(self) -> dict[str, np.ndarray]:
+        cupy.cuda.runtime.deviceSynchronize()
+        return {r.name: _host_array(self.buffers[r.name], r.type.dtype) for r in self.case.pipeline.results}
+
+
 def run_on_gpu(case: Case) -> tuple[dict, dict]:
     """The results of the generated kernels and of the reference for one case."""
-    from cupy_backends.cuda.api import driver
-
-    from cuvil_dsl.codegen import render_cuda
-    from cuvil_dsl.compile import CompileUnit, compile_units
     from cuvil_dsl.reference import execute
-    from cuvil_dsl.runtime.device import device_arch
 
-    arch = device_arch()
-    plan = case.plan(arch)
-    sizes, params = case.binding.sizes, case.binding.params
-    rendered = render_cuda(plan, sizes, arch, tf32=case.tf32)
-    units = compile_units([CompileUnit(k.entry, k.source, (k.entry,), k.options) for k in rendered], arch)
-    host = case.inputs()
-    buffers = {}
-    for b in plan.buffers:
-        if b.role == "input":
-            buffers[b.name] = _device_array(host[b.name], b.type.dtype)
-        else:
-            buffers[b.name] = _poisoned(concrete_shape(b.type.shape, sizes), b.type.dtype)
-    uniforms = _uniform_values(plan, params)
-    types = case.pipeline.value_types()
-    launches = [launch for s in plan.steps if isinstance(s, (Launch, GraphStep))
-                for launch in (s.launches if isinstance(s, GraphStep) else (s,))]
-    by_name = {k.name: (k, u) for k, u in zip(rendered, units)}
-    for launch in launches:
-        kernel, unit = by_name[launch.kernel.name]
-        module = cupy.cuda.function.Module()
-        module.load(unit.cubin)
-        fn = module.get_function(kernel.entry)
-        if kernel.shared_bytes > 48 * 1024:
-            driver.funcSetAttribute(fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                    kernel.shared_bytes)
-        args = [buffers[a.name] if a.kind == "buffer" else _scalar_arg(uniforms[a.name], types[a.name].dtype)
-                for a in kernel.args]
-        fn(kernel.grid, kernel.block, tuple(args), shared_mem=kernel.shared_bytes)
-    cupy.cuda.runtime.deviceSynchronize()
-    got = {r.name: _host_array(buffers[r.name], r.type.dtype) for r in case.pipeline.results}
-    return got, execute(case.pipeline, host, params)
+    prepared = Prepared(case)
+    prepared.run()
+    return prepared.results(), execute(case.pipeline, prepared.host, case.binding.params)
 
 
 def assert_matches(got: np.ndarray, want: np.ndarray, dtype: DType, rtol: float, atol: float) -> None:

@@ -1,0 +1,110 @@
+// cuvil-dsl kernel main_k1 (reduce) of pipeline reductions_axes, domain [7, 300]
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+// NumPy semantics: maximum/minimum/relu propagate NaN (fmaxf would drop it).
+__device__ __forceinline__ float cvl_max(float a, float b) { return (a > b || a != a) ? a : b; }
+__device__ __forceinline__ double cvl_max(double a, double b) { return (a > b || a != a) ? a : b; }
+__device__ __forceinline__ int cvl_max(int a, int b) { return a > b ? a : b; }
+__device__ __forceinline__ float cvl_min(float a, float b) { return (a < b || a != a) ? a : b; }
+__device__ __forceinline__ double cvl_min(double a, double b) { return (a < b || a != a) ? a : b; }
+__device__ __forceinline__ int cvl_min(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ float cvl_relu(float x) { return cvl_max(x, 0.0f); }
+__device__ __forceinline__ double cvl_relu(double x) { return cvl_max(x, 0.0); }
+__device__ __forceinline__ int cvl_relu(int x) { return x > 0 ? x : 0; }
+
+// i32 wraps modulo 2^32: compute in unsigned, where overflow is defined.
+__device__ __forceinline__ int cvl_wrap_add(int a, int b) { return (int)((unsigned)a + (unsigned)b); }
+__device__ __forceinline__ int cvl_wrap_sub(int a, int b) { return (int)((unsigned)a - (unsigned)b); }
+__device__ __forceinline__ int cvl_wrap_mul(int a, int b) { return (int)((unsigned)a * (unsigned)b); }
+__device__ __forceinline__ int cvl_wrap_neg(int a) { return (int)(0u - (unsigned)a); }
+__device__ __forceinline__ int cvl_abs(int a) { return a < 0 ? cvl_wrap_neg(a) : a; }
+
+// The language's formulas (LANGUAGE.md section 5), in the compute type.
+__device__ __forceinline__ float cvl_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ double cvl_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+__device__ __forceinline__ float cvl_silu(float x) { return x * cvl_sigmoid(x); }
+__device__ __forceinline__ double cvl_silu(double x) { return x * cvl_sigmoid(x); }
+__device__ __forceinline__ float cvl_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); }
+__device__ __forceinline__ double cvl_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.7071067811865476)); }
+__device__ __forceinline__ float cvl_gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+__device__ __forceinline__ double cvl_gelu_tanh(double x) {
+    return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+// Rounding to a half type and back, round to nearest even, from any compute type.
+__device__ __forceinline__ float cvl_f16(float x) { return __half2float(__float2half_rn(x)); }
+__device__ __forceinline__ float cvl_f16(double x) { return __half2float(__double2half(x)); }
+__device__ __forceinline__ float cvl_f16(int x) { return __half2float(__int2half_rn(x)); }
+__device__ __forceinline__ float cvl_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+__device__ __forceinline__ float cvl_bf16(double x) { return __bfloat162float(__double2bfloat16(x)); }
+__device__ __forceinline__ float cvl_bf16(int x) { return __bfloat162float(__int2bfloat16_rn(x)); }
+
+// Vector access: N elements as 16-byte (or narrower) transactions; both sides aligned.
+template <int BYTES> struct cvl_word;
+template <> struct cvl_word<16> { typedef uint4 type; };
+template <> struct cvl_word<8> { typedef uint2 type; };
+template <> struct cvl_word<4> { typedef unsigned int type; };
+template <> struct cvl_word<2> { typedef unsigned short type; };
+template <typename T, int N>
+__device__ __forceinline__ void cvl_copy_vec(T* dst, const T* src) {
+    constexpr int BYTES = N * (int)sizeof(T);
+    constexpr int CHUNK = BYTES >= 16 ? 16 : BYTES;
+    typedef typename cvl_word<CHUNK>::type W;
+#pragma unroll
+    for (int c = 0; c < BYTES / CHUNK; ++c) reinterpret_cast<W*>(dst)[c] = reinterpret_cast<const W*>(src)[c];
+}
+
+// Warp reductions by butterfly shuffles: every lane ends with the result.
+template <typename T> __device__ __forceinline__ T cvl_warp_sum(T v, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) v = v + __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ int cvl_warp_sum(int v, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) v = cvl_wrap_add(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+template <typename T> __device__ __forceinline__ T cvl_warp_max(T v, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) v = cvl_max(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+template <typename T> __device__ __forceinline__ T cvl_warp_min(T v, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) v = cvl_min(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
+    const float* __restrict__ b0,  // x: f32[R, C] input
+    float* __restrict__ b1,  // s0: f32[C] output
+    float* __restrict__ b2  // mx: f32[1, C] output
+) {
+    const int tx = threadIdx.x % 32;
+    const int ty = threadIdx.x / 32;
+    const int chunk = blockIdx.x % 10;
+    const int orow = blockIdx.x / 10;
+    const int inner = chunk * 32 + tx;
+    const int c1 = inner;
+    float acc_0 = (0.0f);
+    float acc_1 = (-__int_as_float(0x7f800000));
+    if (inner < 300) {
+        for (int l = ty; l < 7; l += 8) {
+            acc_0 = (acc_0 + b0[l * 300 + c1]);
+            acc_1 = cvl_max(acc_1, b0[l * 300 + c1]);
+        }
+    }
+    __shared__ float red_0[8][32];
+    red_0[ty][tx] = acc_0;
+    __shared__ float red_1[8][32];
+    red_1[ty][tx] = acc_1;
+    __syncthreads();
+    const float r_0 = (((((((red_0[0][tx] + red_0[1][tx]) + red_0[2][tx]) + red_0[3][tx]) + red_0[4][tx]) + red_0[5][tx]) + red_0[6][tx]) + red_0[7][tx]);
+    const float r_1 = cvl_max(cvl_max(cvl_max(cvl_max(cvl_max(cvl_max(cvl_max(red_1[0][tx], red_1[1][tx]), red_1[2][tx]), red_1[3][tx]), red_1[4][tx]), red_1[5][tx]), red_1[6][tx]), red_1[7][tx]);
+    if (inner < 300) {
+        for (int l = ty; l < 7; l += 8) {
+            if (l == 0) b1[c1] = r_0;
+            if (l == 0) b2[c1] = r_1;
+        }
+    }
+}

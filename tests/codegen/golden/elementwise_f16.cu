@@ -1,0 +1,124 @@
+// cuvil-dsl kernel main_k1 (elementwise) of pipeline f16_named_rounding, domain [19, 40]
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+// NumPy semantics: maximum/minimum/relu propagate NaN (fmaxf would drop it).
+__device__ __forceinline__ float cvl_max(float a, float b) { return (a > b || a != a) ? a : b; }
+__device__ __forceinline__ double cvl_max(double a, double b) { return (a > b || a != a) ? a : b; }
+__device__ __forceinline__ int cvl_max(int a, int b) { return a > b ? a : b; }
+__device__ __forceinline__ float cvl_min(float a, float b) { return (a < b || a != a) ? a : b; }
+__device__ __forceinline__ double cvl_min(double a, double b) { return (a < b || a != a) ? a : b; }
+__device__ __forceinline__ int cvl_min(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ float cvl_relu(float x) { return cvl_max(x, 0.0f); }
+__device__ __forceinline__ double cvl_relu(double x) { return cvl_max(x, 0.0); }
+__device__ __forceinline__ int cvl_relu(int x) { return x > 0 ? x : 0; }
+
+// i32 wraps modulo 2^32: compute in unsigned, where overflow is defined.
+__device__ __forceinline__ int cvl_wrap_add(int a, int b) { return (int)((unsigned)a + (unsigned)b); }
+__device__ __forceinline__ int cvl_wrap_sub(int a, int b) { return (int)((unsigned)a - (unsigned)b); }
+__device__ __forceinline__ int cvl_wrap_mul(int a, int b) { return (int)((unsigned)a * (unsigned)b); }
+__device__ __forceinline__ int cvl_wrap_neg(int a) { return (int)(0u - (unsigned)a); }
+__device__ __forceinline__ int cvl_abs(int a) { return a < 0 ? cvl_wrap_neg(a) : a; }
+
+// The language's formulas (LANGUAGE.md section 5), in the compute type.
+__device__ __forceinline__ float cvl_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ double cvl_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+__device__ __forceinline__ float cvl_silu(float x) { return x * cvl_sigmoid(x); }
+__device__ __forceinline__ double cvl_silu(double x) { return x * cvl_sigmoid(x); }
+__device__ __forceinline__ float cvl_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); }
+__device__ __forceinline__ double cvl_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.7071067811865476)); }
+__device__ __forceinline__ float cvl_gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+__device__ __forceinline__ double cvl_gelu_tanh(double x) {
+    return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+// Rounding to a half type and back, round to nearest even, from any compute type.
+__device__ __forceinline__ float cvl_f16(float x) { return __half2float(__float2half_rn(x)); }
+__device__ __forceinline__ float cvl_f16(double x) { return __half2float(__double2half(x)); }
+__device__ __forceinline__ float cvl_f16(int x) { return __half2float(__int2half_rn(x)); }
+__device__ __forceinline__ float cvl_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+__device__ __forceinline__ float cvl_bf16(double x) { return __bfloat162float(__double2bfloat16(x)); }
+__device__ __forceinline__ float cvl_bf16(int x) { return __bfloat162float(__int2bfloat16_rn(x)); }
+
+// Vector access: N elements as 16-byte (or narrower) transactions; both sides aligned.
+template <int BYTES> struct cvl_word;
+template <> struct cvl_word<16> { typedef uint4 type; };
+template <> struct cvl_word<8> { typedef uint2 type; };
+template <> struct cvl_word<4> { typedef unsigned int type; };
+template <> struct cvl_word<2> { typedef unsigned short type; };
+template <typename T, int N>
+__device__ __forceinline__ void cvl_copy_vec(T* dst, const T* src) {
+    constexpr int BYTES = N * (int)sizeof(T);
+    constexpr int CHUNK = BYTES >= 16 ? 16 : BYTES;
+    typedef typename cvl_word<CHUNK>::type W;
+#pragma unroll
+    for (int c = 0; c < BYTES / CHUNK; ++c) reinterpret_cast<W*>(dst)[c] = reinterpret_cast<const W*>(src)[c];
+}
+
+// Warp reductions by butterfly shuffles: every lane ends with the result.
+template <typename T> __device__ __forceinline__ T cvl_warp_sum(T v, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) v = v + __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ int cvl_warp_sum(int v, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) v = cvl_wrap_add(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+template <typename T> __device__ __forceinline__ T cvl_warp_max(T v, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) v = cvl_max(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+template <typename T> __device__ __forceinline__ T cvl_warp_min(T v, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) v = cvl_min(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
+    const __half* __restrict__ b0,  // x: f16[R, C] input
+    const __half* __restrict__ b1,  // v: f16[C] input
+    const __half* __restrict__ b2,  // m: f16[R, 1] input
+    __half* __restrict__ b3,  // y: f16[R, C] output
+    __nv_bfloat16* __restrict__ b4,  // z: bf16[R, C] output
+    int* __restrict__ b5,  // k: i32[R, C] output
+    float u0,  // %1: f16[] scalar
+    float u1,  // %3: f16[] scalar
+    float u2,  // %8: f16[] scalar
+    float u3,  // %12: f16[] scalar
+    float u4  // %17: f16[] scalar
+) {
+    const int stride = (int)gridDim.x * 256;
+    for (int v = (int)blockIdx.x * 256 + threadIdx.x; v < 95; v += stride) {
+        const int i0 = v * 8;
+        const int c0 = i0 / 40;
+        const int c1 = i0 % 40;
+        __align__(16) __half in12[8];
+        cvl_copy_vec<__half, 8>(in12, b0 + i0);
+        __align__(16) __half in13[8];
+        cvl_copy_vec<__half, 8>(in13, b1 + c1);
+        __align__(16) __half out14[8];
+        __align__(16) __nv_bfloat16 out15[8];
+        __align__(16) int out16[8];
+    #pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            const float t17 = (__half2float(in12[e]) * u0);
+            const float t18 = cvl_f16((t17 + u1));
+            const float t19 = (t18 * __half2float(in13[e]));
+            const float t20 = cvl_f16((t19 - __half2float(b2[c0])));
+            out14[e] = __float2half_rn(t20);
+            const bool t21 = (t18 > u2);
+            const float t22 = (-t18);
+            const float t23 = (t22 * u3);
+            const float t24 = (t21 ? t18 : t23);
+            const float t25 = cvl_bf16(cvl_bf16(t24));
+            out15[e] = __float2bfloat16_rn(t25);
+            const float t26 = (t18 * u4);
+            const int t27 = __float2int_rz(t26);
+            out16[e] = t27;
+        }
+        cvl_copy_vec<__half, 8>(b3 + i0, out14);
+        cvl_copy_vec<__nv_bfloat16, 8>(b4 + i0, out15);
+        cvl_copy_vec<int, 8>(b5 + i0, out16);
+    }
+}

@@ -1,0 +1,105 @@
+"""The numba helpers of generated kernels, against NumPy and ml_dtypes, exhaustively where it is cheap."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numba
+import numpy as np
+import pytest
+
+from cuvil_dsl.codegen import cpu_prelude as cvl
+from cuvil_dsl.types import DType, cast_to_i32, round_to
+
+
+def _mapped(helper, out_dtype):
+    """An njit loop applying ``helper`` to every element (the way kernels call it)."""
+
+    @numba.njit
+    def run(values):
+        out = np.empty(values.size, out_dtype)
+        for i in range(values.size):
+            out[i] = helper(values[i])
+        return out
+
+    return run
+
+
+F32_SAMPLES = np.concatenate([
+    np.random.default_rng(0).integers(0, 2**32, 1_000_000, dtype=np.uint64).astype(np.uint32),
+    np.arange(0x33000000, 0x38900000, 97, dtype=np.uint32),  # f16 subnormals and the normal boundary
+    np.arange(0x477F0000, 0x47810000, dtype=np.uint32),  # around the f16 overflow threshold
+    np.array([0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0x7F7FFFFF], dtype=np.uint32),
+]).view(np.float32)
+
+
+def _same_bits_or_both_nan(got: np.ndarray, want: np.ndarray) -> None:
+    wide_got, wide_want = got.astype(np.float64), want.astype(np.float64)
+    bad = (got.view(np.uint16) != want.view(np.uint16)) & ~(np.isnan(wide_got) & np.isnan(wide_want))
+    assert not bad.any(), f"{int(bad.sum())} differ, first at input {F32_SAMPLES[bad][:3]}"
+
+
+def test_half_to_f32_is_exact_for_every_bit_pattern():
+    every = np.arange(2**16, dtype=np.uint64).astype(np.uint16)
+    f16 = _mapped(cvl.f16_to_f32, np.float32)(every)
+    assert np.array_equal(f16.view(np.uint32), every.view(np.float16).astype(np.float32).view(np.uint32))
+    bf16 = _mapped(cvl.bf16_to_f32, np.float32)(every)
+    assert np.array_equal(bf16.view(np.uint32), every.view(ml_dtypes.bfloat16).astype(np.float32).view(np.uint32))
+
+
+def test_f32_to_half_rounds_to_nearest_even_like_numpy_and_ml_dtypes():
+    with np.errstate(all="ignore"):
+        want_f16 = F32_SAMPLES.astype(np.float16)
+        want_bf16 = F32_SAMPLES.astype(ml_dtypes.bfloat16)
+    _same_bits_or_both_nan(_mapped(cvl.f32_to_f16, np.uint16)(F32_SAMPLES).view(np.float16), want_f16)
+    _same_bits_or_both_nan(_mapped(cvl.f32_to_bf16, np.uint16)(F32_SAMPLES).view(ml_dtypes.bfloat16), want_bf16)
+
+
+@pytest.mark.parametrize("dtype", [DType.F16, DType.BF16])
+def test_f64_to_half_rounds_once(dtype):
+    # values just off a half-type tie: rounding through plain f32 would land on the tie and round wrongly
+    rng = np.random.default_rng(1)
+    ulp = 2.0**-10 if dtype is DType.F16 else 2.0**-7
+    near_ties = (rng.integers(-2000, 2000, 20000) + 0.5) * ulp * (1 + rng.choice([-1, 1], 20000) * 2.0**-40)
+    values = np.concatenate([near_ties, rng.normal(size=20000) * 1e3, [np.nan, np.inf, -np.inf, 1e300, -1e-300]])
+    rounding = cvl.round_f16 if dtype is DType.F16 else cvl.round_bf16
+
+    @numba.njit
+    def narrowed(x):
+        out = np.empty(x.size, np.float32)
+        for i in range(x.size):
+            out[i] = rounding(cvl.narrow_f64(x[i]))
+        return out
+
+    with np.errstate(all="ignore"):
+        want = round_to(values, dtype).astype(np.float32)
+    got = narrowed(values)
+    assert np.array_equal(got, want, equal_nan=True)
+
+
+def test_float_to_i32_truncates_saturates_and_sends_nan_to_zero():
+    x = np.array([np.nan, np.inf, -np.inf, 3e9, -3e9, 2.7, -2.7, 2147483520.0, -2147483648.0, 0.0], np.float32)
+    for values in (x, x.astype(np.float64)):
+        assert np.array_equal(_mapped(cvl.to_i32, np.int32)(values), cast_to_i32(values))
+
+
+def test_exp_f32_is_within_one_ulp_on_the_normal_range_and_exact_at_the_edges():
+    x = np.linspace(-87.0, 88.7, 1_000_003).astype(np.float32)
+    got = _mapped(cvl.exp_f32, np.float32)(x).astype(np.float64)
+    want = np.exp(x.astype(np.float64))
+    ulp = np.spacing(want.astype(np.float32)).astype(np.float64)
+    assert np.max(np.abs(got - want) / ulp) <= 1.0
+    edges = np.array([np.nan, np.inf, -np.inf, 89.0, -110.0, 0.0], np.float32)
+    assert np.array_equal(_mapped(cvl.exp_f32, np.float32)(edges), [np.nan, np.inf, 0.0, np.inf, 0.0, 1.0],
+                          equal_nan=True)
+
+
+def test_extrema_propagate_nan_like_numpy():
+    @numba.njit
+    def extrema(a, b):
+        return cvl.fmaximum(a, b), cvl.fminimum(a, b), cvl.relu_f32(a)
+
+    for a, b in [(np.nan, 1.0), (1.0, np.nan), (2.0, 1.0), (-1.0, -np.inf)]:
+        a32, b32 = np.float32(a), np.float32(b)
+        got = extrema(a32, b32)
+        want = (np.maximum(a32, b32), np.minimum(a32, b32), np.maximum(a32, np.float32(0)))
+        assert np.array_equal(np.array(got), np.array(want), equal_nan=True)
