@@ -22,9 +22,6 @@ from cuvil_dsl.ir import nodes as ir
 from cuvil_dsl.passes.indexing import Map, operand_map
 from cuvil_dsl.types import DType, TensorType
 
-FLOATS = (DType.F16, DType.BF16, DType.F32, DType.F64)
-
-
 class Language:
     """Scalar spellings for one backend. Values are in their dtype's *compute* type."""
 

@@ -52,7 +52,7 @@ class CudaKernel:
         self.kernel: FusedKernel = program.kernel
         self.names = {b: f"b{i}" for i, b in enumerate(program.buffers)}
         self.uniform_names = {u: f"u{i}" for i, u in enumerate(program.uniforms)}
-        largest = max([program.size(b) for b in program.buffers] + [_prod(program.domain)])
+        largest = max([program.size(b) for b in program.buffers] + [element_count(program.domain)])
         self.index_t = "long long" if largest > INT_LIMIT // 2 else "int"
         self._counter = 0
 
@@ -168,11 +168,15 @@ class CudaKernel:
         return seen
 
 
-def _prod(shape) -> int:
+def element_count(shape) -> int:
     n = 1
     for d in shape:
         n *= d
     return n
+
+
+def indent(lines: list[str], levels: int = 1) -> list[str]:
+    return ["    " * levels + line for line in lines]
 
 
 TEMPLATES = {"elementwise": "cuda_elementwise", "reduce": "cuda_rows", "row": "cuda_rows",

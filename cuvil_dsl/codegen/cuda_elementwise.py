@@ -11,7 +11,7 @@ from the runtime's arena, so every vector is aligned.
 
 from __future__ import annotations
 
-from cuvil_dsl.codegen.cuda import CudaKernel, Emitted, _prod
+from cuvil_dsl.codegen.cuda import CudaKernel, Emitted, element_count, indent
 from cuvil_dsl.codegen.program import Store
 
 MAX_VEC = 8
@@ -49,7 +49,7 @@ def _coords(k: CudaKernel, base: str) -> list[str]:
 def render(k: CudaKernel, entry: str) -> Emitted:
     p = k.p
     threads = k.config.block
-    total = max(1, _prod(p.domain))
+    total = max(1, element_count(p.domain))
     stores = list(p.stores)
     leaves = k.leaves([(s.value, s.map) for s in stores])
     accesses = leaves + [(s.value, s.map) for s in stores]
@@ -65,7 +65,7 @@ def render(k: CudaKernel, entry: str) -> Emitted:
             f"for ({idx} v = ({idx})blockIdx.x * {threads} + threadIdx.x; v < {nvec}; v += stride) {{",
             f"    const {idx} i0 = v * {vec};" if vec > 1 else f"    const {idx} i0 = v;"]
     if not all_flat:
-        body += ["    " + line for line in _coords(k, "i0")]
+        body += indent(_coords(k, "i0"))
 
     def coord(d: int) -> str:
         return f"(c{d} + e)" if d == last and vec > 1 else f"c{d}"
@@ -95,9 +95,9 @@ def render(k: CudaKernel, entry: str) -> Emitted:
         else:
             inner += k.store_lines(s, expr, coord, flat)
     if vec > 1:
-        body += ["#pragma unroll", f"    for (int e = 0; e < {vec}; ++e) {{", *("        " + x for x in inner), "    }"]
+        body += ["#pragma unroll", f"    for (int e = 0; e < {vec}; ++e) {{", *indent(inner, 2), "    }"]
     else:
-        body += ["    " + x for x in inner]
+        body += indent(inner)
     for s in vec_stores:
         line = f"cvl_copy_vec<{k.storage(s.value)}, {vec}>({k.names[s.value]} + " \
                f"{k.offset(s.value, s.map, lambda d: f'c{d}', 'i0')}, {staged[s.value]});"
@@ -107,7 +107,7 @@ def render(k: CudaKernel, entry: str) -> Emitted:
     if nvec * vec < total:
         body += _tail(k, nvec * vec, total, threads, stores)
     blocks = max(1, min(-(-max(nvec, 1) // threads), k.sm_count * (2048 // threads) * 4))
-    lines = [*k.signature(entry, threads), *("    " + x for x in body), "}"]
+    lines = [*k.signature(entry, threads), *indent(body), "}"]
     return Emitted(lines, (blocks, 1, 1), (threads, 1, 1))
 
 
@@ -119,4 +119,4 @@ def _tail(k: CudaKernel, start: int, total: int, threads: int, stores: list[Stor
     for s in stores:
         inner += k.store_lines(s, w.value(s.value, s.map), lambda d: "i", "i")
     return [f"for ({idx} i = {start} + ({idx})blockIdx.x * {threads} + threadIdx.x; i < {total}; i += stride) {{",
-            *("    " + x for x in inner), "}"]
+            *indent(inner), "}"]

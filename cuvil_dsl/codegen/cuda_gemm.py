@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from cuvil_dsl.codegen.cuda import CudaKernel
+from cuvil_dsl.codegen.cuda import CudaKernel, indent
 from cuvil_dsl.codegen.cuda_lang import STORAGE
 from cuvil_dsl.passes import configs
 from cuvil_dsl.types import DType
@@ -83,8 +83,8 @@ def _unrolled(count: int, threads: int, body: Callable[[str], list[str]]) -> lis
     """Spread ``count`` work items over the block's threads (``c`` is the item index)."""
     iters = -(-count // threads)
     inner = [f"const int c = i * {threads} + threadIdx.x;"]
-    inner += [f"if (c < {count}) {{", *("    " + x for x in body("c")), "}"] if count % threads else body("c")
-    return ["#pragma unroll", f"for (int i = 0; i < {iters}; ++i) {{", *("    " + x for x in inner), "}"]
+    inner += [f"if (c < {count}) {{", *indent(body("c")), "}"] if count % threads else body("c")
+    return ["#pragma unroll", f"for (int i = 0; i < {iters}; ++i) {{", *indent(inner), "}"]
 
 
 MMA_HELPERS = r"""
@@ -135,11 +135,11 @@ __device__ __forceinline__ void cvl_mma(float (&d)[4], const unsigned (&a)[4], c
 class MmaEngine:
     """Tensor-core tiles; each warp owns a warp_m x warp_n block of the BM x BN tile."""
 
-    def __init__(self, k: CudaKernel, a: Operand, b: Operand, rows_only: bool):
+    def __init__(self, k: CudaKernel, a: Operand, b: Operand):
         c = k.config
         self.k, self.a, self.b = k, a, b
         self.bm, self.bn, self.bk, self.threads = c.tile_m, c.tile_n, c.tile_k, c.block
-        self.w = configs.warp_layout(self.bm, self.bn, self.threads, rows_only)
+        self.w = configs.warp_layout(self.bm, self.bn, self.threads)
         assert self.w is not None, (self.bm, self.bn, self.threads)
         self.dtype = a.dtype
         self.item = a.dtype.itemsize
@@ -149,6 +149,7 @@ class MmaEngine:
         self.stages = configs.mma_stages(self.bm, self.bn, self.bk, self.item, k.arch)
         self.row_lanes = 4
         self.slots = self.mi * 2
+        self.warps_n = self.w.warps_n  # warps that share the rows of a tile (each its own columns)
 
     # ------------------------------------------------------------------ shared memory
     def ld(self, o: Operand) -> int:
@@ -220,7 +221,7 @@ class MmaEngine:
                "#pragma unroll", f"for (int kk = 0; kk < {self.bk}; kk += {self.kstep}) {{",
                f"    unsigned af[{self.mi}][4];", f"    unsigned bf[{self.ni}][2];"]
         body = self._fragments_b16() if self.item == 2 else self._fragments_tf32()
-        out += ["    " + x for x in body]
+        out += indent(body)
         out += ["#pragma unroll", f"    for (int mi = 0; mi < {self.mi}; ++mi)", "#pragma unroll",
                 f"        for (int ni = 0; ni < {self.ni}; ++ni) cvl_mma(acc[mi][ni], af[mi], bf[ni]);", "}"]
         return out
@@ -271,13 +272,20 @@ class MmaEngine:
 
         out = []
         for i in range(s - 1):
-            out += [f"if ({i} < {steps}) {{", *("    " + x for x in load(str(i), str(i))), "}", "cvl_cp_commit();"]
+            out += [f"if ({i} < {steps}) {{", *indent(load(str(i), str(i))), "}", "cvl_cp_commit();"]
         body = [f"cvl_cp_wait<{s - 2}>();", "__syncthreads();",
                 f"if (step + {s - 1} < {steps}) {{",
-                *("    " + x for x in load(f"(step + {s - 1}) % {s}", f"(step + {s - 1})")), "}",
-                "cvl_cp_commit();", "{", *("    " + x for x in self.compute(f"step % {s}")), "}", *after_step]
-        out += [f"for (int step = 0; step < {steps}; ++step) {{", *("    " + x for x in body), "}"]
+                *indent(load(f"(step + {s - 1}) % {s}", f"(step + {s - 1})")), "}",
+                "cvl_cp_commit();", "{", *indent(self.compute(f"step % {s}")), "}", *after_step]
+        out += [f"for (int step = 0; step < {steps}; ++step) {{", *indent(body), "}"]
         return out
+
+    def slot_row(self, slot: str) -> str:
+        """The tile row of row slot ``slot`` of this thread."""
+        return f"(wm + ({slot}) / 2 * 16 + ({slot}) % 2 * 8 + lane / 4)"
+
+    def column_warp(self) -> str:
+        return f"(threadIdx.x / 32 % {self.w.warps_n})"
 
     # ------------------------------------------------------------------ accumulator elements
     def elements(self, m0: str, n0: str, body: list[str]) -> list[str]:
@@ -289,7 +297,7 @@ class MmaEngine:
                 f"    const int m = {m0} + wm + mi * 16 + lane / 4 + h * 8;",
                 f"    const int n = {n0} + wn + ni * 8 + lane % 4 * 2 + q;",
                 "    const int slot = mi * 2 + h;", "    float& ACC = acc[mi][ni][h * 2 + q];",
-                *("    " + x for x in body), "}"]
+                *indent(body), "}"]
 
 
 class SimtEngine:
@@ -306,6 +314,7 @@ class SimtEngine:
         self.row_lanes = self.t.tx
         self.slots = self.t.tm
         self.shared_bytes = 0
+        self.warps_n = 1  # a row's TX threads are lanes of one warp
 
     def helpers(self) -> str:
         return ""
@@ -373,12 +382,12 @@ class SimtEngine:
         def store(stage: str) -> list[str]:
             return self.store_smem(self.a, stage) + self.store_smem(self.b, stage)
 
-        out = ["{", *("    " + x for x in load("0") + store("0")), "}", "__syncthreads();"]
-        body = [f"if (step + 1 < {steps}) {{", *("    " + x for x in load("step + 1")), "}",
-                "{", *("    " + x for x in self.compute("step % 2")), "}",
-                f"if (step + 1 < {steps}) {{", *("    " + x for x in store("(step + 1) % 2")), "}",
+        out = ["{", *indent(load("0") + store("0")), "}", "__syncthreads();"]
+        body = [f"if (step + 1 < {steps}) {{", *indent(load("step + 1")), "}",
+                "{", *indent(self.compute("step % 2")), "}",
+                f"if (step + 1 < {steps}) {{", *indent(store("(step + 1) % 2")), "}",
                 "__syncthreads();", *after_step]
-        return out + [f"for (int step = 0; step < {steps}; ++step) {{", *("    " + x for x in body), "}"]
+        return out + [f"for (int step = 0; step < {steps}; ++step) {{", *indent(body), "}"]
 
     def elements(self, m0: str, n0: str, body: list[str]) -> list[str]:
         t = self.t
@@ -386,11 +395,11 @@ class SimtEngine:
                 "#pragma unroll", f"for (int j = 0; j < {t.tn}; ++j) {{",
                 f"    const int m = {m0} + ty + i * {t.ty};", f"    const int n = {n0} + tx + j * {t.tx};",
                 "    const int slot = i;", f"    {self.ctype}& ACC = acc[i][j];",
-                *("    " + x for x in body), "}"]
+                *indent(body), "}"]
 
 
-def engine(k: CudaKernel, a: Operand, b: Operand, rows_only: bool):
+def engine(k: CudaKernel, a: Operand, b: Operand):
     """Tensor cores where the dtype, arch and tf32 setting allow, else CUDA cores."""
     if configs.uses_tensor_cores(a.dtype, k.arch, k.tf32):
-        return MmaEngine(k, a, b, rows_only)
+        return MmaEngine(k, a, b)
     return SimtEngine(k, a, b)

@@ -4,9 +4,10 @@
 the engine's k loop fills the accumulators, then every accumulator element runs the fused
 epilogue (bias, activation, scale, casts, masks: any elementwise chain) and is stored.
 
-**matmul_softmax**: one block per BM-row band of the output (and batch index). The warps split
-only the rows, so each row's statistics stay inside one warp. The block walks every column
-tile twice, one flat sequence of k steps:
+**matmul_softmax**: one block per BM-row band of the output (and batch index). Each warp keeps
+running statistics for the columns it computes; warps that share rows merge theirs once, at
+the end of the statistics pass. The block walks every column tile twice, one flat sequence of
+k steps:
 
 * pass 0 (statistics): per column tile, the pre-softmax value ``s`` (the GEMM plus its
   epilogue, masked past N) and an online row maximum and sum of ``exp(s - max)``;
@@ -24,14 +25,11 @@ from __future__ import annotations
 import math
 
 from cuvil_dsl.codegen.base import rounds
-from cuvil_dsl.codegen.cuda import CudaKernel, Emitted, _prod
+from cuvil_dsl.codegen.cuda import CudaKernel, Emitted, element_count, indent
 from cuvil_dsl.codegen.cuda_gemm import batch_offset, engine, operand
 from cuvil_dsl.passes import configs
 from cuvil_dsl.types import DType
 
-
-def _indent(lines: list[str], n: int = 1) -> list[str]:
-    return ["    " * n + x for x in lines]
 
 
 class _GemmKernel:
@@ -42,11 +40,11 @@ class _GemmKernel:
         self.softmax = next((op for op in p.ops.values() if op.op in ("softmax", "log_softmax")), None)
         self.a, self.b = operand(k, self.matmul, 0), operand(k, self.matmul, 1)
         self.M, self.N = p.domain[-2], p.domain[-1]
-        self.batch = _prod(p.domain[:-2])
+        self.batch = element_count(p.domain[:-2])
         kind = "matmul_softmax" if self.softmax is not None else "matmul"
         k.config = configs.sized_tiles(k.config, kind, configs.uses_tensor_cores(self.a.dtype, k.arch, k.tf32),
-                                       self.blocks, k.sm_count)
-        self.eng = engine(k, self.a, self.b, rows_only=self.softmax is not None)
+                                       self.blocks, k.sm_count, self.a.depth)
+        self.eng = engine(k, self.a, self.b)
         self.mt = -(-self.M // self.eng.bm)
         self.nt = -(-self.N // self.eng.bn)
         self.kt = -(-self.a.depth // self.eng.bk)
@@ -98,7 +96,7 @@ class _GemmKernel:
         w = self.walk(lines, stats)
         for s in self.p.stores:
             lines += self.k.store_lines(s, w.value(s.value, s.map), self.coord)
-        return [f"if (m < {self.M} && n < {self.N}) {{", *_indent(lines), "}"]
+        return [f"if (m < {self.M} && n < {self.N}) {{", *indent(lines), "}"]
 
     # ------------------------------------------------------------------ skeleton
     def prologue(self, decode: list[str]) -> list[str]:
@@ -122,7 +120,7 @@ class _GemmKernel:
         body = self.prologue(decode) + [f"const int n0 = nt * {eng.bn};"]
         body += eng.main_loop(self.kt, lambda s: f"({s}) * {eng.bk}", lambda s: "n0", "m0", ("pa", "pb"), [])
         body += eng.elements("m0", "n0", self.store_body(None))
-        lines = [*self.k.signature(entry, eng.threads), *_indent(body), "}"]
+        lines = [*self.k.signature(entry, eng.threads), *indent(body), "}"]
         return Emitted(lines, (self.batch * self.mt * self.nt, 1, 1), (eng.threads, 1, 1), eng.shared_bytes,
                        eng.helpers())
 
@@ -135,14 +133,17 @@ class _GemmKernel:
         body += [f"{self.ctype} row_max[{eng.slots}], row_sum[{eng.slots}];",
                  "#pragma unroll", f"for (int r = 0; r < {eng.slots}; ++r) {{",
                  f"    row_max[r] = {neg_inf};", "    row_sum[r] = 0;", "}"]
+        stats = self.statistics(neg_inf)
+        if eng.warps_n > 1:
+            stats += [f"if (step == {kt * nt - 1}) {{", *indent(self.merge_warps()), "}"]
         tile_end = [f"const int n0 = step / {kt} % {nt} * {eng.bn};",
-                    f"if (step < {kt * nt}) {{", *_indent(self.statistics(neg_inf)), "} else {",
-                    *_indent(eng.elements("m0", "n0", self.store_body(("row_max", "row_sum")))), "}",
+                    f"if (step < {kt * nt}) {{", *indent(stats), "} else {",
+                    *indent(eng.elements("m0", "n0", self.store_body(("row_max", "row_sum")))), "}",
                     *eng.zero()]
-        after = [f"if (step % {kt} == {kt - 1}) {{", *_indent(tile_end), "}"]
+        after = [f"if (step % {kt} == {kt - 1}) {{", *indent(tile_end), "}"]
         body += eng.main_loop(2 * kt * nt, lambda s: f"({s}) % {kt} * {eng.bk}",
                               lambda s: f"({s}) / {kt} % {nt} * {eng.bn}", "m0", ("pa", "pb"), after)
-        lines = [*k.signature(entry, eng.threads), *_indent(body), "}"]
+        lines = [*k.signature(entry, eng.threads), *indent(body), "}"]
         return Emitted(lines, (self.batch * self.mt, 1, 1), (eng.threads, 1, 1), eng.shared_bytes, eng.helpers())
 
     def statistics(self, neg_inf: str) -> list[str]:
@@ -153,7 +154,7 @@ class _GemmKernel:
         w = self.walk(pre)
         x = w.value(self.softmax.args[0], self.p.layout.maps[self.softmax.args[0]])
         per_element = [f"{self.ctype} s = {neg_inf};",
-                       f"if (m < {self.M} && n < {self.N}) {{", *_indent(pre), f"    s = {x};", "}",
+                       f"if (m < {self.M} && n < {self.N}) {{", *indent(pre), f"    s = {x};", "}",
                        "ACC = s;", "tile_max[slot] = cvl_max(tile_max[slot], s);"]
         lanes = eng.row_lanes
         return [
@@ -167,6 +168,31 @@ class _GemmKernel:
             *eng.elements("m0", "n0", [f"tile_sum[slot] += ACC == {neg_inf} ? 0 : {exp}(ACC - row_max[slot]);"]),
             "#pragma unroll", f"for (int r = 0; r < {eng.slots}; ++r)",
             f"    row_sum[r] = row_sum[r] * rescale[r] + cvl_warp_sum(tile_sum[r], {lanes});",
+        ]
+
+
+    def merge_warps(self) -> list[str]:
+        """After the last column tile: the warps that split a row's columns combine their
+        running maxima and sums (the same log-sum-exp merge as between column tiles)."""
+        k, eng = self.k, self.eng
+        exp = k.lang.function("exp", self.dtype)
+        shape = f"[{eng.warps_n}][{eng.bm}]"
+        row = eng.slot_row("r")
+        return [
+            f"__shared__ {self.ctype} warp_max{shape}, warp_sum{shape};",
+            "#pragma unroll", f"for (int r = 0; r < {eng.slots}; ++r) {{",
+            f"    if (lane % {eng.row_lanes} == 0) {{",
+            f"        warp_max[{eng.column_warp()}][{row}] = row_max[r];",
+            f"        warp_sum[{eng.column_warp()}][{row}] = row_sum[r];", "    }", "}",
+            "__syncthreads();",
+            "#pragma unroll", f"for (int r = 0; r < {eng.slots}; ++r) {{",
+            f"    {self.ctype} top = warp_max[0][{row}];",
+            "#pragma unroll", f"    for (int w = 1; w < {eng.warps_n}; ++w) top = cvl_max(top, warp_max[w][{row}]);",
+            f"    {self.ctype} total = 0;",
+            "#pragma unroll", f"    for (int w = 0; w < {eng.warps_n}; ++w) {{",
+            f"        const {self.ctype} m = warp_max[w][{row}];",
+            f"        total += warp_sum[w][{row}] * (m == top ? 1 : {exp}(m - top));", "    }",
+            "    row_max[r] = top;", "    row_sum[r] = total;", "}",
         ]
 
 

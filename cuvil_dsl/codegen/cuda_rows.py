@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 
 from cuvil_dsl.codegen.base import rounds
-from cuvil_dsl.codegen.cuda import CudaKernel, Emitted, _prod
+from cuvil_dsl.codegen.cuda import CudaKernel, Emitted, element_count, indent
 from cuvil_dsl.codegen.program import Reduction
 from cuvil_dsl.passes import configs
 from cuvil_dsl.passes.indexing import operand_map
@@ -61,9 +61,6 @@ __device__ __forceinline__ int cvl_cluster_load(const int* p, int rank) {
 """
 
 
-def _indent(lines: list[str], n: int = 1) -> list[str]:
-    return ["    " * n + x for x in lines]
-
 
 def _pow2_ceil(n: int) -> int:
     p = 1
@@ -78,8 +75,8 @@ class _RowKernel:
         self.k, self.p = k, p
         self.a = p.row_axis
         self.L = p.domain[self.a]
-        self.rows = _prod(p.domain[: self.a])
-        self.inner = _prod(p.domain[self.a + 1:])
+        self.rows = element_count(p.domain[: self.a])
+        self.inner = element_count(p.domain[self.a + 1:])
         self.acc: dict[str, str] = {}  # reduction out -> its result variable
         self.passes = [[r for r in p.reductions if r.phase == i] for i in range(p.phases)]
         # values that do not vary along the row are computed once per row, before the pass
@@ -211,11 +208,11 @@ class _RowKernel:
             inner_body += self.reduce_across(i, warp_mode, threads)
         inner_body += self.hoisted(self.slot_loop(None, cached, cache_names))
         if warp_mode and self.rows % (threads // 32):
-            body += [f"if (row < {self.rows}) {{", *_indent(inner_body), "}"]
+            body += [f"if (row < {self.rows}) {{", *indent(inner_body), "}"]
         else:
             body += inner_body
         signature, helpers = self.clustered(k.signature(entry, threads), body)
-        lines = [*signature, *_indent(body), "}"]
+        lines = [*signature, *indent(body), "}"]
         return Emitted(lines, (grid, 1, 1), (threads, 1, 1), helpers=helpers)
 
     def cluster_size(self, blocks: int, per_block: int) -> int:
@@ -260,14 +257,14 @@ class _RowKernel:
 
     def e_loop(self, lines: list[str]) -> list[str]:
         if self.vec == 1:
-            return ["{", "    const int e = 0;", *_indent(lines), "}"]
-        return ["#pragma unroll", f"for (int e = 0; e < {self.vec}; ++e) {{", *_indent(lines), "}"]
+            return ["{", "    const int e = 0;", *indent(lines), "}"]
+        return ["#pragma unroll", f"for (int e = 0; e < {self.vec}; ++e) {{", *indent(lines), "}"]
 
     def unrolled_slots(self, inner: list[str]) -> list[str]:
         guard = self.nv % self.tpr != 0
         body = [f"const int sv = s * {self.tpr} + tid;"]
-        body += [f"if (sv < {self.nv}) {{", *_indent(inner), "}"] if guard else inner
-        return ["#pragma unroll", f"for (int s = 0; s < {self.slots}; ++s) {{", *_indent(body), "}"]
+        body += [f"if (sv < {self.nv}) {{", *indent(inner), "}"] if guard else inner
+        return ["#pragma unroll", f"for (int s = 0; s < {self.slots}; ++s) {{", *indent(body), "}"]
 
     def slot_loop(self, pass_index: int | None, cached: bool, cache_names: dict) -> list[str]:
         """One pass over the thread's part of the row, vector slot by vector slot."""
@@ -304,7 +301,7 @@ class _RowKernel:
         inner = pre + self.e_loop(body) + post
         if cached:
             return self.unrolled_slots(inner)
-        return [f"for (int sv = tid; sv < {self.nv}; sv += {self.tpr}) {{", *_indent(inner), "}"]
+        return [f"for (int sv = tid; sv < {self.nv}; sv += {self.tpr}) {{", *indent(inner), "}"]
 
     def pass_body(self, pass_index: int | None, leaf, staged: dict) -> list[str]:
         k = self.k
@@ -377,8 +374,8 @@ class _RowKernel:
             return "l" if d == self.a else f"c{d}"
 
         def loop(inner: list[str]) -> list[str]:
-            lines = [f"for (int l = ty; l < {self.L}; l += {span}) {{", *_indent(inner), "}"]
-            return [f"if (inner < {self.inner}) {{", *_indent(lines), "}"] if guard else lines
+            lines = [f"for (int l = ty; l < {self.L}; l += {span}) {{", *indent(inner), "}"]
+            return [f"if (inner < {self.inner}) {{", *indent(lines), "}"] if guard else lines
 
         for i in range(p.phases):
             body += self.open_accumulators(i)
@@ -398,7 +395,7 @@ class _RowKernel:
                     body += self.close(r, f"cluster_{n}")
         body += self.hoisted(loop(self.body_of_pass(None, coord, None)))
         signature, helpers = self.clustered(k.signature(entry, threads), body)
-        lines = [*signature, *_indent(body), "}"]
+        lines = [*signature, *indent(body), "}"]
         return Emitted(lines, (chunks * self.rows * self.cluster, 1, 1), (threads, 1, 1), helpers=helpers)
 
     def combine_strided(self, r: Reduction, by: int, tx: int) -> list[str]:

@@ -54,15 +54,12 @@ class WarpLayout:
     warp_n: int  # columns per warp (multiple of 16)
 
 
-def warp_layout(bm: int, bn: int, threads: int, rows_only: bool) -> WarpLayout | None:
-    """The squarest warp tiling of the block tile; ``rows_only`` keeps whole rows in one warp
-    (the fused softmax needs each row's statistics inside one warp)."""
+def warp_layout(bm: int, bn: int, threads: int) -> WarpLayout | None:
+    """The squarest warp tiling of the block tile (warp tiles are multiples of 16 x 16)."""
     warps = threads // 32
     best: tuple[float, WarpLayout] | None = None
     for wm in (d for d in range(1, warps + 1) if warps % d == 0):
         wn = warps // wm
-        if rows_only and wn != 1:
-            continue
         if bm % (wm * 16) or bn % (wn * 16):
             continue
         tile_m, tile_n = bm // wm, bn // wn
@@ -147,19 +144,22 @@ def default_config(kind: str, dtype: DType, arch: str, tf32: bool = False) -> Ke
 TILE_LADDER = {
     ("matmul", True): ((128, 128, 256), (128, 64, 256), (64, 64, 128), (64, 32, 128)),
     ("matmul", False): ((64, 64, 256), (32, 64, 256), (32, 32, 256), (32, 32, 128)),
-    ("matmul_softmax", True): ((64, 64, 128), (32, 64, 64), (16, 64, 32)),
+    ("matmul_softmax", True): ((64, 64, 128), (32, 64, 128), (16, 64, 128)),
     ("matmul_softmax", False): ((64, 64, 256), (32, 64, 256), (32, 32, 128)),
 }
 
 
 def sized_tiles(config: KernelConfig, kind: str, tensor_cores: bool, blocks: Callable[[int, int], int],
-                sm_count: int) -> KernelConfig:
-    """Shrink the default tile until the launch fills the machine (unless the spec set it)."""
+                sm_count: int, depth: int) -> KernelConfig:
+    """Shrink the default tile until the launch fills the machine (unless the spec set it). A
+    fused softmax whose K is a multiple of 64 (a head dimension) takes it in one k step per
+    column tile when the operands are 16-bit."""
     if "tile" in config.overridden or "block" in config.overridden:
         return config
     ladder = TILE_LADDER[(kind, tensor_cores)]
     bm, bn, threads = next((t for t in ladder if blocks(t[0], t[1]) >= sm_count), ladder[-1])
-    return replace(config, tile_m=bm, tile_n=bn, block=threads)
+    bk = 64 if kind == "matmul_softmax" and config.tile_k == 32 and depth % 64 == 0 else config.tile_k
+    return replace(config, tile_m=bm, tile_n=bn, tile_k=bk, block=threads)
 
 
 def resolve(config: KernelConfig, kind: str, dtype: DType, arch: str, tf32: bool) -> KernelConfig:
@@ -178,12 +178,11 @@ def _overridden(config: KernelConfig, field: str) -> bool:
 def _gemm_problem(c: KernelConfig, kind: str, dtype: DType, arch: str) -> str | None:
     """Why the tile cannot run on the template(s) for ``dtype``, or None."""
     bm, bn, bk, threads = c.tile_m, c.tile_n, c.tile_k, c.block
-    softmax = kind == "matmul_softmax"
     if dtype in (DType.F16, DType.BF16):
         if bm not in MMA_MN or bn not in MMA_MN or bk not in MMA_K:
             return f"m and n must be one of {_list(MMA_MN)} and k one of {_list(MMA_K)}"
-        if warp_layout(bm, bn, threads, softmax) is None:
-            return _warp_rule(softmax)
+        if warp_layout(bm, bn, threads) is None:
+            return _WARP_RULE
         if not mma_stages(bm, bn, bk, 2, arch):
             return f"the tile needs more than {smem_limit(arch) // 1024} KiB of shared memory for two stages"
         return None
@@ -195,16 +194,13 @@ def _gemm_problem(c: KernelConfig, kind: str, dtype: DType, arch: str) -> str | 
                 "with at most 32 threads along a row")
     if 2 * bk * (bm + bn + 8) * dtype.itemsize > SMEM_LIMIT:
         return f"the tile needs more than {SMEM_LIMIT // 1024} KiB of shared memory"
-    if dtype is DType.F32 and warp_layout(bm, bn, threads, softmax) is None:
-        return "with tf32 it must also run on tensor cores: " + _warp_rule(softmax)
+    if dtype is DType.F32 and warp_layout(bm, bn, threads) is None:
+        return "with tf32 it must also run on tensor cores: " + _WARP_RULE
     return None
 
 
-def _warp_rule(softmax: bool) -> str:
-    if softmax:
-        return "block/32 warps must each own 16 or more rows (tile m = warps x 16 or 32), with n a multiple of 16"
-    return ("block/32 warps must tile m and n in multiples of 16, "
-            f"each warp at most {MAX_WARP_TILE} outputs (e.g. 128x128 with 256 threads)")
+_WARP_RULE = ("block/32 warps must tile m and n in multiples of 16, "
+              f"each warp at most {MAX_WARP_TILE} outputs (e.g. 128x128 with 256 threads)")
 
 
 def _list(values: tuple[int, ...]) -> str:

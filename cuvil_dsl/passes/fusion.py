@@ -339,7 +339,7 @@ class _Planner:
             g.name = f"{prefix}_k{n}"
 
     def _kernel(self, g: _Group, live: set[str], overrides: dict) -> FusedKernel:
-        dtype = next(op.type.dtype for op in g.ops if op.out == g.anchor) if g.anchor else shape_dtype(g.ops[-1])
+        dtype = next(op.type.dtype for op in g.ops if op.out == g.anchor) if g.anchor else _dtype_of(g.ops[-1])
         span = g.block.span if g.block is not None else g.ops[0].span
         config = configs.default_config(g.kind, dtype, self.arch)
         if g.name in overrides:
@@ -360,7 +360,7 @@ def _is_named(pipeline: ir.Pipeline, value: str) -> bool:
     return any(op.out == value and op.named for op in pipeline.ops())
 
 
-def shape_dtype(op: ir.Op):
+def _dtype_of(op: ir.Op):
     assert isinstance(op.type, TensorType)
     return op.type.dtype
 

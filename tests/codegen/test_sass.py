@@ -67,13 +67,15 @@ def test_barrier_counts_match_the_templates(built, case, kernel, expected):
     assert source.split('extern "C"')[1].count("__syncthreads()") == expected
 
 
-@pytest.mark.parametrize("case,kernel", [("specs/gemm_bias_gelu", "gemm_epilogue"),
-                                         ("specs/attention_scores", "qk_softmax")])
-def test_tensor_core_pipeline_has_one_barrier_per_step(built, case, kernel):
+@pytest.mark.parametrize("case,kernel,expected", [
+    ("specs/gemm_bias_gelu", "gemm_epilogue", 1),  # one per k step
+    ("specs/attention_scores", "qk_softmax", 2),  # one per k step, one to merge the warps' row statistics
+])
+def test_tensor_core_pipeline_has_one_barrier_per_step(built, case, kernel, expected):
     source = built("sm_90")[(case, kernel)].kernel.source
-    assert source.split('extern "C"')[1].count("__syncthreads()") == 1
-    # the compiler may rotate the step loop, duplicating its one barrier
-    assert 1 <= barriers(sass_of(built, "sm_90", case, kernel)) <= 2
+    assert source.split('extern "C"')[1].count("__syncthreads()") == expected
+    # the compiler may rotate the step loop, duplicating its barrier
+    assert expected <= barriers(sass_of(built, "sm_90", case, kernel)) <= 2 * expected
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])

@@ -82,7 +82,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
 ) {
     const int tx = threadIdx.x % 32;
     const int ty = threadIdx.x / 32;
-    const int chunk = blockIdx.x % 10;
+    const int chunk = blockIdx.x / 1 % 10;
     const int orow = blockIdx.x / 10;
     const int inner = chunk * 32 + tx;
     const int c1 = inner;
@@ -95,12 +95,18 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
         }
     }
     __shared__ float red_0[8][32];
-    red_0[ty][tx] = acc_0;
+    red_0[threadIdx.x / 32][tx] = acc_0;
     __shared__ float red_1[8][32];
-    red_1[ty][tx] = acc_1;
+    red_1[threadIdx.x / 32][tx] = acc_1;
     __syncthreads();
-    const float r_0 = (((((((red_0[0][tx] + red_0[1][tx]) + red_0[2][tx]) + red_0[3][tx]) + red_0[4][tx]) + red_0[5][tx]) + red_0[6][tx]) + red_0[7][tx]);
-    const float r_1 = cvl_max(cvl_max(cvl_max(cvl_max(cvl_max(cvl_max(cvl_max(red_1[0][tx], red_1[1][tx]), red_1[2][tx]), red_1[3][tx]), red_1[4][tx]), red_1[5][tx]), red_1[6][tx]), red_1[7][tx]);
+    float block_0 = red_0[0][tx];
+    #pragma unroll
+    for (int i = 1; i < 8; ++i) block_0 = (block_0 + red_0[i][tx]);
+    const float r_0 = block_0;
+    float block_1 = red_1[0][tx];
+    #pragma unroll
+    for (int i = 1; i < 8; ++i) block_1 = cvl_max(block_1, red_1[i][tx]);
+    const float r_1 = block_1;
     if (inner < 300) {
         for (int l = ty; l < 7; l += 8) {
             if (l == 0) b1[c1] = r_0;

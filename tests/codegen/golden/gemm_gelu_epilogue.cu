@@ -107,52 +107,52 @@ __device__ __forceinline__ void cvl_mma(float (&d)[4], const unsigned (&a)[4], c
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
+extern "C" __global__ void __launch_bounds__(128, 1) cvl_main_k1(
     const __nv_bfloat16* __restrict__ b0,  // x: bf16[T, D] input
     const __nv_bfloat16* __restrict__ b1,  // w: bf16[D, F] input
     __nv_bfloat16* __restrict__ b2  // y: bf16[T, F] output
 ) {
     extern __shared__ __align__(16) unsigned char cvl_smem[];
     __nv_bfloat16* const sa = reinterpret_cast<__nv_bfloat16*>(cvl_smem);
-    __nv_bfloat16* const sb = sa + 20480;
+    __nv_bfloat16* const sb = sa + 10240;
     const int lane = threadIdx.x % 32;
-    const int wm = (threadIdx.x / 32) / 4 * 64;
-    const int wn = (threadIdx.x / 32) % 4 * 32;
-    float acc[4][4][4];
-    const int nt = blockIdx.x % 2;
-    const int mt = blockIdx.x / 2 % 2;
-    const int bz = blockIdx.x / 4;
-    const int m0 = mt * 128;
+    const int wm = (threadIdx.x / 32) / 2 * 32;
+    const int wn = (threadIdx.x / 32) % 2 * 16;
+    float acc[2][2][4];
+    const int nt = blockIdx.x % 5;
+    const int mt = blockIdx.x / 5 % 4;
+    const int bz = blockIdx.x / 20;
+    const int m0 = mt * 64;
     const __nv_bfloat16* pa = b0 + 0;
     const __nv_bfloat16* pb = b1 + 0;
     #pragma unroll
-    for (int mi = 0; mi < 4; ++mi)
+    for (int mi = 0; mi < 2; ++mi)
     #pragma unroll
-        for (int ni = 0; ni < 4; ++ni)
+        for (int ni = 0; ni < 2; ++ni)
     #pragma unroll
             for (int q = 0; q < 4; ++q) acc[mi][ni][q] = 0.0f;
-    const int n0 = nt * 128;
+    const int n0 = nt * 32;
     if (0 < 8) {
         #pragma unroll
         for (int i = 0; i < 2; ++i) {
-            const int c = i * 256 + threadIdx.x;
+            const int c = i * 128 + threadIdx.x;
             const int r = c / 4;
             const int cc = c % 4 * 8;
             const int gmn = m0 + r;
             const int gk = (0) * 32 + cc;
             const bool ok = gmn < 200 && gk < 256;
-            __nv_bfloat16* dst = sa + (0) * 5120 + r * 40 + cc;
+            __nv_bfloat16* dst = sa + (0) * 2560 + r * 40 + cc;
             cvl_cp_async16(dst, ok ? pa + (int)gmn * 256 + (int)gk * 1 : pa, ok);
         }
         #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const int c = i * 256 + threadIdx.x;
-            const int r = c / 16;
-            const int cc = c % 16 * 8;
+        for (int i = 0; i < 1; ++i) {
+            const int c = i * 128 + threadIdx.x;
+            const int r = c / 4;
+            const int cc = c % 4 * 8;
             const int gmn = n0 + cc;
             const int gk = (0) * 32 + r;
             const bool ok = gmn < 136 && gk < 256;
-            __nv_bfloat16* dst = sb + (0) * 4352 + r * 136 + cc;
+            __nv_bfloat16* dst = sb + (0) * 1280 + r * 40 + cc;
             cvl_cp_async16(dst, ok ? pb + (int)gmn * 1 + (int)gk * 136 : pb, ok);
         }
     }
@@ -160,24 +160,24 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
     if (1 < 8) {
         #pragma unroll
         for (int i = 0; i < 2; ++i) {
-            const int c = i * 256 + threadIdx.x;
+            const int c = i * 128 + threadIdx.x;
             const int r = c / 4;
             const int cc = c % 4 * 8;
             const int gmn = m0 + r;
             const int gk = (1) * 32 + cc;
             const bool ok = gmn < 200 && gk < 256;
-            __nv_bfloat16* dst = sa + (1) * 5120 + r * 40 + cc;
+            __nv_bfloat16* dst = sa + (1) * 2560 + r * 40 + cc;
             cvl_cp_async16(dst, ok ? pa + (int)gmn * 256 + (int)gk * 1 : pa, ok);
         }
         #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const int c = i * 256 + threadIdx.x;
-            const int r = c / 16;
-            const int cc = c % 16 * 8;
+        for (int i = 0; i < 1; ++i) {
+            const int c = i * 128 + threadIdx.x;
+            const int r = c / 4;
+            const int cc = c % 4 * 8;
             const int gmn = n0 + cc;
             const int gk = (1) * 32 + r;
             const bool ok = gmn < 136 && gk < 256;
-            __nv_bfloat16* dst = sb + (1) * 4352 + r * 136 + cc;
+            __nv_bfloat16* dst = sb + (1) * 1280 + r * 40 + cc;
             cvl_cp_async16(dst, ok ? pb + (int)gmn * 1 + (int)gk * 136 : pb, ok);
         }
     }
@@ -185,24 +185,24 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
     if (2 < 8) {
         #pragma unroll
         for (int i = 0; i < 2; ++i) {
-            const int c = i * 256 + threadIdx.x;
+            const int c = i * 128 + threadIdx.x;
             const int r = c / 4;
             const int cc = c % 4 * 8;
             const int gmn = m0 + r;
             const int gk = (2) * 32 + cc;
             const bool ok = gmn < 200 && gk < 256;
-            __nv_bfloat16* dst = sa + (2) * 5120 + r * 40 + cc;
+            __nv_bfloat16* dst = sa + (2) * 2560 + r * 40 + cc;
             cvl_cp_async16(dst, ok ? pa + (int)gmn * 256 + (int)gk * 1 : pa, ok);
         }
         #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const int c = i * 256 + threadIdx.x;
-            const int r = c / 16;
-            const int cc = c % 16 * 8;
+        for (int i = 0; i < 1; ++i) {
+            const int c = i * 128 + threadIdx.x;
+            const int r = c / 4;
+            const int cc = c % 4 * 8;
             const int gmn = n0 + cc;
             const int gk = (2) * 32 + r;
             const bool ok = gmn < 136 && gk < 256;
-            __nv_bfloat16* dst = sb + (2) * 4352 + r * 136 + cc;
+            __nv_bfloat16* dst = sb + (2) * 1280 + r * 40 + cc;
             cvl_cp_async16(dst, ok ? pb + (int)gmn * 1 + (int)gk * 136 : pb, ok);
         }
     }
@@ -213,55 +213,55 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
         if (step + 3 < 8) {
             #pragma unroll
             for (int i = 0; i < 2; ++i) {
-                const int c = i * 256 + threadIdx.x;
+                const int c = i * 128 + threadIdx.x;
                 const int r = c / 4;
                 const int cc = c % 4 * 8;
                 const int gmn = m0 + r;
                 const int gk = ((step + 3)) * 32 + cc;
                 const bool ok = gmn < 200 && gk < 256;
-                __nv_bfloat16* dst = sa + ((step + 3) % 4) * 5120 + r * 40 + cc;
+                __nv_bfloat16* dst = sa + ((step + 3) % 4) * 2560 + r * 40 + cc;
                 cvl_cp_async16(dst, ok ? pa + (int)gmn * 256 + (int)gk * 1 : pa, ok);
             }
             #pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                const int c = i * 256 + threadIdx.x;
-                const int r = c / 16;
-                const int cc = c % 16 * 8;
+            for (int i = 0; i < 1; ++i) {
+                const int c = i * 128 + threadIdx.x;
+                const int r = c / 4;
+                const int cc = c % 4 * 8;
                 const int gmn = n0 + cc;
                 const int gk = ((step + 3)) * 32 + r;
                 const bool ok = gmn < 136 && gk < 256;
-                __nv_bfloat16* dst = sb + ((step + 3) % 4) * 4352 + r * 136 + cc;
+                __nv_bfloat16* dst = sb + ((step + 3) % 4) * 1280 + r * 40 + cc;
                 cvl_cp_async16(dst, ok ? pb + (int)gmn * 1 + (int)gk * 136 : pb, ok);
             }
         }
         cvl_cp_commit();
         {
-            const __nv_bfloat16* ta = sa + (step % 4) * 5120;
-            const __nv_bfloat16* tb = sb + (step % 4) * 4352;
+            const __nv_bfloat16* ta = sa + (step % 4) * 2560;
+            const __nv_bfloat16* tb = sb + (step % 4) * 1280;
             #pragma unroll
             for (int kk = 0; kk < 32; kk += 16) {
-                unsigned af[4][4];
-                unsigned bf[4][2];
+                unsigned af[2][4];
+                unsigned bf[2][2];
                 #pragma unroll
-                for (int mi = 0; mi < 4; ++mi) cvl_ldsm_x4(af[mi], ta + (wm + mi * 16 + (lane / 8) % 2 * 8 + lane % 8) * 40 + kk + lane / 16 * 8);
+                for (int mi = 0; mi < 2; ++mi) cvl_ldsm_x4(af[mi], ta + (wm + mi * 16 + (lane / 8) % 2 * 8 + lane % 8) * 40 + kk + lane / 16 * 8);
                 #pragma unroll
-                for (int nj = 0; nj < 2; ++nj) {
+                for (int nj = 0; nj < 1; ++nj) {
                     unsigned r[4];
-                    cvl_ldsm_x4_trans(r, tb + (kk + (lane / 8) % 2 * 8 + lane % 8) * 136 + wn + nj * 16 + lane / 16 * 8);
+                    cvl_ldsm_x4_trans(r, tb + (kk + (lane / 8) % 2 * 8 + lane % 8) * 40 + wn + nj * 16 + lane / 16 * 8);
                     bf[2 * nj][0] = r[0]; bf[2 * nj][1] = r[1];
                     bf[2 * nj + 1][0] = r[2]; bf[2 * nj + 1][1] = r[3];
                 }
             #pragma unroll
-                for (int mi = 0; mi < 4; ++mi)
+                for (int mi = 0; mi < 2; ++mi)
             #pragma unroll
-                    for (int ni = 0; ni < 4; ++ni) cvl_mma(acc[mi][ni], af[mi], bf[ni]);
+                    for (int ni = 0; ni < 2; ++ni) cvl_mma(acc[mi][ni], af[mi], bf[ni]);
             }
         }
     }
     #pragma unroll
-    for (int mi = 0; mi < 4; ++mi)
+    for (int mi = 0; mi < 2; ++mi)
     #pragma unroll
-    for (int ni = 0; ni < 4; ++ni)
+    for (int ni = 0; ni < 2; ++ni)
     #pragma unroll
     for (int h = 0; h < 2; ++h)
     #pragma unroll

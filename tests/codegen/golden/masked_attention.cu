@@ -117,21 +117,21 @@ extern "C" __global__ void __launch_bounds__(128, 1) cvl_masked(
 ) {
     extern __shared__ __align__(16) unsigned char cvl_smem[];
     __half* const sa = reinterpret_cast<__half*>(cvl_smem);
-    __half* const sb = sa + 10240;
+    __half* const sb = sa + 4608;
     const int lane = threadIdx.x % 32;
-    const int wm = (threadIdx.x / 32) / 1 * 16;
-    const int wn = (threadIdx.x / 32) % 1 * 64;
-    float acc[1][8][4];
-    const int mt = blockIdx.x % 2;
-    const int bz = blockIdx.x / 2;
+    const int wm = (threadIdx.x / 32) / 4 * 16;
+    const int wn = (threadIdx.x / 32) % 4 * 16;
+    float acc[1][2][4];
+    const int mt = blockIdx.x % 5;
+    const int bz = blockIdx.x / 5;
     const int c0 = (bz) % 2;
-    const int m0 = mt * 64;
+    const int m0 = mt * 16;
     const __half* pa = b1 + (int)c0 * 4480;
     const __half* pb = b0 + (int)c0 * 19200;
     #pragma unroll
     for (int mi = 0; mi < 1; ++mi)
     #pragma unroll
-        for (int ni = 0; ni < 8; ++ni)
+        for (int ni = 0; ni < 2; ++ni)
     #pragma unroll
             for (int q = 0; q < 4; ++q) acc[mi][ni][q] = 0.0f;
     float row_max[2], row_sum[2];
@@ -140,141 +140,141 @@ extern "C" __global__ void __launch_bounds__(128, 1) cvl_masked(
         row_max[r] = (-__int_as_float(0x7f800000));
         row_sum[r] = 0;
     }
-    if (0 < 20) {
+    if (0 < 10) {
         #pragma unroll
-        for (int i = 0; i < 2; ++i) {
+        for (int i = 0; i < 1; ++i) {
             const int c = i * 128 + threadIdx.x;
-            const int r = c / 4;
-            const int cc = c % 4 * 8;
+            const int r = c / 8;
+            const int cc = c % 8 * 8;
             const int gmn = m0 + r;
-            const int gk = (0) % 2 * 32 + cc;
+            const int gk = (0) % 1 * 64 + cc;
             const bool ok = gmn < 70 && gk < 64;
-            __half* dst = sa + (0) * 2560 + r * 40 + cc;
+            __half* dst = sa + (0) * 1152 + r * 72 + cc;
             cvl_cp_async16(dst, ok ? pa + (int)gmn * 64 + (int)gk * 1 : pa, ok);
         }
         #pragma unroll
-        for (int i = 0; i < 2; ++i) {
+        for (int i = 0; i < 4; ++i) {
             const int c = i * 128 + threadIdx.x;
-            const int r = c / 4;
-            const int cc = c % 4 * 8;
-            const int gmn = (0) / 2 % 5 * 64 + r;
-            const int gk = (0) % 2 * 32 + cc;
+            const int r = c / 8;
+            const int cc = c % 8 * 8;
+            const int gmn = (0) / 1 % 5 * 64 + r;
+            const int gk = (0) % 1 * 64 + cc;
             const bool ok = gmn < 300 && gk < 64;
-            __half* dst = sb + (0) * 2560 + r * 40 + cc;
+            __half* dst = sb + (0) * 4608 + r * 72 + cc;
             cvl_cp_async16(dst, ok ? pb + (int)gmn * 64 + (int)gk * 1 : pb, ok);
         }
     }
     cvl_cp_commit();
-    if (1 < 20) {
+    if (1 < 10) {
         #pragma unroll
-        for (int i = 0; i < 2; ++i) {
+        for (int i = 0; i < 1; ++i) {
             const int c = i * 128 + threadIdx.x;
-            const int r = c / 4;
-            const int cc = c % 4 * 8;
+            const int r = c / 8;
+            const int cc = c % 8 * 8;
             const int gmn = m0 + r;
-            const int gk = (1) % 2 * 32 + cc;
+            const int gk = (1) % 1 * 64 + cc;
             const bool ok = gmn < 70 && gk < 64;
-            __half* dst = sa + (1) * 2560 + r * 40 + cc;
+            __half* dst = sa + (1) * 1152 + r * 72 + cc;
             cvl_cp_async16(dst, ok ? pa + (int)gmn * 64 + (int)gk * 1 : pa, ok);
         }
         #pragma unroll
-        for (int i = 0; i < 2; ++i) {
+        for (int i = 0; i < 4; ++i) {
             const int c = i * 128 + threadIdx.x;
-            const int r = c / 4;
-            const int cc = c % 4 * 8;
-            const int gmn = (1) / 2 % 5 * 64 + r;
-            const int gk = (1) % 2 * 32 + cc;
+            const int r = c / 8;
+            const int cc = c % 8 * 8;
+            const int gmn = (1) / 1 % 5 * 64 + r;
+            const int gk = (1) % 1 * 64 + cc;
             const bool ok = gmn < 300 && gk < 64;
-            __half* dst = sb + (1) * 2560 + r * 40 + cc;
+            __half* dst = sb + (1) * 4608 + r * 72 + cc;
             cvl_cp_async16(dst, ok ? pb + (int)gmn * 64 + (int)gk * 1 : pb, ok);
         }
     }
     cvl_cp_commit();
-    if (2 < 20) {
+    if (2 < 10) {
         #pragma unroll
-        for (int i = 0; i < 2; ++i) {
+        for (int i = 0; i < 1; ++i) {
             const int c = i * 128 + threadIdx.x;
-            const int r = c / 4;
-            const int cc = c % 4 * 8;
+            const int r = c / 8;
+            const int cc = c % 8 * 8;
             const int gmn = m0 + r;
-            const int gk = (2) % 2 * 32 + cc;
+            const int gk = (2) % 1 * 64 + cc;
             const bool ok = gmn < 70 && gk < 64;
-            __half* dst = sa + (2) * 2560 + r * 40 + cc;
+            __half* dst = sa + (2) * 1152 + r * 72 + cc;
             cvl_cp_async16(dst, ok ? pa + (int)gmn * 64 + (int)gk * 1 : pa, ok);
         }
         #pragma unroll
-        for (int i = 0; i < 2; ++i) {
+        for (int i = 0; i < 4; ++i) {
             const int c = i * 128 + threadIdx.x;
-            const int r = c / 4;
-            const int cc = c % 4 * 8;
-            const int gmn = (2) / 2 % 5 * 64 + r;
-            const int gk = (2) % 2 * 32 + cc;
+            const int r = c / 8;
+            const int cc = c % 8 * 8;
+            const int gmn = (2) / 1 % 5 * 64 + r;
+            const int gk = (2) % 1 * 64 + cc;
             const bool ok = gmn < 300 && gk < 64;
-            __half* dst = sb + (2) * 2560 + r * 40 + cc;
+            __half* dst = sb + (2) * 4608 + r * 72 + cc;
             cvl_cp_async16(dst, ok ? pb + (int)gmn * 64 + (int)gk * 1 : pb, ok);
         }
     }
     cvl_cp_commit();
-    for (int step = 0; step < 20; ++step) {
+    for (int step = 0; step < 10; ++step) {
         cvl_cp_wait<2>();
         __syncthreads();
-        if (step + 3 < 20) {
+        if (step + 3 < 10) {
             #pragma unroll
-            for (int i = 0; i < 2; ++i) {
+            for (int i = 0; i < 1; ++i) {
                 const int c = i * 128 + threadIdx.x;
-                const int r = c / 4;
-                const int cc = c % 4 * 8;
+                const int r = c / 8;
+                const int cc = c % 8 * 8;
                 const int gmn = m0 + r;
-                const int gk = ((step + 3)) % 2 * 32 + cc;
+                const int gk = ((step + 3)) % 1 * 64 + cc;
                 const bool ok = gmn < 70 && gk < 64;
-                __half* dst = sa + ((step + 3) % 4) * 2560 + r * 40 + cc;
+                __half* dst = sa + ((step + 3) % 4) * 1152 + r * 72 + cc;
                 cvl_cp_async16(dst, ok ? pa + (int)gmn * 64 + (int)gk * 1 : pa, ok);
             }
             #pragma unroll
-            for (int i = 0; i < 2; ++i) {
+            for (int i = 0; i < 4; ++i) {
                 const int c = i * 128 + threadIdx.x;
-                const int r = c / 4;
-                const int cc = c % 4 * 8;
-                const int gmn = ((step + 3)) / 2 % 5 * 64 + r;
-                const int gk = ((step + 3)) % 2 * 32 + cc;
+                const int r = c / 8;
+                const int cc = c % 8 * 8;
+                const int gmn = ((step + 3)) / 1 % 5 * 64 + r;
+                const int gk = ((step + 3)) % 1 * 64 + cc;
                 const bool ok = gmn < 300 && gk < 64;
-                __half* dst = sb + ((step + 3) % 4) * 2560 + r * 40 + cc;
+                __half* dst = sb + ((step + 3) % 4) * 4608 + r * 72 + cc;
                 cvl_cp_async16(dst, ok ? pb + (int)gmn * 64 + (int)gk * 1 : pb, ok);
             }
         }
         cvl_cp_commit();
         {
-            const __half* ta = sa + (step % 4) * 2560;
-            const __half* tb = sb + (step % 4) * 2560;
+            const __half* ta = sa + (step % 4) * 1152;
+            const __half* tb = sb + (step % 4) * 4608;
             #pragma unroll
-            for (int kk = 0; kk < 32; kk += 16) {
+            for (int kk = 0; kk < 64; kk += 16) {
                 unsigned af[1][4];
-                unsigned bf[8][2];
+                unsigned bf[2][2];
                 #pragma unroll
-                for (int mi = 0; mi < 1; ++mi) cvl_ldsm_x4(af[mi], ta + (wm + mi * 16 + (lane / 8) % 2 * 8 + lane % 8) * 40 + kk + lane / 16 * 8);
+                for (int mi = 0; mi < 1; ++mi) cvl_ldsm_x4(af[mi], ta + (wm + mi * 16 + (lane / 8) % 2 * 8 + lane % 8) * 72 + kk + lane / 16 * 8);
                 #pragma unroll
-                for (int nj = 0; nj < 4; ++nj) {
+                for (int nj = 0; nj < 1; ++nj) {
                     unsigned r[4];
-                    cvl_ldsm_x4(r, tb + (wn + nj * 16 + lane / 16 * 8 + lane % 8) * 40 + kk + (lane / 8) % 2 * 8);
+                    cvl_ldsm_x4(r, tb + (wn + nj * 16 + lane / 16 * 8 + lane % 8) * 72 + kk + (lane / 8) % 2 * 8);
                     bf[2 * nj][0] = r[0]; bf[2 * nj][1] = r[1];
                     bf[2 * nj + 1][0] = r[2]; bf[2 * nj + 1][1] = r[3];
                 }
             #pragma unroll
                 for (int mi = 0; mi < 1; ++mi)
             #pragma unroll
-                    for (int ni = 0; ni < 8; ++ni) cvl_mma(acc[mi][ni], af[mi], bf[ni]);
+                    for (int ni = 0; ni < 2; ++ni) cvl_mma(acc[mi][ni], af[mi], bf[ni]);
             }
         }
-        if (step % 2 == 1) {
-            const int n0 = step / 2 % 5 * 64;
-            if (step < 10) {
+        if (step % 1 == 0) {
+            const int n0 = step / 1 % 5 * 64;
+            if (step < 5) {
                 float tile_max[2], tile_sum[2], rescale[2];
                 #pragma unroll
                 for (int r = 0; r < 2; ++r) { tile_max[r] = (-__int_as_float(0x7f800000)); tile_sum[r] = 0; }
                 #pragma unroll
                 for (int mi = 0; mi < 1; ++mi)
                 #pragma unroll
-                for (int ni = 0; ni < 8; ++ni)
+                for (int ni = 0; ni < 2; ++ni)
                 #pragma unroll
                 for (int h = 0; h < 2; ++h)
                 #pragma unroll
@@ -302,7 +302,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cvl_masked(
                 #pragma unroll
                 for (int mi = 0; mi < 1; ++mi)
                 #pragma unroll
-                for (int ni = 0; ni < 8; ++ni)
+                for (int ni = 0; ni < 2; ++ni)
                 #pragma unroll
                 for (int h = 0; h < 2; ++h)
                 #pragma unroll
@@ -316,11 +316,36 @@ extern "C" __global__ void __launch_bounds__(128, 1) cvl_masked(
                 #pragma unroll
                 for (int r = 0; r < 2; ++r)
                     row_sum[r] = row_sum[r] * rescale[r] + cvl_warp_sum(tile_sum[r], 4);
+                if (step == 4) {
+                    __shared__ float warp_max[4][16], warp_sum[4][16];
+                    #pragma unroll
+                    for (int r = 0; r < 2; ++r) {
+                        if (lane % 4 == 0) {
+                            warp_max[(threadIdx.x / 32 % 4)][(wm + (r) / 2 * 16 + (r) % 2 * 8 + lane / 4)] = row_max[r];
+                            warp_sum[(threadIdx.x / 32 % 4)][(wm + (r) / 2 * 16 + (r) % 2 * 8 + lane / 4)] = row_sum[r];
+                        }
+                    }
+                    __syncthreads();
+                    #pragma unroll
+                    for (int r = 0; r < 2; ++r) {
+                        float top = warp_max[0][(wm + (r) / 2 * 16 + (r) % 2 * 8 + lane / 4)];
+                    #pragma unroll
+                        for (int w = 1; w < 4; ++w) top = cvl_max(top, warp_max[w][(wm + (r) / 2 * 16 + (r) % 2 * 8 + lane / 4)]);
+                        float total = 0;
+                    #pragma unroll
+                        for (int w = 0; w < 4; ++w) {
+                            const float m = warp_max[w][(wm + (r) / 2 * 16 + (r) % 2 * 8 + lane / 4)];
+                            total += warp_sum[w][(wm + (r) / 2 * 16 + (r) % 2 * 8 + lane / 4)] * (m == top ? 1 : expf(m - top));
+                        }
+                        row_max[r] = top;
+                        row_sum[r] = total;
+                    }
+                }
             } else {
                 #pragma unroll
                 for (int mi = 0; mi < 1; ++mi)
                 #pragma unroll
-                for (int ni = 0; ni < 8; ++ni)
+                for (int ni = 0; ni < 2; ++ni)
                 #pragma unroll
                 for (int h = 0; h < 2; ++h)
                 #pragma unroll
@@ -341,7 +366,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) cvl_masked(
             #pragma unroll
             for (int mi = 0; mi < 1; ++mi)
             #pragma unroll
-                for (int ni = 0; ni < 8; ++ni)
+                for (int ni = 0; ni < 2; ++ni)
             #pragma unroll
                     for (int q = 0; q < 4; ++q) acc[mi][ni][q] = 0.0f;
         }
