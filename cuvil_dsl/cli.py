@@ -50,10 +50,23 @@ def _check_path(path: str) -> tuple[list[Diagnostic], bool]:
     if not p.exists():
         return [error("E505", f"no such file: {path}", Span.whole_file(path))], False
     if p.suffix == ".cuvil":
-        return list(frontend.check_file(p).diagnostics), True
+        return _check_program(p), True
     if p.suffix in (".yaml", ".yml"):
         return _check_spec(path), True
     return [error("E505", f"not a .cuvil or spec (.yaml) file: {path}", Span.whole_file(path))], False
+
+
+def _check_program(path: Path) -> list[Diagnostic]:
+    """Checker diagnostics, then kernel-block fusibility (E401), which needs the planner."""
+    from cuvil_dsl import frontend
+    from cuvil_dsl.passes import plan_pipeline
+
+    checked = frontend.check_file(path)
+    diags = list(checked.diagnostics)
+    if checked.ok:
+        for pipeline in checked.module.pipelines:
+            diags += plan_pipeline(pipeline)[1]
+    return diags
 
 
 def _check_spec(path: str) -> list[Diagnostic]:

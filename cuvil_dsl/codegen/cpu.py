@@ -35,7 +35,6 @@ from cuvil_dsl.passes.plan import FusedKernel, FusionPlan
 from cuvil_dsl.types import DType, TensorType, shape_str
 
 PRELUDE_PATH = Path(__file__).with_name("cpu_prelude.py")
-STRICT_FLAGS = '{"contract", "reassoc"}'  # reductions vectorize; NaN and inf tests stay exact
 
 
 @dataclass(frozen=True)
@@ -127,8 +126,7 @@ class CpuKernel:
     def jit_function(self, name: str, body: list[str]) -> list[str]:
         """A parallel njit function over the kernel's parameters, compiled when the module loads."""
         sig = f"void({', '.join(p.numba_type for p in self.params())})"
-        flags = "True" if self.fast_math else STRICT_FLAGS
-        return [f'@numba.njit("{sig}", parallel=True, fastmath={flags}, error_model="numpy", cache=True)',
+        return [f'@numba.njit("{sig}", parallel=True, fastmath={self.fast_math}, error_model="numpy", cache=True)',
                 f"def {name}(", *self.param_lines(), "):", *indent(body)]
 
     def arguments(self) -> str:
@@ -242,8 +240,10 @@ def render_kernel(plan: FusionPlan, kernel: FusedKernel, sizes: dict[str, int], 
 def render_cpu(plan: FusionPlan, sizes: dict[str, int], *, fast_math: bool = False) -> list[CpuModule]:
     """One numba module per kernel of ``plan``, in launch order.
 
-    ``sizes`` binds every symbol; ``fast_math`` lets LLVM assume no NaN or infinity (numba's
-    ``fastmath=True``); otherwise only contraction and reassociation are allowed, which
-    vectorize reductions without changing NaN or overflow behaviour.
+    ``sizes`` binds every symbol; ``fast_math`` is numba's ``fastmath=True`` (LLVM may
+    reassociate, contract and assume no NaN or infinity). Without it the arithmetic is strict
+    IEEE, so results never depend on how LLVM vectorized a loop: a parallel function is
+    optimized twice (its loop body alone, then inside the function numba caches), and a fresh
+    compile runs the first copy while a process loading the cache runs the second.
     """
     return [render_kernel(plan, k, sizes, fast_math=fast_math) for k in plan.kernels]

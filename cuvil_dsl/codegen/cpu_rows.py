@@ -20,6 +20,9 @@ from cuvil_dsl.codegen.program import Reduction
 from cuvil_dsl.passes.indexing import Map, operand_map
 
 
+LANES = 8  # partial accumulators per reduction: one AVX2 vector of f32
+
+
 class _RowKernel:
     def __init__(self, k: CpuKernel):
         p = k.p
@@ -58,23 +61,47 @@ class _RowKernel:
         return [f"for c{self.a} in range({self.L}):", *indent(lines)]
 
     def phase(self, index: int) -> list[str]:
-        """Accumulate the phase's reductions along the row, then bind their results."""
+        """Accumulate the phase's reductions along the row, then bind their results.
+
+        Element ``c`` of the row goes to partial ``c % LANES``; the partials are combined in a
+        fixed order at the end. The inner loop over the lanes has no loop-carried dependency,
+        so LLVM vectorizes it without reassociating anything: the summation order is the
+        source's, whichever way (and however often) LLVM optimizes the function.
+        """
         k = self.k
         reds = self.passes[index]
-        opened = [f"acc{self.acc_names[r.op.out]} = {k.lang.identity(r.op.op, k.dtype(r.op.out))}" for r in reds]
+        partials = {r.op.out: f"part{self.acc_names[r.op.out]}" for r in reds}
+        lines = [f"{partials[r.op.out]} = np.full({LANES}, {k.lang.identity(r.op.op, k.dtype(r.op.out))})"
+                 for r in reds]
+        whole = self.L - self.L % LANES
+        loops: list[str] = []
+        if whole:
+            body = [f"c{self.a} = c{self.a}_ + e", *self.accumulate(reds, partials, "e")]
+            loops += [f"for c{self.a}_ in range(0, {whole}, {LANES}):", f"    for e in range({LANES}):",
+                      *indent(body, 2)]
+        if whole < self.L:
+            loops += [f"for c{self.a} in range({whole}, {self.L}):",
+                      *indent(self.accumulate(reds, partials, f"c{self.a} - {whole}"))]
+        lines += self.hoisted(loops)
+        for r in reds:
+            name, part, dtype = f"r{self.acc_names[r.op.out]}", partials[r.op.out], k.dtype(r.op.out)
+            lines += [f"{name} = {part}[0]", f"for e in range(1, {LANES}):",
+                      f"    {name} = {k.lang.apply(k.lang.combine[r.op.op], dtype, a=name, b=f'{part}[e]')}"]
+            if rounds(r.op):
+                lines.append(f"{name} = {k.lang.round(name, dtype)}")
+            self.acc[r.op.out] = name
+        return lines
+
+    def accumulate(self, reds: list[Reduction], partials: dict[str, str], lane: str) -> list[str]:
+        """One element's work: the reductions' inputs, each combined into its partial ``lane``."""
+        k = self.k
         body: list[str] = []
         w = k.walk(body.append, self.coord, None, self.anchor)
         for r in reds:
             x = w.value(r.op.args[0], self.input_map(r))
-            acc = f"acc{self.acc_names[r.op.out]}"
-            body.append(f"{acc} = {k.lang.apply(k.lang.combine[r.op.op], k.dtype(r.op.out), a=acc, b=x)}")
-        lines = opened + self.hoisted(self.along_row(body))
-        for r in reds:
-            name = f"r{self.acc_names[r.op.out]}"
-            value = f"acc{self.acc_names[r.op.out]}"
-            lines.append(f"{name} = {k.lang.round(value, k.dtype(r.op.out)) if rounds(r.op) else value}")
-            self.acc[r.op.out] = name
-        return lines
+            slot = f"{partials[r.op.out]}[{lane}]"
+            body.append(f"{slot} = {k.lang.apply(k.lang.combine[r.op.op], k.dtype(r.op.out), a=slot, b=x)}")
+        return body
 
     def final(self) -> list[str]:
         """Stores: values varying along the row in one last loop, per-line values after it."""
