@@ -372,6 +372,24 @@ class CudaExecutor(Executor):
             ))
         return reports
 
+    def sources(self) -> dict[str, str]:
+        return {f"{kernel.name}.cu": kernel.source for kernel in self._rendered}
+
+    def toolchain(self) -> dict[str, str]:
+        from cupy.cuda import runtime
+
+        from cuvil_dsl.runtime.device import device_info
+
+        compilers = sorted({f"{u.compiler} {u.compiler_version}" for u in self._units})
+        gpu = device_info(self.target.device)
+        return {
+            "backend": self.backend,
+            "arch": str(self.target.arch),
+            "compiler": ", ".join(compilers),
+            "gpu": gpu.name,
+            "driver": str(runtime.driverGetVersion()),
+        }
+
     def close(self) -> None:
         with self.device:
             if self._lost is None:
