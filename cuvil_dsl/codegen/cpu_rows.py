@@ -2,14 +2,21 @@
 prologues and epilogues, along any axis.
 
 A ``prange`` runs over the domain's *lines*: every position of the axes other than the row
-axis. Each line runs its phases (see :mod:`~cuvil_dsl.codegen.program`) in order, each a loop
-along the row that accumulates the phase's reductions in the compute type (f32 for half
-types, f64 for f64, wrapping i32), then the final loop that stores. With the kernel's
-``reassoc`` flag LLVM vectorizes these loops, sums and NaN-propagating maxima included.
+axis. Each line runs its phases (see :mod:`~cuvil_dsl.codegen.program`) in order, then a
+final loop along the row that stores. A phase reduces in the compute type (f32 for half
+types, f64 for f64, wrapping i32) in two steps that LLVM vectorizes without reassociating
+anything, so results never depend on how (or how often) LLVM optimized the function:
 
-Values that do not vary along the row (row statistics, ``1 / sqrt(var + eps)``, operands
-broadcast along the row) are computed once per line, before the loop that first needs them,
-by a walk of their own; results that do not vary along the row are stored after the loops.
+1. *stage*: an elementwise loop evaluates the reductions' inputs into row arrays (skipped
+   for an input that is a plain read of an f32/f64/i32/bool buffer or is staged already);
+2. *reduce*: element ``c`` goes to partial ``c % LANES``; the loop over the lanes carries no
+   dependency, and the partials are combined in a fixed order.
+
+Staged rows are reused: a later phase or the final loop reads ``exp(x - max)`` from the row
+array instead of computing it again. Values that do not vary along the row (row statistics,
+``1 / sqrt(var + eps)``, operands broadcast along the row) are computed once per line,
+before the loop that first needs them, by a walk of their own; results that do not vary
+along the row are stored after the loops.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from cuvil_dsl.codegen.base import rounds
 from cuvil_dsl.codegen.cpu import CpuKernel, indent, prod
 from cuvil_dsl.codegen.program import Reduction
 from cuvil_dsl.passes.indexing import Map, operand_map
-
+from cuvil_dsl.types import DType
 
 LANES = 8  # partial accumulators per reduction: one AVX2 vector of f32
 
@@ -29,8 +36,8 @@ class _RowKernel:
         self.k, self.p = k, p
         self.a = p.row_axis
         self.L = p.domain[self.a]
-        self.acc_names = {r.op.out: str(i) for i, r in enumerate(p.reductions)}
         self.acc: dict[str, str] = {}  # reduction out -> the variable holding the line's result
+        self.staged: dict[tuple, str] = {}  # (value, map) -> the row array holding it
         self.passes = [[r for r in p.reductions if r.phase == i] for i in range(p.phases)]
         self.row_lines: list[str] = []
         self.row_walk = k.walk(self.row_lines.append, self.row_coord, None, lambda v, m: self.acc.get(v))
@@ -46,6 +53,8 @@ class _RowKernel:
     def anchor(self, value: str, m: Map) -> str | None:
         if value in self.acc:
             return self.acc[value]
+        if (value, tuple(m)) in self.staged:
+            return f"{self.staged[(value, tuple(m))]}[c{self.a}]"
         return self.row_walk.value(value, m) if self.a not in m else None
 
     def input_map(self, r: Reduction) -> Map:
@@ -60,48 +69,66 @@ class _RowKernel:
     def along_row(self, lines: list[str]) -> list[str]:
         return [f"for c{self.a} in range({self.L}):", *indent(lines)]
 
-    def phase(self, index: int) -> list[str]:
-        """Accumulate the phase's reductions along the row, then bind their results.
+    def plain_read(self, value: str, m: Map) -> str | None:
+        """The element expression of a reduction input the reduce loop can read as it is."""
+        key = (value, tuple(m))
+        if key in self.staged:
+            return f"{self.staged[key]}[c{self.a}]"
+        plain = (value not in self.p.ops and value not in self.k.uniform_names and self.a in m
+                 and self.k.dtype(value) not in (DType.F16, DType.BF16))
+        return self.k.load(value, m, self.coord) if plain else None
 
-        Element ``c`` of the row goes to partial ``c % LANES``; the partials are combined in a
-        fixed order at the end. The inner loop over the lanes has no loop-carried dependency,
-        so LLVM vectorizes it without reassociating anything: the summation order is the
-        source's, whichever way (and however often) LLVM optimizes the function.
-        """
+    def stage(self, reds: list[Reduction]) -> tuple[list[str], dict[str, str]]:
+        """Lines evaluating the reductions' inputs into row arrays, and each input's element expression."""
+        k = self.k
+        reads: dict[str, str] = {}
+        body: list[str] = []
+        arrays: list[str] = []
+        w = k.walk(body.append, self.coord, None, self.anchor)
+        for r in reds:
+            value, m = r.op.args[0], self.input_map(r)
+            plain = self.plain_read(value, m)
+            if plain is not None:
+                reads[r.op.out] = plain
+                continue
+            name = k.fresh("row")
+            x = w.value(value, m)
+            body.append(f"{name}[c{self.a}] = {x}")
+            arrays.append(f"{name} = np.empty({self.L}, np.{k.lang.ctype(k.dtype(value))})")
+            reads[r.op.out] = f"{name}[c{self.a}]"
+            self.staged[(value, tuple(m))] = name
+        return (arrays + self.hoisted(self.along_row(body)) if arrays else []), reads
+
+    def phase(self, index: int) -> list[str]:
+        """Stage and reduce the phase's reductions, then bind their results."""
         k = self.k
         reds = self.passes[index]
-        partials = {r.op.out: f"part{self.acc_names[r.op.out]}" for r in reds}
-        lines = [f"{partials[r.op.out]} = np.full({LANES}, {k.lang.identity(r.op.op, k.dtype(r.op.out))})"
-                 for r in reds]
+        lines, reads = self.stage(reds)
+        parts = {r.op.out: k.fresh("part") for r in reds}
+
+        def accumulate(lane: str) -> list[str]:
+            return [f"{parts[r.op.out]}[{lane}] = "
+                    + k.lang.apply(k.lang.combine[r.op.op], k.dtype(r.op.out), a=f"{parts[r.op.out]}[{lane}]",
+                                   b=reads[r.op.out]) for r in reds]
+
+        lines += [f"{parts[r.op.out]} = np.full({LANES}, {k.lang.identity(r.op.op, k.dtype(r.op.out))})"
+                  for r in reds]
         whole = self.L - self.L % LANES
         loops: list[str] = []
         if whole:
-            body = [f"c{self.a} = c{self.a}_ + e", *self.accumulate(reds, partials, "e")]
             loops += [f"for c{self.a}_ in range(0, {whole}, {LANES}):", f"    for e in range({LANES}):",
-                      *indent(body, 2)]
+                      f"        c{self.a} = c{self.a}_ + e", *indent(accumulate("e"), 2)]
         if whole < self.L:
-            loops += [f"for c{self.a} in range({whole}, {self.L}):",
-                      *indent(self.accumulate(reds, partials, f"c{self.a} - {whole}"))]
+            loops += [f"for c{self.a} in range({whole}, {self.L}):", *indent(accumulate(f"c{self.a} - {whole}"))]
         lines += self.hoisted(loops)
         for r in reds:
-            name, part, dtype = f"r{self.acc_names[r.op.out]}", partials[r.op.out], k.dtype(r.op.out)
+            name, part, dtype = k.fresh("r"), parts[r.op.out], k.dtype(r.op.out)
             lines += [f"{name} = {part}[0]", f"for e in range(1, {LANES}):",
                       f"    {name} = {k.lang.apply(k.lang.combine[r.op.op], dtype, a=name, b=f'{part}[e]')}"]
             if rounds(r.op):
                 lines.append(f"{name} = {k.lang.round(name, dtype)}")
             self.acc[r.op.out] = name
         return lines
-
-    def accumulate(self, reds: list[Reduction], partials: dict[str, str], lane: str) -> list[str]:
-        """One element's work: the reductions' inputs, each combined into its partial ``lane``."""
-        k = self.k
-        body: list[str] = []
-        w = k.walk(body.append, self.coord, None, self.anchor)
-        for r in reds:
-            x = w.value(r.op.args[0], self.input_map(r))
-            slot = f"{partials[r.op.out]}[{lane}]"
-            body.append(f"{slot} = {k.lang.apply(k.lang.combine[r.op.op], k.dtype(r.op.out), a=slot, b=x)}")
-        return body
 
     def final(self) -> list[str]:
         """Stores: values varying along the row in one last loop, per-line values after it."""

@@ -9,6 +9,7 @@ statement are returned as *poisoned* so the checker does not report their uses a
 from __future__ import annotations
 
 import functools
+import os
 import re
 from dataclasses import dataclass
 from importlib import resources
@@ -17,7 +18,8 @@ from pathlib import Path
 from lark import Lark, Token, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 from lark.exceptions import VisitError
 
-from cuvil_dsl.diagnostics import SOURCES, Diagnostic, InternalError, Span, error
+from cuvil_dsl import knobs
+from cuvil_dsl.diagnostics import SOURCES, CuvilError, Diagnostic, InternalError, Span, error
 from cuvil_dsl.frontend import ast
 from cuvil_dsl.frontend.transformer import ToAst
 
@@ -66,7 +68,27 @@ def make_parser(strict: bool = False) -> Lark:
         postlex=BracketNewlines(),
         maybe_placeholders=True,
         strict=strict,
+        cache=False if strict else _parser_cache_file(),
     )
+
+
+def _parser_cache_file() -> str | bool:
+    """Lark's analysed grammar, kept in our user-only cache directory (it halves start-up).
+
+    Lark checks a hash of the grammar and options before using the file. Never the shared
+    temp directory: the file is a pickle, so only a directory that is ours may hold it.
+    """
+    try:
+        root = knobs.values.cache_dir
+        if knobs.values.disable_cache:
+            return False
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = root.stat()
+        if st.st_uid != os.getuid() or st.st_mode & 0o022:
+            return False
+    except (OSError, CuvilError):
+        return False
+    return str(root / "lark-cuvil.cache")
 
 
 @dataclass(frozen=True)
