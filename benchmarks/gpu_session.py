@@ -4,11 +4,13 @@ Run from the repository root on the GPU machine (see docs/design.md, "GPU sessio
 
     python3 benchmarks/gpu_session.py --out "$OUT"
 
-Writes ``report.md`` (the summary), ``report.json`` (every number), ``gpu-tests.log`` and
-``runs.log`` under ``--out``. Steps can be skipped with ``--skip tests,specs,bench``.
-Ours is timed by cuvil-dsl itself (CUDA events around each whole-pipeline execution, graph
-replay, after warm-up); baselines by ``triton.testing.do_bench`` (L2 flushed before each
-sample, median) when PyTorch and Triton are installed. Every number is from this run.
+Writes ``report.md`` (the summary), ``report.json`` (every number), ``bench.json`` and
+``bench.png`` (the benchmarks), ``gpu-tests.log`` and ``runs.log`` under ``--out``. Steps, in
+order: ``tests``, ``specs``, ``bench`` (``cuvil-dsl bench benchmarks/*.yaml --json --plot``: ours
+side by side with CuPy, PyTorch eager, torch.compile and Triton, and the roofline, all timed by
+one method, see docs/cli.md#bench), ``budgets`` (``cuvil-dsl run`` on each benchmark: its check
+and budget verdict); any can be skipped with ``--skip``, e.g. ``--skip tests,specs``.
+Every number is from this run.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as `python3 benchmarks/gpu_session.py`: the report imports cuvil_dsl.bench
+    sys.path.insert(0, str(ROOT))
 
 
 def sh(cmd: list[str], log, timeout: float) -> tuple[int, str]:
@@ -91,63 +95,18 @@ def run_specs(folder: str, log, iterations: int | None = None) -> dict:
     return results
 
 
-def baselines() -> dict:
-    """PyTorch eager / torch.compile times for the benchmark pipelines, and the copy ceiling."""
+def run_bench(out: Path, log, quick: bool, timeout: float) -> dict:
+    """``cuvil-dsl bench`` over every benchmark: its JSON document (``bench.json``) and plot (``bench.png``)."""
+    specs = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "benchmarks").glob("*.yaml"))]
+    cmd = [sys.executable, "-m", "cuvil_dsl", "bench", *specs, "--backend", "cuda", "--json",
+           "--plot", str(out / "bench.png"), *(["--quick"] if quick else [])]
+    rc, text = sh(cmd, log, timeout=timeout)
     try:
-        import torch
-        import torch.nn.functional as F
-        from triton.testing import do_bench
-    except Exception as exc:
-        return {"error": repr(exc)}
-    dev = "cuda"
-    g = torch.Generator(device=dev).manual_seed(0)
-
-    def rnd(*shape, dtype=torch.float16, std=1.0):
-        return torch.randn(*shape, device=dev, dtype=torch.float32, generator=g).mul_(std).to(dtype)
-
-    x32 = rnd(1 << 26, dtype=torch.float32)
-    s16, s32 = rnd(32768, 4096), rnd(32768, 4096, dtype=torch.float32)
-    w, b = rnd(4096), rnd(4096, std=0.1)
-    a, bb, bias = rnd(4096, 4096, std=0.05), rnd(4096, 4096, std=0.05), rnd(4096, std=0.1)
-    q, k = rnd(32, 2048, 64), rnd(32, 2048, 64)
-    cases = {
-        "elementwise_f32": lambda: torch.relu(x32 * 1.5 + 0.25) * 2 - 0.5,
-        "softmax_f16": lambda: torch.softmax(s16, -1),
-        "softmax_f32": lambda: torch.softmax(s32, -1),
-        "layernorm_f16": lambda: F.layer_norm(s16, (4096,), w, b, 1e-5),
-        "gemm_gelu_f16": lambda: F.gelu(torch.addmm(bias, a, bb)),
-        "attention_f16": lambda: torch.softmax(q @ k.transpose(-1, -2) * 0.125, -1),
-    }
-    out: dict = {}
-    for name, fn in cases.items():
-        row = {}
-        try:
-            row["torch_eager_us"] = do_bench(fn, return_mode="median") * 1e3
-        except Exception as exc:
-            row["torch_eager_error"] = repr(exc)
-        try:
-            compiled = torch.compile(fn)
-            compiled()
-            row["torch_compile_us"] = do_bench(compiled, return_mode="median") * 1e3
-        except Exception as exc:
-            row["torch_compile_error"] = repr(exc)[:300]
-        out[name] = row
-    src = torch.empty(1 << 28, dtype=torch.float32, device=dev)
-    dst = torch.empty_like(src)
-    ms = do_bench(lambda: dst.copy_(src), return_mode="median")
-    out["copy_ceiling_TBps"] = 2 * src.numel() * 4 / (ms * 1e-3) / 1e12
-    return out
-
-
-# Bytes that must move (inputs read once, outputs written once) and flops, per benchmark.
-FLOORS = {
-    "elementwise_f32": (2 * (1 << 26) * 4, 0),
-    "softmax_f16": (2 * 32768 * 4096 * 2, 0),
-    "softmax_f32": (2 * 32768 * 4096 * 4, 0),
-    "layernorm_f16": (2 * 32768 * 4096 * 2, 0),
-    "gemm_gelu_f16": (3 * 4096 * 4096 * 2, 2 * 4096**3),
-    "attention_f16": (2 * 32 * 2048 * 64 * 2 + 32 * 2048 * 2048 * 2, 2 * 32 * 2048 * 2048 * 64),
-}
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        doc = {"raw": text[-2000:]}
+    (out / "bench.json").write_text(json.dumps(doc, indent=2))
+    return {"rc": rc, **doc}
 
 
 def report(data: dict) -> str:
@@ -165,34 +124,30 @@ def report(data: dict) -> str:
                          f"{'-' if t is None else f'{t:.1f}'} | {(r.get('budget') or {}).get('passed')} |")
         lines.append("")
     if "bench" in data:
-        base = data.get("baselines", {})
-        ceiling = base.get("copy_ceiling_TBps")
-        lines += ["## Benchmarks, backend cuda", "",
-                  f"Copy ceiling measured in this run: {ceiling:.2f} TB/s" if ceiling else "Copy ceiling: not measured", "",
-                  "| benchmark | check | ours p50 us | floor us | torch eager us | torch.compile us | eager/ours | compile/ours |",
-                  "|---|---|---|---|---|---|---|---|"]
-        for name, r in data["bench"].items():
-            ours = (r.get("timing") or {}).get("p50_us")
-            b = base.get(name, {})
-            nbytes, flops = FLOORS.get(name, (0, 0))
-            floor = nbytes / (ceiling * 1e12) * 1e6 if ceiling and nbytes else None
-            eager, comp = b.get("torch_eager_us"), b.get("torch_compile_us")
+        bench = data["bench"]
+        lines += ["## Benchmarks, backend cuda (`cuvil-dsl bench`, plot in bench.png)", "", f"rc={bench.get('rc')}", ""]
+        if "benchmarks" in bench:
+            from cuvil_dsl.bench.report import format_table
 
-            def f(v):
-                return "-" if v is None else f"{v:.1f}"
-
-            def ratio(v):
-                return "-" if (v is None or not ours) else f"{v / ours:.2f}"
-
-            lines.append(f"| {name} | {(r.get('check') or {}).get('passed')} | {f(ours)} | {f(floor)} | {f(eager)} | "
-                         f"{f(comp)} | {ratio(eager)} | {ratio(comp)} |")
+            lines.append(format_table(bench))
+        else:
+            lines += ["```", str(bench.get("raw") or bench.get("error"))[-2000:], "```", ""]
+    if "budgets" in data:
+        lines += ["## Budgets (`cuvil-dsl run` on benchmarks/)", "", "| benchmark | rc | check | p50 us | budget |",
+                  "|---|---|---|---|---|"]
+        for name, r in data["budgets"].items():
+            t = (r.get("timing") or {}).get("p50_us")
+            lines.append(f"| {name} | {r['rc']} | {(r.get('check') or {}).get('passed')} | "
+                         f"{'-' if t is None else f'{t:.1f}'} | {(r.get('budget') or {}).get('passed')} |")
     return "\n".join(lines) + "\n"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=os.environ.get("OUT", "gpu-out"))
-    parser.add_argument("--skip", default="")
+    parser.add_argument("--skip", default="", help="comma list of steps to skip: tests,specs,bench,budgets")
+    parser.add_argument("--quick", action="store_true", help="bench with --quick (a fifth of the timing budget)")
+    parser.add_argument("--bench-timeout", type=float, default=540.0, help="seconds for the bench step")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -214,9 +169,10 @@ def main() -> int:
             data["specs"] = run_specs("specs", log)
             save()
         if "bench" not in skip:
-            data["bench"] = run_specs("benchmarks", log)
+            data["bench"] = run_bench(out, log, args.quick, args.bench_timeout)
             save()
-            data["baselines"] = baselines()
+        if "budgets" not in skip:
+            data["budgets"] = run_specs("benchmarks", log)
     text = save()
     print(text)
     return 0

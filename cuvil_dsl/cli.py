@@ -259,6 +259,83 @@ def cmd_replay(args) -> int:
     return EXIT_OK
 
 
+# ---------------------------------------------------------------------------- bench
+def cmd_bench(args) -> int:
+    """Benchmark specs side by side with the baselines and the roofline (cuvil_dsl/bench)."""
+    import importlib.util
+
+    from cuvil_dsl import driver
+    from cuvil_dsl.bench import baselines, report
+    from cuvil_dsl.bench.runner import Bench
+    from cuvil_dsl.bench.timing import Settings
+
+    def unusable(message: str, diags=()) -> int:
+        if message:
+            print(f"error: {message}", file=sys.stderr)
+        print_diagnostics(diags)
+        if args.json:
+            print(json.dumps({"error": message or "the specs cannot be benchmarked (diagnostics)",
+                              "diagnostics": [d.to_json() for d in diags], "benchmarks": [],
+                              "exit_code": EXIT_USAGE}, indent=2))
+        return EXIT_USAGE
+
+    try:
+        backend = driver.resolve_backend(args.backend)  # one backend for every spec: the ceilings are its device's
+    except UserError as exc:
+        return unusable("", exc.diagnostics)
+    try:
+        families = baselines.select(args.baselines, backend)
+    except ValueError as exc:
+        return unusable(f"argument --baselines: {exc}")
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        return unusable("--plot needs matplotlib (pip install matplotlib, or the dev extra)")
+    sessions, diags = [], []
+    for spec in args.specs:  # everything that can fail before executing, for every spec, first
+        try:
+            sessions.append(driver.open_spec(spec, backend=backend))
+        except UserError as exc:
+            diags += exc.diagnostics
+    if diags:
+        return unusable("", diags)
+
+    def progress(text: str) -> None:
+        print(f"bench: {text}", file=sys.stderr, flush=True)
+
+    bench = Bench(backend, Settings.quick() if args.quick else Settings(), families, log=progress)
+    try:
+        progress(f"measuring the ceilings ({backend})")
+        bench.measure_ceilings(quick=args.quick)
+    except Exception as exc:  # a report without floors beats no report
+        progress(f"ceilings not measured: {type(exc).__name__}: {exc}")
+    results, skipped, worst = [], [], EXIT_OK
+    for session in sessions:
+        try:
+            result = bench.run(session)
+        except UserError as exc:  # a compile failure: found before executing this spec
+            print_diagnostics(exc.diagnostics)
+            skipped.append({"name": Path(session.loaded.file).stem, "spec": session.loaded.file,
+                            "error": "; ".join(f"{d.code}: {d.message}" for d in exc.diagnostics)})
+            worst = max(worst, EXIT_USAGE)
+            continue
+        finally:
+            session.inputs = {}  # the next spec's inputs may be large too
+        results.append(result)
+        worst = max(worst, result.exit_code)
+        if result.exit_code:
+            print(f"error: {result.name}: our result is wrong or failed: "
+                  f"{result.failure or '; '.join(c.describe() for c in result.comparisons if not c.passed)}",
+                  file=sys.stderr)
+    doc = report.document(results, bench, worst, skipped)
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print(report.format_table(doc), end="")
+    if args.plot:
+        report.plot(doc, args.plot)
+        progress(f"wrote {args.plot}")
+    return worst
+
+
 # ---------------------------------------------------------------------------- doctor, cache
 def cmd_doctor(args) -> int:
     from cuvil_dsl.compile import doctor, render_doctor
@@ -358,6 +435,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
     p.add_argument("--update", action="store_true", help="re-record the case in place (an intentional change)")
     p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("bench", help="time specs side by side with the installed baselines and the roofline")
+    p.add_argument("specs", nargs="+", metavar="SPEC")
+    p.add_argument("--backend", choices=("auto", "cuda", "cpu", "reference"), default="auto",
+                   help="one backend for every spec (default auto: cuda with a GPU, else cpu)")
+    p.add_argument("--json", action="store_true", help="one JSON object on standard output")
+    p.add_argument("--plot", metavar="FILE.png", help="also draw the results as a bar chart (needs matplotlib)")
+    p.add_argument("--baselines", default="auto", metavar="LIST",
+                   help="auto (those on our backend's device; the default), all, none, or a comma list of "
+                   "cupy,torch,torch_compile,triton,numpy")
+    p.add_argument("--quick", action="store_true", help="a fifth of the timing budget, fewer samples")
+    p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("doctor", help="GPU, driver, NVRTC, nvcc, CuPy versions and mismatches")
     p.set_defaults(func=cmd_doctor)

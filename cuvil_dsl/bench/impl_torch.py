@@ -1,0 +1,90 @@
+"""PyTorch baselines: eager (the library's own kernels) and ``torch.compile`` (Inductor's fusion).
+
+Each benchmark is the one-liner a PyTorch user writes (``torch.softmax``, ``F.layer_norm``,
+``F.gelu(torch.addmm(...))``). Work goes to PyTorch's current stream; the timer records its events
+and flushes on a CuPy wrapper of that same stream. ``torch.compile`` is called with
+``dynamic=False`` and Dynamo is reset when the contender closes: the benchmarks share one function
+body, and Dynamo would otherwise recompile it per shape, then fall back to eager at its cache
+limit, or compile it for dynamic shapes.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from cuvil_dsl.bench.baselines import NotApplicable, Problem
+from cuvil_dsl.bench.contender import Contender
+
+
+def to_torch(array: np.ndarray, device: str = "cuda"):
+    """A host array as a tensor on ``device`` (bf16 through its bit pattern: torch cannot read ml_dtypes)."""
+    import torch
+
+    if array.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(np.ascontiguousarray(array).view(np.int16)).view(torch.bfloat16).to(device)
+    return torch.from_numpy(np.ascontiguousarray(array)).to(device)
+
+
+def to_host(tensor) -> np.ndarray:
+    import torch
+
+    tensor = tensor.detach()
+    if tensor.dtype == torch.bfloat16:
+        tensor = tensor.float()
+    return tensor.cpu().numpy()
+
+
+def function(problem: Problem):
+    """The benchmark as a function of tensors."""
+    import torch
+    import torch.nn.functional as F
+
+    kind = problem.kind
+    if kind == "elementwise_chain":
+        return lambda x: torch.relu(x * 1.5 + 0.25) * 2 - 0.5
+    if kind == "softmax":
+        return lambda x: torch.softmax(x, -1)
+    if kind == "layernorm":
+        eps = problem.eps
+        return lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, eps)
+    if kind == "gemm_bias_gelu":
+        def gemm_bias_gelu(a, b, bias):
+            h = torch.addmm(bias, a, b) if a.dim() == 2 and b.dim() == 2 else a @ b + bias
+            return F.gelu(h)
+
+        return gemm_bias_gelu
+    if kind == "attention_scores":
+        scale = problem.scale
+        return lambda q, k: torch.softmax(q @ k.transpose(-1, -2) * scale, -1)
+    raise NotApplicable(f"no PyTorch baseline for `{kind}`")
+
+
+def _contender(name: str, label: str, fn, problem: Problem, close_extra=None) -> Contender:
+    import torch
+
+    from cuvil_dsl.runtime.interop import caller_stream
+
+    tensors = [to_torch(a) for a in problem.inputs]
+    torch.cuda.synchronize()
+
+    def close() -> None:
+        tensors.clear()
+        if close_extra is not None:
+            close_extra()
+        torch.cuda.empty_cache()
+
+    return Contender(name, label, "gpu", lambda: fn(*tensors), fetch=to_host, stream=caller_stream("torch-cuda"),
+                     close=close)
+
+
+def build_eager(problem: Problem) -> Contender:
+    return _contender("torch", "PyTorch", function(problem), problem)
+
+
+def build_compiled(problem: Problem) -> Contender:
+    import torch
+
+    compiled = torch.compile(function(problem), dynamic=False)
+    return _contender("torch_compile", "torch.compile", compiled, problem, close_extra=torch._dynamo.reset)
+

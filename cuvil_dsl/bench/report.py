@@ -1,0 +1,299 @@
+"""The bench report: one JSON document, and the table and the plot drawn from it.
+
+Everything is rendered *from the document*, not from live objects, so a saved ``--json`` output
+(for example a GPU session's) gives back the same table and plot on any machine.
+
+Document shape (``--json``)::
+
+    {date, backend, device: {...}, versions: {...}, method: {...}, ceilings: {...} | null,
+     benchmarks: [{name, spec, pipeline, backend, kind, check: {passed, results},
+                   floor: {bytes, flops, memory_us, compute_us, floor_us, bound},
+                   contenders: {NAME: {label, device, status, median_us, iqr_us, spread, min_us,
+                                       samples, e2e_p50_us, e2e_samples, clock, check, reason, note}},
+                   ours_over_floor, best_baseline, best_baseline_over_ours}
+                  | {name, spec, error}],
+     exit_code}
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.metadata
+import math
+import platform
+from dataclasses import asdict
+from typing import TYPE_CHECKING
+
+from cuvil_dsl import __version__
+
+if TYPE_CHECKING:
+    from cuvil_dsl.bench.runner import Bench, BenchResult
+
+ORDER = ("ours", "cupy", "torch", "torch_compile", "triton", "numpy")
+METHOD = {
+    "device_time": "CUDA events per sample on the contender's stream; a 2x-L2 buffer cleared by memset on that "
+                   "stream before each sample, outside the events; samples queued back to back, one wait at the end; "
+                   "median and IQR/median",
+    "host_time": "perf_counter around each synchronous call after a warm-up; median and IQR/median",
+    "e2e": "wall clock of the call plus a device synchronisation, from a flushed idle device; median",
+    "floor": "max(input+result bytes / measured copy bandwidth, matmul flops / measured matrix rate)",
+}
+_DISTS = {"numpy": ("numpy",), "numba": ("numba",), "cupy": ("cupy-cuda13x", "cupy-cuda12x", "cupy"),
+          "torch": ("torch",), "triton": ("triton",), "matplotlib": ("matplotlib",)}
+
+
+def versions() -> dict[str, str | None]:
+    """Installed versions, read from package metadata (nothing is imported)."""
+    out: dict[str, str | None] = {"cuvil-dsl": __version__, "python": platform.python_version()}
+    for key, dists in _DISTS.items():
+        out[key] = None
+        for dist in dists:
+            try:
+                out[key] = importlib.metadata.version(dist)
+                break
+            except importlib.metadata.PackageNotFoundError:
+                continue
+    return out
+
+
+def device_description(backend: str) -> dict:
+    """The GPU (cuda backend) or the host CPU the numbers come from."""
+    info: dict = {"host": platform.node(), "cpu": platform.processor() or platform.machine()}
+    if backend != "cuda":
+        return info
+    try:
+        from cupy.cuda import runtime
+
+        from cuvil_dsl.runtime.device import device_info
+
+        gpu = device_info(0)
+        info.update(gpu=gpu.name, arch=gpu.arch, sm_count=gpu.sm_count, l2_bytes=gpu.l2_bytes,
+                    driver=runtime.driverGetVersion(), runtime=runtime.runtimeGetVersion())
+    except Exception as exc:  # describe what is missing rather than fail the report
+        info["gpu_error"] = repr(exc)
+    return info
+
+
+def benchmark_json(result: "BenchResult") -> dict:
+    ours = result.entry("ours")
+    ours_us = ours.median_us if ours is not None and ours.status in ("ok", "wrong") else None
+    floor_us = result.floor.floor_us if result.floor is not None else None
+    timed = [e for e in result.entries if e.name != "ours" and e.status == "ok" and e.median_us]
+    best = min(timed, key=lambda e: e.median_us) if timed else None
+    out = {
+        "name": result.name,
+        "spec": result.spec,
+        "pipeline": result.pipeline,
+        "backend": result.backend,
+        "kind": result.kind,
+        "check": {"passed": result.check_passed, "results": {c.name: c.to_json() for c in result.comparisons}},
+        "floor": result.floor.to_json() if result.floor is not None else None,
+        "contenders": {e.name: e.to_json() for e in result.entries},
+        "ours_over_floor": _ratio(ours_us, floor_us),
+        "best_baseline": best.name if best else None,
+        "best_baseline_over_ours": _ratio(best.median_us if best else None, ours_us),
+    }
+    if result.baseline_note:
+        out["baseline_note"] = result.baseline_note
+    if result.failure:
+        out["failure"] = result.failure
+    return out
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    return float(f"{num / den:.4g}") if num and den else None  # four significant digits
+
+
+def document(results: list, bench: "Bench", exit_code: int, unusable: list[dict] = ()) -> dict:
+    """The whole run as one JSON-able object; ``unusable`` holds ``{name, spec, error}`` for specs
+    that could not be benchmarked (a compile failure)."""
+    return _finite({
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "backend": bench.backend,
+        "device": device_description(bench.backend),
+        "versions": versions(),
+        "method": {**METHOD, "settings": asdict(bench.settings)},
+        "ceilings": bench.ceilings.to_json() if bench.ceilings is not None else None,
+        "benchmarks": [benchmark_json(r) for r in results] + list(unusable),
+        "exit_code": exit_code,
+    })
+
+
+def _finite(value):
+    """``value`` with every NaN or infinity (a check's max_abs against a NaN) as None: strict JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+# ---------------------------------------------------------------------------- table
+def _us(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3f}" if value < 1 else f"{value:.1f}"
+
+
+def _cell(entry: dict | None) -> str:
+    if entry is None:
+        return "-"
+    status = entry["status"]
+    if status == "ok":
+        return _us(entry.get("median_us"))
+    if status == "wrong" and entry.get("median_us") is not None:  # ours, timed although wrong
+        return f"{_us(entry['median_us'])} WRONG"
+    return {"wrong": "wrong", "error": "error", "unavailable": "n/a", "failed": "FAILED"}.get(status, status)
+
+
+def baseline_columns(doc: dict) -> list[tuple[str, str]]:
+    """``(name, label)`` of the baselines with a result in some benchmark, in a fixed order."""
+    seen: dict[str, str] = {}
+    for bench in doc["benchmarks"]:
+        for name, entry in bench.get("contenders", {}).items():
+            if name != "ours" and entry["status"] != "unavailable":
+                seen.setdefault(name, entry["label"])
+    return sorted(seen.items(), key=lambda kv: ORDER.index(kv[0]) if kv[0] in ORDER else len(ORDER))
+
+
+def format_table(doc: dict) -> str:
+    """The summary (Markdown): per benchmark ours, each baseline and the floor in microseconds,
+    ours over the floor and the best baseline over ours (above 1: ours is faster); then the spread
+    and end-to-end latency of every contender, and notes on what was not timed and why."""
+    columns = baseline_columns(doc)
+    head = ["benchmark", "ours us", *[f"{label} us" for _, label in columns], "floor us", "ours/floor",
+            "best baseline/ours"]
+    lines = [_ceilings_line(doc), "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for bench in doc["benchmarks"]:
+        if "error" in bench:
+            lines.append(f"| {bench['name']} | not run | " + " | ".join("-" for _ in head[2:]) + " |")
+            continue
+        contenders = bench["contenders"]
+        floor = (bench.get("floor") or {}).get("floor_us")
+        best = bench.get("best_baseline")
+        best_ratio = bench.get("best_baseline_over_ours")
+        best_text = f"{best_ratio:.2f} ({contenders[best]['label']})" if best and best_ratio else "-"
+        ratio = bench.get("ours_over_floor")
+        lines.append("| " + " | ".join([bench["name"], _cell(contenders.get("ours")),
+                                        *[_cell(contenders.get(name)) for name, _ in columns],
+                                        _us(floor), "-" if ratio is None else f"{ratio:.2f}", best_text]) + " |")
+    lines += ["", "| benchmark | contender | median us | spread | samples | e2e p50 us | check |",
+              "|---|---|---|---|---|---|---|"]
+    for bench in doc["benchmarks"]:
+        for name, entry in bench.get("contenders", {}).items():
+            if entry.get("median_us") is None:
+                continue
+            spread = entry.get("spread")
+            check = entry.get("check") or {}
+            lines.append(f"| {bench['name']} | {entry['label']} | {_us(entry['median_us'])} | "
+                         f"{'-' if spread is None else f'{spread * 100:.1f}%'} | {entry.get('samples')} | "
+                         f"{_us(entry.get('e2e_p50_us'))} | {_check_text(check)} |")
+    notes = _notes(doc)
+    if notes:
+        lines += ["", *notes]
+    return "\n".join(lines) + "\n"
+
+
+def _check_text(check: dict) -> str:
+    if not check:
+        return "-"
+    max_abs = check.get("max_abs")
+    return f"{'ok' if check['passed'] else 'WRONG'} (max_abs {'inf/nan' if max_abs is None else f'{max_abs:.3g}'})"
+
+
+def _ceilings_line(doc: dict) -> str:
+    c = doc.get("ceilings")
+    device = doc.get("device") or {}
+    where = device.get("gpu") or device.get("cpu") or "?"
+    if not c:
+        return f"Backend {doc['backend']} on {where}; ceilings not measured (no floor)."
+    rates = ", ".join(f"{k} {v:g} TFLOP/s" for k, v in c.get("matmul_TFLOPs", {}).items())
+    return (f"Backend {doc['backend']} on {where}; ceilings measured in this run: copy {c['copy_GBps']:g} GB/s "
+            f"(read + written), matmul {rates or '-'}.")
+
+
+def _notes(doc: dict) -> list[str]:
+    """One line per distinct reason a contender has no number, benchmarks named."""
+    grouped: dict[tuple[str, str, str], list[str]] = {}
+    for bench in doc["benchmarks"]:
+        if "error" in bench:
+            grouped.setdefault(("not run", "", bench["error"]), []).append(bench["name"])
+            continue
+        if bench.get("baseline_note"):
+            grouped.setdefault(("no baselines", "", bench["baseline_note"]), []).append(bench["name"])
+        if bench.get("failure"):
+            grouped.setdefault(("FAILED", "cuvil-dsl", bench["failure"]), []).append(bench["name"])
+        for entry in bench.get("contenders", {}).values():
+            if entry["status"] in ("ok", "failed"):
+                continue
+            if entry["status"] == "wrong" and entry.get("median_us") is not None:
+                grouped.setdefault(("WRONG", entry["label"], "our result differs from the reference"),
+                                   []).append(bench["name"])
+                continue
+            grouped.setdefault((entry["status"], entry["label"], entry.get("reason", "")), []).append(bench["name"])
+    return [f"- {status}{f' ({label})' if label else ''}: {reason} [{', '.join(names)}]"
+            for (status, label, reason), names in grouped.items()]
+
+
+# ---------------------------------------------------------------------------- plot
+_COLORS = {"ours": "#d62728", "cupy": "#7f7f7f", "torch": "#1f77b4", "torch_compile": "#17becf",
+           "triton": "#2ca02c", "numpy": "#bcbd22"}
+
+
+def plot(doc: dict, path: str) -> None:
+    """Grouped horizontal bars: one group per benchmark, ours first and highlighted, the floor a
+    dashed vertical line across its group; a log axis when the times span more than 20x."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    groups = []
+    for bench in doc["benchmarks"]:
+        bars = [(name, e["label"], e["median_us"]) for name, e in bench.get("contenders", {}).items()
+                if e.get("median_us")]
+        bars.sort(key=lambda b: ORDER.index(b[0]) if b[0] in ORDER else len(ORDER))
+        if bars:
+            groups.append((bench["name"], bars, (bench.get("floor") or {}).get("floor_us")))
+    total = sum(len(bars) for _, bars, _ in groups)
+    fig, ax = plt.subplots(figsize=(9, 1.6 + 0.32 * max(total, 1) + 0.3 * len(groups)), layout="constrained")
+    y, ticks, labels, values, used = 0.0, [], [], [], {}
+    for name, bars, floor in groups:
+        top = y
+        for key, label, value in bars:
+            color = _COLORS.get(key, "#9467bd")
+            ax.barh(y, value, height=0.8, color=color, edgecolor="black" if key == "ours" else color,
+                    linewidth=1.2 if key == "ours" else 0)
+            ax.text(value, y, f" {_us(value)}", va="center", fontsize=7)
+            ticks.append(y)
+            labels.append(f"{name}: {label}" if key == "ours" else label)
+            values.append(value)
+            used.setdefault(key, label)
+            y += 1
+        if floor:
+            ax.vlines(floor, top - 0.5, y - 0.5, colors="black", linestyles="--", linewidth=1.2)
+            values.append(floor)
+        ax.axhline(y + 0.1, color="#dddddd", linewidth=0.8)
+        y += 0.6
+    log = bool(values) and max(values) / min(values) > 20
+    if log:
+        ax.set_xscale("log")
+        ax.set_xlim(min(values) / 2, max(values) * 4)  # room for the value labels
+    elif values:
+        ax.set_xlim(0, max(values) * 1.2)
+    ax.set_yticks(ticks)
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("median time per execution (us), lower is better")
+    device = doc.get("device") or {}
+    ax.set_title(f"cuvil-dsl bench, backend {doc['backend']} on {device.get('gpu') or device.get('cpu') or '?'}",
+                 fontsize=10)
+    handles = [Patch(color=_COLORS.get(k, "#9467bd"), label=lbl) for k, lbl in used.items()]
+    handles.append(Line2D([0], [0], color="black", linestyle="--", label="floor (roofline)"))
+    fig.legend(handles=handles, fontsize=7, loc="outside lower center", ncol=min(len(handles), 4), frameon=False)
+    fig.savefig(path, format="png", dpi=120)
+    plt.close(fig)

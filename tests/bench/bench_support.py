@@ -1,0 +1,107 @@
+"""Helpers for the bench tests: small copies of the benchmarks, and fakes (a simulated GPU clock,
+GPU contenders, baseline families).
+
+The benchmark specs are GPU-sized; their stems are what baselines are matched by, so the tests
+copy each one with shapes small enough for the reference and NumPy to run in milliseconds.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import yaml
+
+from cuvil_dsl.bench.contender import Contender
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL_SHAPES = {
+    "elementwise_f32": {"N": 4096},
+    "softmax_f16": {"M": 32, "N": 128},
+    "softmax_f32": {"M": 32, "N": 128},
+    "layernorm_f16": {"M": 32, "N": 128},
+    "gemm_gelu_f16": {"M": 64, "N": 32, "K": 48},
+    "attention_f16": {"B": 2, "M": 32, "N": 48, "D": 16},
+    "small_graph": {"M": 16, "N": 16},
+}
+
+
+def copy_benchmarks(folder: Path, shapes: dict[str, dict[str, int]]) -> Path:
+    """Copies of ``benchmarks/STEM.yaml`` (and their pipelines) into ``folder`` with other shapes."""
+    for stem, sizes in shapes.items():
+        spec = yaml.safe_load((ROOT / "benchmarks" / f"{stem}.yaml").read_text())
+        spec["shapes"] = sizes
+        spec["run"] = {"warmup": 1, "iterations": 3}
+        (folder / f"{stem}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+        shutil.copy(ROOT / "benchmarks" / spec["pipeline"], folder / spec["pipeline"])
+    return folder
+
+
+class FakeStream:
+    ptr = 12345
+
+
+class FakeClock:
+    """Simulated device: events read a device timeline that launches and flushes advance."""
+
+    name = "fake-events"
+
+    def __init__(self, flush_us: float = 50.0):
+        self.device_us = 0.0
+        self.host_s = 0.0
+        self.flush_us = flush_us
+        self.log: list[str] = []
+
+    def event(self) -> dict:
+        return {"t": None}
+
+    def record(self, event: dict, stream) -> None:
+        assert stream is not None
+        event["t"] = self.device_us
+        self.log.append("record")
+
+    def flush(self, stream) -> None:
+        self.device_us += self.flush_us
+        self.log.append("flush")
+
+    def synchronize(self, stream) -> None:
+        self.log.append("sync")
+
+    def synchronize_device(self) -> None:
+        self.log.append("sync_device")
+
+    def elapsed_us(self, start: dict, end: dict) -> float:
+        return end["t"] - start["t"]
+
+    def now(self) -> float:
+        return self.host_s
+
+
+def fake_gpu_contender(clock: FakeClock, name: str, durations_us, result, calls: list | None = None,
+                       host_us: float = 7.0) -> Contender:
+    """A GPU contender whose every launch takes the next duration on the fake device and returns ``result``."""
+    durations = iter(durations_us)
+
+    def launch():
+        clock.device_us += next(durations)
+        clock.host_s += host_us * 1e-6
+        clock.log.append("launch")
+        if calls is not None:
+            calls.append(1)
+        return result
+
+    return Contender(name, name.title(), "gpu", launch, fetch=lambda out: out, stream=FakeStream())
+
+
+class FakeFamily:
+    """A baseline family that is always 'installed' and builds what the test gives it."""
+
+    def __init__(self, name: str, build, device: str = "gpu"):
+        self.name, self.label, self.device = name, name.title(), device
+        self._build = build
+
+    def missing(self, gpu=None):
+        return None
+
+    def build(self, problem):
+        return self._build(problem)

@@ -1,0 +1,108 @@
+"""Matching specs to baselines, choosing families, and the baselines' arithmetic (on the host)."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from cuvil_dsl import driver
+from cuvil_dsl.bench import impl_cupy, impl_numpy
+from cuvil_dsl.bench.baselines import FAMILIES, KINDS, STEMS, check_output, problem_for, select
+from cuvil_dsl.check import tolerances
+from cuvil_dsl.reference import execute as reference_execute
+from cuvil_dsl.reference._special import erf
+from cuvil_dsl.types import DType
+
+WITH_KIND = ["elementwise_f32", "softmax_f16", "softmax_f32", "layernorm_f16", "gemm_gelu_f16", "attention_f16"]
+
+
+def open_small(folder, stem):
+    return driver.open_spec(folder / f"{stem}.yaml", backend="reference")
+
+
+def expected_and_tolerances(session, problem):
+    expected = reference_execute(session.pipeline, session.inputs, session.binding.params)[problem.result]
+    check = session.spec.check
+    return expected, tolerances(problem.result_dtype, check.rtol, check.atol)
+
+
+def test_every_benchmark_stem_names_a_known_kind():
+    assert set(STEMS.values()) == set(KINDS)
+    for stem in WITH_KIND:
+        assert stem in STEMS
+
+
+def test_select_families():
+    names = lambda fams: [f.name for f in fams]  # noqa: E731
+    assert names(select("auto", "cuda")) == ["cupy", "torch", "torch_compile", "triton"]
+    assert names(select("auto", "cpu")) == names(select("auto", "reference")) == ["numpy"]
+    assert names(select("all", "cpu")) == names(FAMILIES)
+    assert select("none", "cuda") == []
+    assert names(select("triton, torch.compile,triton", "cuda")) == ["triton", "torch_compile"]
+    with pytest.raises(ValueError, match="unknown baseline `tensorflow`"):
+        select("torch,tensorflow", "cuda")
+
+
+def test_problem_from_a_spec(small_benchmarks):
+    session = open_small(small_benchmarks, "layernorm_f16")
+    problem, why = problem_for(session)
+    assert why == "" and problem.kind == "layernorm" and problem.result == "y"
+    assert problem.result_dtype is DType.F16 and problem.compute_dtype == np.float32 and problem.eps == 1e-5
+    assert [a is session.inputs[n] for a, n in zip(problem.inputs, ("x", "w", "b"))] == [True] * 3
+    attention, _ = problem_for(open_small(small_benchmarks, "attention_f16"))
+    assert attention.scale == 0.125
+
+
+def test_spec_without_a_known_baseline(small_benchmarks):
+    problem, why = problem_for(open_small(small_benchmarks, "small_graph"))
+    assert problem is None and "no baseline known for `small_graph`" in why
+
+
+def test_a_stem_matched_to_a_kind_of_another_arity_is_refused(small_benchmarks, tmp_path):
+    shutil.copy(small_benchmarks / "layernorm_f16.cuvil", tmp_path)
+    (tmp_path / "softmax_f16.yaml").write_text((small_benchmarks / "layernorm_f16.yaml").read_text())
+    problem, why = problem_for(driver.open_spec(tmp_path / "softmax_f16.yaml", backend="reference"))
+    assert problem is None and "takes 1 tensor(s)" in why and "takes 3" in why
+
+
+@pytest.mark.parametrize("stem", WITH_KIND)
+def test_numpy_baseline_computes_the_pipeline(small_benchmarks, stem):
+    session = open_small(small_benchmarks, stem)
+    problem, _ = problem_for(session)
+    contender = impl_numpy.build(problem)
+    out = contender.fetch(contender.launch())
+    expected, (rtol, atol) = expected_and_tolerances(session, problem)
+    assert out.dtype == problem.result_dtype.numpy
+    assert check_output(problem.result, out, expected, problem.result_dtype, rtol, atol).passed
+
+
+@pytest.mark.parametrize("stem", WITH_KIND)
+def test_cupy_baseline_arithmetic_with_numpy_arrays(small_benchmarks, stem):
+    """The CuPy baseline's functions are array-module generic: checked here with NumPy standing in."""
+    session = open_small(small_benchmarks, stem)
+    problem, _ = problem_for(session)
+    fn = impl_cupy.function(np, problem, erf=lambda x: erf(x).astype(x.dtype))
+    out = np.asarray(fn(*problem.inputs))
+    expected, (rtol, atol) = expected_and_tolerances(session, problem)
+    assert check_output(problem.result, out, expected, problem.result_dtype, rtol, atol).passed
+
+
+def test_check_rejects_a_different_result_and_reads_bf16():
+    import ml_dtypes
+
+    ref = np.linspace(-1, 1, 64).reshape(8, 8)
+    assert check_output("y", ref.astype(np.float32), ref, DType.F32, 1e-5, 1e-5).passed
+    wrong = check_output("y", (ref + 0.01).astype(np.float32), ref, DType.F32, 1e-5, 1e-5)
+    assert not wrong.passed and wrong.mismatches == 64
+    assert not check_output("y", ref[:4].astype(np.float32), ref, DType.F32, 1e-5, 1e-5).passed  # shape
+    assert check_output("y", ref.astype(ml_dtypes.bfloat16), ref, DType.BF16, 8e-3, 8e-3).passed
+
+
+def test_missing_packages_and_gpu_are_reasons():
+    torch_family = next(f for f in FAMILIES if f.name == "torch")
+    numpy_family = next(f for f in FAMILIES if f.name == "numpy")
+    assert numpy_family.missing() is None
+    reason = torch_family.missing(gpu=lambda: False)
+    assert reason in ("not installed: torch", "no GPU here")
