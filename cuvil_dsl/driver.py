@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from cuvil_dsl import frontend
-from cuvil_dsl.check import Comparison, compare, tolerances
+from cuvil_dsl.check import Comparison, compare
 from cuvil_dsl.diagnostics import Diagnostic, Span, UserError, error, raise_if_errors
 from cuvil_dsl.ir.nodes import Pipeline
 from cuvil_dsl.reference import HostHooks
@@ -206,7 +206,7 @@ def check_results(session: Session, outputs: dict[str, np.ndarray]) -> tuple[lis
     expected = reference_execute(session.pipeline, session.inputs, session.binding.params)
     comparisons = []
     for res in session.pipeline.results:
-        rtol, atol = tolerances(res.type.dtype, spec.check.rtol, spec.check.atol, session.target.tf32)
+        rtol, atol = spec.check.tolerances(res.type.dtype, session.target.tf32)
         comparisons.append(compare(res.name, outputs[res.name], expected[res.name], res.type.dtype, rtol, atol))
     return comparisons, all(c.passed for c in comparisons), ""
 

@@ -243,15 +243,6 @@ InputSpec = Annotated[
     Discriminator(input_tag, custom_error_type="input_source", custom_error_message="invalid input source"),
 ]
 
-# Defaults by result dtype (LANGUAGE.md section 7, Check): (rtol, atol).
-_TOLERANCES: dict[DType, tuple[float, float]] = {
-    DType.F16: (1e-3, 1e-3),
-    DType.BF16: (8e-3, 8e-3),
-    DType.F32: (1e-5, 1e-5),
-    DType.F64: (1e-7, 1e-7),
-    DType.I32: (0.0, 0.0),
-    DType.BOOL: (0.0, 0.0),
-}
 
 
 class Check(_Model):
@@ -263,8 +254,9 @@ class Check(_Model):
 
     def tolerances(self, dtype: DType, tf32: bool = False) -> tuple[float, float]:
         """``(rtol, atol)`` for a result of ``dtype``; a spec value replaces only the one it names."""
-        rtol, atol = (1e-3, 1e-3) if (dtype is DType.F32 and tf32) else _TOLERANCES[dtype]
-        return (rtol if self.rtol is None else self.rtol, atol if self.atol is None else self.atol)
+        from cuvil_dsl.check import tolerances
+
+        return tolerances(dtype, self.rtol, self.atol, tf32)
 
 
 class Run(_Model):
