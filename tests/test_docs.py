@@ -66,3 +66,9 @@ def test_yaml_examples_are_valid_specs(source, tmp_path):
         load_spec(spec)
     except UserError as exc:
         pytest.fail(str(exc))
+
+
+@pytest.mark.parametrize("source", blocks("python"))
+def test_python_examples_run(source, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    exec(compile(source, "<docs example>", "exec"), {})
