@@ -33,7 +33,9 @@ class Addressing:
         for d, stride, size in zip(m, self.p.strides(value), self.p.shape(value)):
             if d is None or size == 1:
                 continue
-            terms.append(coord(d) if stride == 1 else f"{coord(d)} * {stride}")
+            c = coord(d)
+            c = c if c.isidentifier() or c.isdigit() or c.startswith("(") else f"({c})"
+            terms.append(c if stride == 1 else f"{c} * {stride}")
         return " + ".join(terms) or "0"
 
     def missing_axes(self, m: Map, skip: tuple[int, ...] = ()) -> list[int]:

@@ -12,7 +12,7 @@ uint16 bit patterns), so addressing is the same offset arithmetic as on the GPU.
 carry an explicit signature, so numba compiles (or loads its cache) when the module is
 imported, never on a first call.
 
-User names appear only in comments (``# b0: x f32[N] input``), through
+User names appear only in comments (``b0,  # x: f32[N] input``), through
 :func:`~cuvil_dsl.codegen.names.comment_text`; identifiers are generated.
 """
 
@@ -57,7 +57,6 @@ class CpuModule:
     file_name: str  # a readable name for records: ``<entry>.py``
     source: str
     params: tuple[Param, ...]
-    graph: str | None
 
 
 @dataclass(frozen=True)
@@ -216,11 +215,14 @@ def _template(kind: str):
 
 
 def prelude_hash() -> str:
+    """A hash of the helpers' source, written into every module: numba's cache watches only the
+    kernel's own file, so a helper change must change the kernel's file (and name) too."""
     return hashlib.sha256(PRELUDE_PATH.read_bytes()).hexdigest()[:16]
 
 
 def render_kernel(plan: FusionPlan, kernel: FusedKernel, sizes: dict[str, int], *,
                   fast_math: bool = False) -> CpuModule:
+    """The module of one kernel of ``plan`` at ``sizes``."""
     # A GEMM's row softmax runs as a row kernel over the GEMM's output here (there is no
     # online-softmax template on the CPU), so its softmax is expanded like any row op's.
     as_rows = dataclasses.replace(kernel, kind="row") if kernel.kind == "matmul_softmax" else kernel
@@ -234,7 +236,7 @@ def render_kernel(plan: FusionPlan, kernel: FusedKernel, sizes: dict[str, int], 
               "import math", "", "import numba", "import numpy as np", "",
               "from cuvil_dsl.codegen import cpu_prelude as cvl", "", ""]
     source = "\n".join(header + body) + "\n"
-    return CpuModule(kernel.name, entry, f"{entry}.py", source, k.params(), kernel.graph)
+    return CpuModule(kernel.name, entry, f"{entry}.py", source, k.params())
 
 
 def render_cpu(plan: FusionPlan, sizes: dict[str, int], *, fast_math: bool = False) -> list[CpuModule]:
@@ -246,4 +248,13 @@ def render_cpu(plan: FusionPlan, sizes: dict[str, int], *, fast_math: bool = Fal
     optimized twice (its loop body alone, then inside the function numba caches), and a fresh
     compile runs the first copy while a process loading the cache runs the second.
     """
-    return [render_kernel(plan, k, sizes, fast_math=fast_math) for k in plan.kernels]
+    modules = [render_kernel(plan, k, sizes, fast_math=fast_math) for k in plan.kernels]
+    taken: set[str] = set()
+    for i, m in enumerate(modules):  # `a__b` and `a_b` sanitise to one entry name: keep records apart
+        name, n = m.file_name, 1
+        while name in taken:
+            n += 1
+            name = f"{m.entry}_{n}.py"
+        taken.add(name)
+        modules[i] = dataclasses.replace(m, file_name=name)
+    return modules

@@ -29,7 +29,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-_JIT = {"error_model": "numpy"}
+_JIT = {"cache": True, "error_model": "numpy"}
 
 
 def _bitcast(src, dst):

@@ -21,13 +21,15 @@ along the row are stored after the loops.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from cuvil_dsl.codegen.base import rounds
 from cuvil_dsl.codegen.cpu import CpuKernel, indent, prod
 from cuvil_dsl.codegen.program import Reduction
 from cuvil_dsl.passes.indexing import Map, operand_map
 from cuvil_dsl.types import DType
 
-LANES = 8  # partial accumulators per reduction: one AVX2 vector of f32
+LANES = 8  # partial accumulators per reduction: one AVX2 register of f32
 
 
 class _RowKernel:
@@ -69,19 +71,21 @@ class _RowKernel:
     def along_row(self, lines: list[str]) -> list[str]:
         return [f"for c{self.a} in range({self.L}):", *indent(lines)]
 
-    def plain_read(self, value: str, m: Map) -> str | None:
-        """The element expression of a reduction input the reduce loop can read as it is."""
+    def plain_read(self, value: str, m: Map) -> Callable[[str], str] | None:
+        """How the reduce loop reads a reduction input as it is (given the row coordinate), if it can."""
         key = (value, tuple(m))
         if key in self.staged:
-            return f"{self.staged[key]}[c{self.a}]"
+            return lambda col: f"{self.staged[key]}[{col}]"
         plain = (value not in self.p.ops and value not in self.k.uniform_names and self.a in m
                  and self.k.dtype(value) not in (DType.F16, DType.BF16))
-        return self.k.load(value, m, self.coord) if plain else None
+        if not plain:
+            return None
+        return lambda col: self.k.load(value, m, lambda d: col if d == self.a else f"c{d}")
 
-    def stage(self, reds: list[Reduction]) -> tuple[list[str], dict[str, str]]:
-        """Lines evaluating the reductions' inputs into row arrays, and each input's element expression."""
+    def stage(self, reds: list[Reduction]) -> tuple[list[str], dict[str, Callable[[str], str]]]:
+        """Lines evaluating the reductions' inputs into row arrays, and how to read each input."""
         k = self.k
-        reads: dict[str, str] = {}
+        reads: dict[str, Callable[[str], str]] = {}
         body: list[str] = []
         arrays: list[str] = []
         w = k.walk(body.append, self.coord, None, self.anchor)
@@ -95,32 +99,35 @@ class _RowKernel:
             x = w.value(value, m)
             body.append(f"{name}[c{self.a}] = {x}")
             arrays.append(f"{name} = np.empty({self.L}, np.{k.lang.ctype(k.dtype(value))})")
-            reads[r.op.out] = f"{name}[c{self.a}]"
             self.staged[(value, tuple(m))] = name
+            reads[r.op.out] = self.plain_read(value, m)
         return (arrays + self.hoisted(self.along_row(body)) if arrays else []), reads
 
     def phase(self, index: int) -> list[str]:
-        """Stage and reduce the phase's reductions, then bind their results."""
+        """Stage and reduce the phase's reductions, then bind their results.
+
+        Lane ``j`` of a reduction's partials accumulates the row's elements ``j, j + LANES, ...``
+        (the tail goes to lane 0) and the lanes are combined in order: the inner loop over the
+        lanes carries no dependency, so LLVM vectorizes it without reassociating anything.
+        """
         k = self.k
         reds = self.passes[index]
         lines, reads = self.stage(reds)
         parts = {r.op.out: k.fresh("part") for r in reds}
 
-        def accumulate(lane: str) -> list[str]:
-            return [f"{parts[r.op.out]}[{lane}] = "
-                    + k.lang.apply(k.lang.combine[r.op.op], k.dtype(r.op.out), a=f"{parts[r.op.out]}[{lane}]",
-                                   b=reads[r.op.out]) for r in reds]
+        def accumulate(lane: str, col: str) -> list[str]:
+            return [f"{parts[r.op.out]}[{lane}] = " + k.lang.apply(
+                k.lang.combine[r.op.op], k.dtype(r.op.out), a=f"{parts[r.op.out]}[{lane}]", b=reads[r.op.out](col))
+                for r in reds]
 
         lines += [f"{parts[r.op.out]} = np.full({LANES}, {k.lang.identity(r.op.op, k.dtype(r.op.out))})"
                   for r in reds]
         whole = self.L - self.L % LANES
-        loops: list[str] = []
         if whole:
-            loops += [f"for c{self.a}_ in range(0, {whole}, {LANES}):", f"    for e in range({LANES}):",
-                      f"        c{self.a} = c{self.a}_ + e", *indent(accumulate("e"), 2)]
+            lines += [f"for c{self.a}_ in range(0, {whole}, {LANES}):", f"    for e in range({LANES}):",
+                      *indent(accumulate("e", f"c{self.a}_ + e"), 2)]
         if whole < self.L:
-            loops += [f"for c{self.a} in range({whole}, {self.L}):", *indent(accumulate(f"c{self.a} - {whole}"))]
-        lines += self.hoisted(loops)
+            lines += [f"for c{self.a} in range({whole}, {self.L}):", *indent(accumulate("0", f"c{self.a}"))]
         for r in reds:
             name, part, dtype = k.fresh("r"), parts[r.op.out], k.dtype(r.op.out)
             lines += [f"{name} = {part}[0]", f"for e in range(1, {LANES}):",

@@ -27,9 +27,17 @@ from cuvil_dsl.passes.uniform import split_uniform
 from cuvil_dsl.types import Shape, TensorType
 
 
-@dataclass
+@dataclass(eq=False)
 class _Group:
-    """A kernel being built: its ops, its iteration space and where it came from."""
+    """A kernel being built: its ops, its iteration space and where it came from.
+
+    Groups compare by identity (``eq=False``): the planner asks "is this the same kernel"
+    (``in``, ``index``, ``remove``), and comparing field by field made every such question cost
+    the size of the kernels' op lists (quadratic planning on large pipelines), besides
+    confusing two different empty groups. ``layout`` caches the layout of ``ops`` over
+    ``domain``/``row_axis`` as of the last join (``layout_len`` ops); it is rederived when the
+    ops were changed in any other way (temporaries sunk into another kernel).
+    """
 
     kind: str | None
     domain: Shape
@@ -39,6 +47,8 @@ class _Group:
     block: ir.Block | None
     ops: list[ir.Op] = field(default_factory=list)
     name: str = ""
+    layout: Layout | None = None
+    layout_len: int = -1
 
     @property
     def members(self) -> set[str]:
@@ -63,6 +73,7 @@ class _Planner:
             op.out: op for op in pipeline.ops()
             if op.op == "transpose" and op.out not in self.results and op.out not in self.host_reads
         }
+        self._frozen_views = frozenset(self.views)
         self.owner: dict[str, _Group] = {}
         self.groups: list[_Group] = []
         self.diags: list[Diagnostic] = []
@@ -131,23 +142,34 @@ class _Planner:
     def _fit(self, g: _Group, op: ir.Op) -> tuple[tuple, list[ir.Op], Layout] | str:
         """Try ``op`` (and the views it reads) in ``g``: the new state and layout, or a reason."""
         pulled = self._view_chain(g, op)
-        views = frozenset(self.views)
-        current = derive_layout(tuple(g.ops), g.domain, g.row_axis, self.types, views) if g.ops else None
+        views = self._frozen_views
+        current = self._layout(g) if g.ops else None
         anchored = current.anchored if isinstance(current, Layout) else frozenset()
         state = self._transition(g, op, anchored)
         if isinstance(state, str):
             return state
         _kind, domain, row_axis, _anchor = state
-        layout = derive_layout(tuple(g.ops + pulled + [op]), domain, row_axis, self.types, views)
+        if isinstance(current, Layout) and tuple(domain) == tuple(current.domain) and row_axis == current.row_axis:
+            layout = derive_layout(tuple(pulled + [op]), domain, row_axis, self.types, views, start=current)
+        else:
+            layout = derive_layout(tuple(g.ops + pulled + [op]), domain, row_axis, self.types, views)
         if isinstance(layout, Misfit):
             return layout.reason
         return state, pulled, layout
 
+    def _layout(self, g: _Group) -> Layout | Misfit:
+        """The layout of ``g``'s ops over its space: the one cached at the last join, if still current."""
+        if g.layout is None or g.layout_len != len(g.ops):
+            g.layout = derive_layout(tuple(g.ops), g.domain, g.row_axis, self.types, self._frozen_views)
+            g.layout_len = len(g.ops)
+        return g.layout
+
     def _join(self, g: _Group, op: ir.Op, fit: tuple) -> None:
-        state, pulled, _layout = fit
+        state, pulled, layout = fit
         g.kind, g.domain, g.row_axis, g.anchor = state
         g.ops.extend(pulled)
         g.ops.append(op)
+        g.layout, g.layout_len = layout, len(g.ops)
         self.owner[op.out] = g
 
     # ------------------------------------------------------------------ policy
@@ -265,6 +287,7 @@ class _Planner:
                     target = self._sink_target(op, a, groups)
                     if target is not None:
                         a.ops.remove(op)
+                        a.layout = target.layout = None  # both kernels' ops changed
                         target.ops[:] = target.ops[: self._first_reader(target, op.out)] + [op] + target.ops[
                             self._first_reader(target, op.out):]
                         self.owner[op.out] = target

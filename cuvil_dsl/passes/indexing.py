@@ -169,16 +169,23 @@ def _row_map(op: ir.Op, layout_maps: dict, types: dict, domain: Shape, row_axis:
 
 
 def derive_layout(ops: tuple[ir.Op, ...], domain: Shape, row_axis: int | None, types: dict,
-                  views: frozenset = frozenset()) -> Layout | Misfit:
+                  views: frozenset = frozenset(), start: Layout | None = None) -> Layout | Misfit:
     """Give every op of a kernel its home map over ``domain``, or say which op does not fit.
 
     ``types`` maps every value id the ops read to its type. A GEMM's result and the results
     of reductions and row ops are anchored, and so is everything computed from them: those
     must be read exactly where they were computed. ``views`` are transposes never stored: one
     of a value from memory has no place of its own (its readers address the memory through it).
+
+    ``start`` is the layout already derived for the ops before ``ops`` over the same domain
+    and row axis: each op's map depends only on the ops before it, so the result is the same
+    as deriving the whole list again, and the planner, which tries ops one by one against
+    kernels of thousands of ops, stays linear per try instead of redoing the kernel each time.
     """
-    maps: dict = {}
-    anchored: set = set()
+    if start is not None:
+        assert tuple(start.domain) == tuple(domain) and start.row_axis == row_axis, "resumed over another space"
+    maps: dict = dict(start.maps) if start is not None else {}
+    anchored: set = set(start.anchored) if start is not None else set()
     for op in ops:
         if op.out in views and op.args[0] not in maps:
             continue

@@ -19,7 +19,7 @@ from typing import Mapping
 
 import numpy as np
 
-from cuvil_dsl.codegen.cpu import Param
+from cuvil_dsl.codegen.cpu import Param, render_cpu
 from cuvil_dsl.diagnostics import InternalError, RunFailure, Span
 from cuvil_dsl.ir import nodes as ir
 from cuvil_dsl.passes.plan import FusionPlan, GraphStep, HostStep, Launch
@@ -31,8 +31,10 @@ from cuvil_dsl.runtime.host_arena import HostArena
 from cuvil_dsl.runtime.layout import ArenaLayout
 from cuvil_dsl.types import DType
 
-_SCALAR = {DType.F16: np.float32, DType.BF16: np.float32, DType.F32: np.float32, DType.F64: np.float64,
-           DType.I32: np.int32, DType.BOOL: np.bool_}
+# the NumPy scalar type a uniform is passed as (the kernels' explicit signatures accept no
+# other); f16/bf16 uniforms are already rounded to their dtype, so f32 holds them exactly
+_UNIFORM_TYPE = {DType.F16: np.float32, DType.BF16: np.float32, DType.F32: np.float32, DType.F64: np.float64,
+                 DType.I32: np.int32, DType.BOOL: np.bool_}
 
 
 class _Kernel:
@@ -40,7 +42,6 @@ class _Kernel:
 
     def __init__(self, loaded: LoadedModule, arena: HostArena):
         self.loaded = loaded
-        self.name = loaded.module.name
         params = loaded.module.params
         self.buffers = tuple(_flat_storage(arena.view(p.name), p.dtype) if p.kind == "buffer" else
                              np.empty(p.size, dtype=p.dtype.numpy) for p in params if p.kind != "scalar")
@@ -48,7 +49,7 @@ class _Kernel:
         self.args: tuple = ()
 
     def set_uniforms(self, uniforms: Mapping[str, object]) -> None:
-        values = tuple(_SCALAR[p.dtype](uniforms[p.name]) for p in self.scalars)
+        values = tuple(_UNIFORM_TYPE[p.dtype](uniforms[p.name]) for p in self.scalars)
         self.args = self.buffers + values
 
     def __call__(self) -> None:
@@ -89,8 +90,6 @@ class CpuExecutor(Executor):
     def build(cls, pipeline: ir.Pipeline, plan: FusionPlan, sizes: Mapping[str, int],
               target: Target) -> "CpuExecutor":
         """Render the plan for ``sizes`` and load every kernel (numba compiles it, or loads its cache)."""
-        from cuvil_dsl.codegen.cpu import render_cpu
-
         directory = ModuleDirectory()
         try:
             modules = [load_module(m, directory.path)
@@ -108,7 +107,7 @@ class CpuExecutor(Executor):
         for param in self.pipeline.tensor_params:
             self.arena.upload(param.name, inputs[param.name])
         self.set_params(resolve_params(self.pipeline, params))
-        self._execute(hooks)
+        self.execute(hooks)
         damaged = self.arena.check_guards()
         if damaged:
             raise RunFailure(self._guard_message(damaged))
@@ -123,7 +122,8 @@ class CpuExecutor(Executor):
                     step.set_uniforms(self._uniforms)
             self._params = dict(params)
 
-    def _execute(self, hooks: HostHooks | None) -> None:
+    def execute(self, hooks: HostHooks | None = None) -> None:
+        """One execution over the arena as it stands (host statements when ``hooks`` are given and active)."""
         active = hooks is not None and not hooks.skip
         for step in self._steps:
             if isinstance(step, _Kernel):
@@ -159,15 +159,12 @@ class CpuExecutor(Executor):
         """The host clock around each whole execution, host statements skipped."""
         if self._params is None:
             raise InternalError("time() needs a run() first: the arena holds no inputs yet")
-        kernels = [s for s in self._steps if isinstance(s, _Kernel)]
         for _ in range(warmup):
-            for kernel in kernels:
-                kernel()
+            self.execute()
         samples = []
         for _ in range(iterations):
             start = _time.perf_counter()
-            for kernel in kernels:
-                kernel()
+            self.execute()
             samples.append((_time.perf_counter() - start) * 1e6)
         return Timing(tuple(samples))
 

@@ -23,7 +23,8 @@ pipeline import(os: f32[N], __class__: f32[N], sys: f32[N, N], b0: f32[N], lambd
 }
 """
 USER_NAMES = ("import", "os", "__class__", "sys", "lambda", "def", "self", "np", "__dict__", "__init__")
-GENERATED = re.compile(r"^((b|u|t|c|w|acc|r)\d+|q|i|lhs|rhs|np|numba|cvl|math|range|abs|max|min|cvl_[A-Za-z0-9_]+)$")
+GENERATED = re.compile(r"^((b|u|t|c|w|r|row|part)\d+|c\d+_|q|i|e|lhs|rhs|np|numba|cvl|math|range|abs|max|min"
+                       r"|cvl_[A-Za-z0-9_]+)$")
 
 
 def _identifiers(source: str) -> set[str]:

@@ -76,7 +76,7 @@ def test_a_write_past_a_buffer_damages_its_guard_band_and_fails_the_run():
 
 
 def test_time_reports_each_execution_and_needs_a_run_first():
-    pipeline, ex = build(DIRECT, {"R": 3, "C": 5})
+    pipeline, ex = build(DIRECT, {"R": 3, "C": 5})  # a fresh executor: nothing run yet
     with pytest.raises(InternalError, match="needs a run"):
         ex.time(0, 1)
     ex.run(random_inputs(pipeline, {"R": 3, "C": 5}), {})
