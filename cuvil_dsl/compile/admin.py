@@ -45,10 +45,28 @@ def cache_info() -> dict:
 
 
 def cache_clear(*, memory: bool = True, disk: bool = True) -> dict:
-    """Drop the in-memory layer and/or the disk entries (with lock files and saved failures)."""
+    """Drop the in-memory layer and/or the disk entries (with lock files and saved failures),
+    the CPU backend's generated modules and numba's cache of them, and the parser tables."""
     removed_memory = MEMORY.clear() if memory else 0
     removed_disk = 0
     if disk:
         cache = disk_cache()
         removed_disk = cache.clear() if cache else 0
+        root = knobs.values.cache_dir
+        if cache is not None:  # only a directory that passed the ownership checks
+            removed_disk += _remove_tree(root / "numba")
+            parser_tables = root / "lark-cuvil.cache"
+            if parser_tables.exists():
+                parser_tables.unlink(missing_ok=True)
+                removed_disk += 1
     return {"memory": removed_memory, "disk": removed_disk}
+
+
+def _remove_tree(folder) -> int:
+    import shutil
+
+    if not folder.is_dir() or folder.is_symlink():
+        return 0
+    count = sum(1 for p in folder.rglob("*") if p.is_file())
+    shutil.rmtree(folder, ignore_errors=True)
+    return count
