@@ -1,0 +1,73 @@
+# cuvil-dsl kernel masked_softmax (matmul_softmax) of pipeline masked_attention, domain [4, 64, 128]
+# helpers: cuvil_dsl/codegen/cpu_prelude.py sha256 36d34da2926f3168
+import math
+
+import numba
+import numpy as np
+
+from cuvil_dsl.codegen import cpu_prelude as cvl
+
+
+@numba.njit("void(uint16[::1], uint16[::1], boolean[::1], uint16[::1], float32[::1], float32[::1], float32[::1], float32, float32)", parallel=True, fastmath=False, error_model="numpy", cache=True)
+def cvl_masked_softmax_epilogue(
+    b0,  # k: f16[B, N, D] input
+    b1,  # q: f16[B, M, D] input
+    b2,  # causal: bool[M, N] input
+    b3,  # p: f16[B, M, N] output
+    w0,  # workspace: f32[16384]
+    w1,  # workspace: f32[32768]
+    w2,  # workspace: f32[32768]
+    u0,  # %3: f16[] scalar
+    u1,  # %7: f16[] scalar
+):
+    for q in numba.prange(256):
+        c0 = (q // 64)
+        c1 = q % 64
+        row1 = np.empty(128, np.float32)
+        for c2 in range(128):
+            t2 = w2[c0 * 8192 + c1 * 128 + c2]
+            t3 = cvl.round_f16((t2 * u0))
+            t4 = (t3 if b2[c1 * 128 + c2] else u1)
+            row1[c2] = t4
+        part5 = np.full(8, np.float32(-np.inf))
+        for c2_ in range(0, 128, 8):
+            for e in range(8):
+                part5[e] = cvl.fmaximum(part5[e], row1[c2_ + e])
+        r6 = part5[0]
+        for e in range(1, 8):
+            r6 = cvl.fmaximum(r6, part5[e])
+        row7 = np.empty(128, np.float32)
+        for c2 in range(128):
+            t8 = (row1[c2] - r6)
+            t9 = cvl.exp_f32(t8)
+            row7[c2] = t9
+        part10 = np.full(8, np.float32(0.0))
+        for c2_ in range(0, 128, 8):
+            for e in range(8):
+                part10[e] = (part10[e] + row7[c2_ + e])
+        r11 = part10[0]
+        for e in range(1, 8):
+            r11 = (r11 + part10[e])
+        for c2 in range(128):
+            t12 = cvl.round_f16((row7[c2] / r11))
+            b3[c0 * 8192 + c1 * 128 + c2] = cvl.f32_to_f16(t12)
+
+
+def cvl_masked_softmax(
+    b0,  # k: f16[B, N, D] input
+    b1,  # q: f16[B, M, D] input
+    b2,  # causal: bool[M, N] input
+    b3,  # p: f16[B, M, N] output
+    w0,  # workspace: f32[16384]
+    w1,  # workspace: f32[32768]
+    w2,  # workspace: f32[32768]
+    u0,  # %3: f16[] scalar
+    u1,  # %7: f16[] scalar
+):
+    """The GEMM through NumPy's BLAS, then the fused epilogue."""
+    np.copyto(w0.reshape((4, 64, 64)), b1.view(np.float16).reshape((4, 64, 64)))
+    lhs = w0.reshape((4, 64, 64))
+    np.copyto(w1.reshape((4, 128, 64)), b0.view(np.float16).reshape((4, 128, 64)))
+    rhs = w1.reshape((4, 128, 64)).swapaxes(-1, -2)
+    np.matmul(lhs, rhs, out=w2.reshape((4, 64, 128)))
+    cvl_masked_softmax_epilogue(b0, b1, b2, b3, w0, w1, w2, u0, u1)

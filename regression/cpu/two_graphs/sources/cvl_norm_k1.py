@@ -1,0 +1,52 @@
+# cuvil-dsl kernel norm_k1 (row) of pipeline two_graphs, domain [128, 256]
+# helpers: cuvil_dsl/codegen/cpu_prelude.py sha256 36d34da2926f3168
+import math
+
+import numba
+import numpy as np
+
+from cuvil_dsl.codegen import cpu_prelude as cvl
+
+
+@numba.njit("void(uint16[::1], uint16[::1], uint16[::1], uint16[::1])", parallel=True, fastmath=False, error_model="numpy", cache=True)
+def cvl_norm_k1(
+    b0,  # h: f16[T, F] input
+    b1,  # g: f16[F] input
+    b2,  # beta: f16[F] input
+    b3,  # y: f16[T, F] output
+):
+    for q in numba.prange(128):
+        c0 = q
+        row1 = np.empty(256, np.float32)
+        for c1 in range(256):
+            row1[c1] = cvl.f16_to_f32(b0[c0 * 256 + c1])
+        part2 = np.full(8, np.float32(0.0))
+        for c1_ in range(0, 256, 8):
+            for e in range(8):
+                part2[e] = (part2[e] + row1[c1_ + e])
+        r3 = part2[0]
+        for e in range(1, 8):
+            r3 = (r3 + part2[e])
+        row4 = np.empty(256, np.float32)
+        t5 = (r3 / np.float32(256.0))
+        for c1 in range(256):
+            t6 = (row1[c1] - t5)
+            t7 = (t6 * t6)
+            row4[c1] = t7
+        part8 = np.full(8, np.float32(0.0))
+        for c1_ in range(0, 256, 8):
+            for e in range(8):
+                part8[e] = (part8[e] + row4[c1_ + e])
+        r9 = part8[0]
+        for e in range(1, 8):
+            r9 = (r9 + part8[e])
+        t11 = (r9 / np.float32(256.0))
+        t12 = (t11 + np.float32(1e-05))
+        t13 = np.sqrt(t12)
+        t14 = (np.float32(1.0) / t13)
+        for c1 in range(256):
+            t10 = (row1[c1] - t5)
+            t15 = (t10 * t14)
+            t16 = (t15 * cvl.f16_to_f32(b1[c1]))
+            t17 = cvl.round_f16((t16 + cvl.f16_to_f32(b2[c1])))
+            b3[c0 * 256 + c1] = cvl.f32_to_f16(t17)
