@@ -44,8 +44,6 @@ def print_diagnostics(diags, stream=None) -> None:
 # ---------------------------------------------------------------------------- check
 def _check_path(path: str) -> tuple[list[Diagnostic], bool]:
     """Diagnostics for one path, and whether the path itself was usable."""
-    from cuvil_dsl import frontend
-
     p = Path(path)
     if not p.exists():
         return [error("E505", f"no such file: {path}", Span.whole_file(path))], False

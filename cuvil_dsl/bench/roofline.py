@@ -146,7 +146,6 @@ def measure_gpu(timer, device: int = 0, copy_bytes: int = GPU_COPY_BYTES, n: int
 
         copy()
         copied = timer.measure(copy, stream)
-        del src, dst
         detail = {"copy_bytes": copy_bytes, "copy_us": round(_best(copied), 3), "matmul_n": n}
 
         def matmul_rate(dtype: str) -> float:

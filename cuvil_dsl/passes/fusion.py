@@ -183,14 +183,14 @@ class _Planner:
             return "its rows are not this kernel's iteration space"
         return None
 
-    def _ready(self, g: _Group, op: ir.Op, open_groups: list[_Group]) -> bool:
-        """Every input of ``op`` is computed before (or inside) ``g``."""
-        later = open_groups[open_groups.index(g) + 1:]
-        for a in op.args:
-            src = self.owner.get(self._sources(a))
-            if src is not None and src in later:
-                return False
-        return True
+    def _earliest_ready(self, op: ir.Op, open_groups: list[_Group]) -> int:
+        """The first position in ``open_groups`` at which every input of ``op`` is computed
+        before (or inside) the group there: the position of the latest group producing one.
+
+        Computed once per op (a group-by-group search made planning cubic in the kernel count).
+        """
+        position = {id(g): i for i, g in enumerate(open_groups)}
+        return max((position.get(id(self.owner.get(self._sources(a))), -1) for a in op.args), default=-1)
 
     def _candidates(self, op: ir.Op, open_groups: list[_Group]) -> list[_Group]:
         """Open groups to try, latest first, those that compute an input of ``op`` before the
@@ -201,8 +201,10 @@ class _Planner:
 
     def _place(self, op: ir.Op, open_groups: list[_Group], graph: str | None) -> None:
         first_reason = None
+        earliest = self._earliest_ready(op, open_groups)
+        ready = {id(g) for g in open_groups[max(earliest, 0):]}
         for g in self._candidates(op, open_groups):
-            if g.block is not None or not self._ready(g, op, open_groups):
+            if g.block is not None or id(g) not in ready:
                 continue
             fit = self._fit(g, op)
             reason = fit if isinstance(fit, str) else self._policy_allows(g, op, fit)

@@ -127,6 +127,32 @@ class Snapshot:
         return [b.name for b in self.buffers if not b.guard_ok]
 
 
+def time_on_host(execute, warmup: int, iterations: int) -> Timing:
+    """The host clock around each call of ``execute`` (one whole pipeline execution)."""
+    import time
+
+    for _ in range(warmup):
+        execute()
+    samples = []
+    for _ in range(iterations):
+        start = time.perf_counter()
+        execute()
+        samples.append((time.perf_counter() - start) * 1e6)
+    return Timing(tuple(samples))
+
+
+def perform_host_statement(stmt, hooks: HostHooks, value_of) -> None:
+    """``print`` or ``assert_finite`` on the value ``value_of(name, span)`` returns as
+    ``(array, dtype)``; ``sync`` does nothing more here (the caller has already waited)."""
+    if stmt.kind == "sync":
+        return
+    value, dtype = value_of(stmt.arg, stmt.span)
+    if stmt.kind == "print":
+        hooks.on_print(stmt.arg, dtype, value)
+    else:
+        hooks.on_assert_finite(stmt.arg, value, stmt)
+
+
 def digest(data: bytes | memoryview | np.ndarray) -> str:
     if isinstance(data, np.ndarray):
         data = np.ascontiguousarray(data).view(np.uint8).tobytes()

@@ -14,7 +14,6 @@ to wait for.
 
 from __future__ import annotations
 
-import time as _time
 from typing import Mapping
 
 import numpy as np
@@ -24,7 +23,15 @@ from cuvil_dsl.diagnostics import InternalError, RunFailure, Span
 from cuvil_dsl.ir import nodes as ir
 from cuvil_dsl.passes.plan import FusionPlan, GraphStep, HostStep, Launch
 from cuvil_dsl.reference.executor import HostHooks
-from cuvil_dsl.runtime.base import Executor, KernelReport, Snapshot, Target, Timing
+from cuvil_dsl.runtime.base import (
+    Executor,
+    KernelReport,
+    Snapshot,
+    Target,
+    Timing,
+    perform_host_statement,
+    time_on_host,
+)
 from cuvil_dsl.runtime.binding import check_host_inputs, evaluate_uniforms, resolve_params
 from cuvil_dsl.runtime.cpu_modules import LoadedModule, ModuleDirectory, load_module
 from cuvil_dsl.runtime.host_arena import HostArena
@@ -132,13 +139,7 @@ class CpuExecutor(Executor):
                 self._host(step.stmt, hooks)
 
     def _host(self, stmt: ir.HostStmt, hooks: HostHooks) -> None:
-        if stmt.kind == "sync":  # kernels return when their work is done
-            return
-        value, dtype = self._host_value(stmt.arg, stmt.span)
-        if stmt.kind == "print":
-            hooks.on_print(stmt.arg, dtype, value)
-        else:
-            hooks.on_assert_finite(stmt.arg, value, stmt)
+        perform_host_statement(stmt, hooks, self._host_value)  # kernels return when their work is done
 
     def _host_value(self, name: str, span: Span) -> tuple[np.ndarray, DType]:
         if name in self.layout:
@@ -159,14 +160,7 @@ class CpuExecutor(Executor):
         """The host clock around each whole execution, host statements skipped."""
         if self._params is None:
             raise InternalError("time() needs a run() first: the arena holds no inputs yet")
-        for _ in range(warmup):
-            self.execute()
-        samples = []
-        for _ in range(iterations):
-            start = _time.perf_counter()
-            self.execute()
-            samples.append((_time.perf_counter() - start) * 1e6)
-        return Timing(tuple(samples))
+        return time_on_host(self.execute, warmup, iterations)
 
     def snapshot(self) -> Snapshot:
         return self.arena.snapshot(self.backend)

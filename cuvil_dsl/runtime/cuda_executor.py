@@ -34,7 +34,7 @@ from cuvil_dsl.ir import nodes as ir
 from cuvil_dsl.passes.plan import FusionPlan, GraphStep, HostStep, Launch
 from cuvil_dsl.reference.executor import HostHooks
 from cuvil_dsl.runtime.arena import DeviceArena
-from cuvil_dsl.runtime.base import Executor, KernelReport, Snapshot, Target, Timing
+from cuvil_dsl.runtime.base import Executor, KernelReport, Snapshot, Target, Timing, perform_host_statement
 from cuvil_dsl.runtime.binding import check_host_inputs, evaluate_uniforms, resolve_params
 from cuvil_dsl.runtime.device import device_arch, max_dynamic_shared_bytes, runs_on
 from cuvil_dsl.runtime.faults import cuda_error_types, is_sticky, kernel_failure
@@ -252,13 +252,7 @@ class CudaExecutor(Executor):
 
     def _host(self, stmt: ir.HostStmt, hooks: HostHooks) -> None:
         self._work.synchronize()
-        if stmt.kind == "sync":
-            return
-        value, dtype = self._host_value(stmt.arg, stmt.span)
-        if stmt.kind == "print":
-            hooks.on_print(stmt.arg, dtype, value)
-        else:
-            hooks.on_assert_finite(stmt.arg, value, stmt)
+        perform_host_statement(stmt, hooks, self._host_value)
 
     def _host_value(self, name: str, span: Span) -> tuple[np.ndarray, DType]:
         if name in self.layout:

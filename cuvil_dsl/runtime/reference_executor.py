@@ -7,7 +7,6 @@ interpreter's environment). Timing uses the host clock: there is no device to ti
 
 from __future__ import annotations
 
-import time as _time
 from typing import Mapping
 
 import numpy as np
@@ -16,7 +15,7 @@ from cuvil_dsl.diagnostics import InternalError
 from cuvil_dsl.ir import nodes as ir
 from cuvil_dsl.passes.plan import FusionPlan
 from cuvil_dsl.reference.executor import HostHooks, execute
-from cuvil_dsl.runtime.base import Executor, Snapshot, Target, Timing
+from cuvil_dsl.runtime.base import Executor, Snapshot, Target, Timing, time_on_host
 from cuvil_dsl.runtime.binding import check_host_inputs, resolve_params
 from cuvil_dsl.runtime.host_arena import HostArena
 from cuvil_dsl.runtime.layout import ArenaLayout, BufferSpec
@@ -60,14 +59,7 @@ class ReferenceExecutor(Executor):
     def time(self, warmup: int, iterations: int) -> Timing:
         if self._params is None:
             raise InternalError("time() needs a run() first: the arena holds no inputs yet")
-        for _ in range(warmup):
-            self._execute(None)
-        samples = []
-        for _ in range(iterations):
-            start = _time.perf_counter()
-            self._execute(None)
-            samples.append((_time.perf_counter() - start) * 1e6)
-        return Timing(tuple(samples))
+        return time_on_host(lambda: self._execute(None), warmup, iterations)
 
     def snapshot(self) -> Snapshot:
         return self.arena.snapshot(self.backend)

@@ -225,7 +225,7 @@ def input_source_problem(value: Any) -> tuple[tuple[str, ...], str]:
     """Why ``input_tag`` gave up on ``value``: the sub-path to point at and a message."""
     kinds = ", ".join(INIT_KINDS)
     if not isinstance(value, dict):
-        return (), f"expected a mapping such as {{init: normal, seed: 1}} or {{file: x.npy}}"
+        return (), "expected a mapping such as {init: normal, seed: 1} or {file: x.npy}"
     if "file" in value and "init" in value:
         return (), "give either `init` or `file`, not both"
     if "init" in value:
