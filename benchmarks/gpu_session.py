@@ -95,11 +95,11 @@ def run_specs(folder: str, log, iterations: int | None = None) -> dict:
     return results
 
 
-def run_bench(out: Path, log, quick: bool, timeout: float) -> dict:
+def run_bench(out: Path, log, quick: bool, timeout: float, baselines: str = "auto") -> dict:
     """``cuvil-dsl bench`` over every benchmark: its JSON document (``bench.json``) and plot (``bench.png``)."""
     specs = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "benchmarks").glob("*.yaml"))]
     cmd = [sys.executable, "-m", "cuvil_dsl", "bench", *specs, "--backend", "cuda", "--json",
-           "--plot", str(out / "bench.png"), *(["--quick"] if quick else [])]
+           "--plot", str(out / "bench.png"), "--baselines", baselines, *(["--quick"] if quick else [])]
     rc, text = sh(cmd, log, timeout=timeout)
     try:
         doc = json.loads(text)
@@ -148,6 +148,7 @@ def main() -> int:
     parser.add_argument("--skip", default="", help="comma list of steps to skip: tests,specs,bench,budgets")
     parser.add_argument("--quick", action="store_true", help="bench with --quick (a fifth of the timing budget)")
     parser.add_argument("--bench-timeout", type=float, default=540.0, help="seconds for the bench step")
+    parser.add_argument("--baselines", default="auto", help="passed to `cuvil-dsl bench --baselines`")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -169,7 +170,7 @@ def main() -> int:
             data["specs"] = run_specs("specs", log)
             save()
         if "bench" not in skip:
-            data["bench"] = run_bench(out, log, args.quick, args.bench_timeout)
+            data["bench"] = run_bench(out, log, args.quick, args.bench_timeout, args.baselines)
             save()
         if "budgets" not in skip:
             data["budgets"] = run_specs("benchmarks", log)
