@@ -36,9 +36,10 @@ def sh(cmd: list[str], log, timeout: float) -> tuple[int, str]:
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
         rc, out, err = proc.returncode, proc.stdout, proc.stderr
     except subprocess.TimeoutExpired as exc:
-        rc, out, err = 124, exc.stdout or "", (exc.stderr or "") + f"\nTIMEOUT after {timeout}s"
-        out = out if isinstance(out, str) else out.decode(errors="replace")
-        err = err if isinstance(err, str) else err.decode(errors="replace")
+        def text(data) -> str:  # TimeoutExpired carries bytes even when text=True was asked for
+            return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
+
+        rc, out, err = 124, text(exc.stdout), text(exc.stderr) + f"\nTIMEOUT after {timeout}s"
     log.write(f"$ {' '.join(cmd)}  (rc={rc}, {time.perf_counter() - started:.1f}s)\n{err}\n")
     log.flush()
     return rc, out
