@@ -29,7 +29,10 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-_JIT = {"cache": True, "error_model": "numpy"}
+# Inlined into every kernel at numba IR level, so a kernel compiles to the same code whether the
+# helpers come from numba's cache or are compiled in this process (else results differed in the
+# last bit between processes: a cached helper is an opaque call, a fresh one is optimized in place).
+_JIT = {"cache": True, "error_model": "numpy", "inline": "always"}
 
 
 def _bitcast(src, dst):

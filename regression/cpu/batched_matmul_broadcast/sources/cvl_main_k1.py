@@ -1,5 +1,5 @@
 # cuvil-dsl kernel main_k1 (matmul) of pipeline batched_matmul_broadcast, domain [8, 32, 64]
-# helpers: cuvil_dsl/codegen/cpu_prelude.py sha256 36d34da2926f3168
+# helpers: cuvil_dsl/codegen/cpu_prelude.py sha256 0ae57a6732e7a80e
 import math
 
 import numba

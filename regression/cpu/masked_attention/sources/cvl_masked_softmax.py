@@ -1,5 +1,5 @@
 # cuvil-dsl kernel masked_softmax (matmul_softmax) of pipeline masked_attention, domain [4, 64, 128]
-# helpers: cuvil_dsl/codegen/cpu_prelude.py sha256 36d34da2926f3168
+# helpers: cuvil_dsl/codegen/cpu_prelude.py sha256 0ae57a6732e7a80e
 import math
 
 import numba
