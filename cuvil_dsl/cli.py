@@ -45,7 +45,12 @@ def print_diagnostics(diags, stream=None) -> None:
 def _check_path(path: str) -> tuple[list[Diagnostic], bool]:
     """Diagnostics for one path, and whether the path itself was usable."""
     p = Path(path)
-    if not p.exists():
+    try:
+        found = p.exists()
+    except (OSError, ValueError) as exc:  # a name too long for the file system, a NUL byte
+        return [error("E505", f"cannot use {path[:80]!r}: {getattr(exc, 'strerror', None) or exc}",
+                      Span.whole_file(path))], False
+    if not found:
         return [error("E505", f"no such file: {path}", Span.whole_file(path))], False
     if p.suffix == ".cuvil":
         return _check_program(p), True
@@ -155,14 +160,21 @@ def cmd_run(args) -> int:
         print_diagnostics(exc.diagnostics)
         _run_json_failure(args, exc.diagnostics, session.target.backend)
         return EXIT_USAGE
+    unsaved = None
     if args.save_outputs and report.outputs:
-        driver.save_outputs(report.outputs, args.save_outputs)
+        try:
+            driver.save_outputs(report.outputs, args.save_outputs)
+        except OSError as exc:  # not a folder, not writable, a name too long: the run itself stands
+            unsaved = f"error: cannot save outputs to {args.save_outputs}: {exc.strerror or exc}"
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
         if report.failure:
             print(report.failure, file=sys.stderr)
     else:
         print(format_run(report))
+    if unsaved:
+        print(unsaved, file=sys.stderr)
+        return max(report.exit_code, EXIT_USAGE)
     return report.exit_code
 
 
@@ -176,6 +188,9 @@ def cmd_compile(args) -> int:
                                stdout=sys.stdout)
     except UserError as exc:
         print_diagnostics(exc.diagnostics)
+        return EXIT_USAGE
+    except OSError as exc:  # --out / --dump-ir unwritable, or a file name too long for the file system
+        print(f"error: cannot write {exc.filename or args.out or args.dump_ir}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
     for path in written:
         print(f"wrote {path}", file=sys.stderr)
@@ -463,10 +478,48 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    from cuvil_dsl.spec.models import MAX_EXECUTIONS  # the spec's own bound on run counts
+
+    if value > MAX_EXECUTIONS:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_EXECUTIONS}, got {text!r}")
     return value
 
 
 def main(argv: list[str] | None = None) -> int:
+    rc = _main(argv)
+    if argv is None:
+        _exit_now_if_compiles_abandoned(rc)
+    return rc
+
+
+def _exit_now_if_compiles_abandoned(rc: int) -> None:
+    """End the process at once when an NVRTC compile ran past CUVIL_COMPILE_TIMEOUT.
+
+    Its thread is still inside libnvrtc, which cannot be interrupted; a normal exit would
+    either wait for it (the timeout would not bound the run) or tear the interpreter and
+    libnvrtc down under it (an abort instead of the exit status). The timeout is reported
+    already, so: run the exit handlers (compile counters, logging), flush, and ``os._exit``.
+    Only for the console entry point (``argv is None``): a program calling ``main`` keeps
+    its process, whose exit then waits for the compile instead.
+    """
+    service = sys.modules.get("cuvil_dsl.compile.service")
+    if service is None or not service.abandoned_compiles():
+        return
+    import atexit
+    import logging
+
+    atexit.unregister(service._join_abandoned_at_exit)
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(rc)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -151,19 +151,25 @@ class SourceCache:
 
     def __init__(self) -> None:
         self._texts: dict[str, str] = {}
+        self._lines: dict[str, list[str]] = {}
 
     def add(self, file: str, text: str) -> None:
         self._texts[file] = text
+        self._lines.pop(file, None)
 
     def line(self, file: str, line: int) -> str | None:
-        text = self._texts.get(file)
-        if text is None:
-            try:
-                text = Path(file).read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                return None
-            self._texts[file] = text
-        lines = text.splitlines()
+        """One line of ``file``; the split is kept, so rendering thousands of diagnostics of a
+        large file costs one split, not one per diagnostic."""
+        lines = self._lines.get(file)
+        if lines is None:
+            text = self._texts.get(file)
+            if text is None:
+                try:
+                    text = Path(file).read_text(encoding="utf-8", errors="replace")
+                except (OSError, ValueError):  # ValueError: a name with a NUL byte
+                    return None
+                self._texts[file] = text
+            lines = self._lines[file] = text.splitlines()
         if 1 <= line <= len(lines):
             return lines[line - 1]
         return None

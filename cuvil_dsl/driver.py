@@ -22,6 +22,7 @@ from cuvil_dsl.reference import HostHooks
 from cuvil_dsl.reference import execute as reference_execute
 from cuvil_dsl.runtime.base import Executor, KernelReport, Snapshot, Target, Timing
 from cuvil_dsl.spec import Binding, LoadedSpec, bind, load_spec, make_inputs, select_pipeline
+from cuvil_dsl.spec.binding import check_reference_memory
 from cuvil_dsl.types import DType
 
 BACKENDS = ("auto", "cuda", "cpu", "reference")
@@ -104,6 +105,12 @@ def open_spec(path: str | Path, backend: str | None = None, arch: str | None = N
         device=devices[0] if devices else 0,
     )
     session = Session(loaded, pipeline, binding, target, warnings)
+    # The host runs the float64 reference when it is the backend or when results are checked
+    # (on every backend): refuse before anything is allocated if it cannot fit (E509).
+    why = ("the reference backend" if chosen == "reference"
+           else "check.reference: numpy" if loaded.spec.check.reference == "numpy" else None)
+    if why is not None:
+        raise_if_errors(check_reference_memory(loaded, pipeline, binding, why))
     session.inputs = make_inputs(binding, pipeline)
     return session
 

@@ -30,7 +30,8 @@ class Knob(Generic[T]):
             return self.default()
         try:
             return self.parse(raw)
-        except ValueError as exc:  # a bad knob is a user error, reported once
+        except (ValueError, RuntimeError) as exc:  # a bad knob is a user error, reported once
+            # (RuntimeError: expanduser of `~nosuchuser/...`)
             from cuvil_dsl.diagnostics import Span, UserError, error
 
             raise UserError(

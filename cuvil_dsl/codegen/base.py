@@ -108,20 +108,58 @@ class PointWalk:
         return t.dtype
 
     def value(self, vid: str, m: Map) -> str:
-        key = (vid, tuple(m))
-        if key not in self.memo:
-            self.memo[key] = self._render(vid, tuple(m))
-        return self.memo[key]
+        """The expression of ``vid`` at map ``m``, emitting the statements it needs first.
 
-    def _render(self, vid: str, m: Map) -> str:
+        A depth-first walk over the operands, in operand order, exactly as a recursive walk
+        would go (same statements, same order, same fresh names), but on an explicit stack:
+        a fused kernel's dependency chain can be thousands of ops long (a chain of named
+        statements), far past Python's recursion limit.
+        """
+        root = (vid, tuple(m))
+        stack: list[list] = [[root, None]]  # [key, operand keys still to render (None: not looked at)]
+        while stack:
+            frame = stack[-1]
+            key, todo = frame
+            if todo is None:
+                if key in self.memo:
+                    stack.pop()
+                    continue
+                ready = self._terminal(*key)
+                if ready is not None:
+                    self.memo[key] = ready
+                    stack.pop()
+                    continue
+                op = self.ops[key[0]]
+                todo = frame[1] = [
+                    (a, tuple(operand_map(op, key[1], k, self.types[a].shape, self.row_axis)))
+                    for k, a in enumerate(op.args)] if op.op != "lit" else []
+                todo.reverse()
+            while todo and todo[-1] in self.memo:
+                todo.pop()
+            if todo:
+                stack.append([todo[-1], None])
+                continue
+            self.memo[key] = self._compute(self.ops[key[0]], key[1])
+            stack.pop()
+        return self.memo[root]
+
+    def _terminal(self, vid: str, m: Map) -> str | None:
+        """A value the walk does not compute from operands (anchor, uniform, buffer), else None."""
         special = self.anchor(vid, m)
         if special is not None:
             return special
         if vid in self.uniforms:
             return self.uniforms[vid]
-        op = self.ops.get(vid)
-        if op is None:
+        if vid not in self.ops:
             return self.leaf(vid, m)
+        return None
+
+    def _render(self, vid: str, m: Map) -> str:
+        ready = self._terminal(vid, m)
+        return ready if ready is not None else self._compute(self.ops[vid], m)
+
+    def _compute(self, op: ir.Op, m: Map) -> str:
+        """``op`` at ``m`` from its operands (already rendered when called from :meth:`value`)."""
         expr = self.expression(op, m)
         if rounds(op):
             return self._bind(op, self.lang.round(expr, self.dtype(op.out)))

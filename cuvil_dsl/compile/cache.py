@@ -27,6 +27,7 @@ import hashlib
 import json
 import logging
 import os
+import stat
 import struct
 import tempfile
 import threading
@@ -220,10 +221,21 @@ class DiskCache:
         return self.entries_dir / f"{key}{ENTRY_SUFFIX}"
 
     def load(self, key: str) -> BuildArtifact | None:
+        """The entry for ``key``, or None: missing, damaged, or not a plain file of ours.
+
+        Only a regular file owned by this user is read, opened without following symlinks:
+        a symlink, a file of another user or anything else found under an entry's name was
+        not written by :meth:`store` and is removed (a directory is left alone, and reported).
+        """
         path = self.path_for(key)
-        try:
-            data = path.read_bytes()
-        except OSError:
+        data = _read_own_file(path)
+        if data is None:
+            return None
+        if isinstance(data, str):
+            logger.warning("cuvil-dsl: ignoring compile cache entry %s: %s", path, data)
+            if data != "a directory":
+                with contextlib.suppress(OSError):
+                    path.unlink()  # removes a symlink itself, never its target
             return None
         artifact = decode_entry(key, data)
         if artifact is None:
@@ -256,7 +268,8 @@ class DiskCache:
         """
         try:
             self.locks_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(self.locks_dir / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            # O_NOFOLLOW: a symlink planted as a lock file must not make us create files elsewhere
+            fd = os.open(self.locks_dir / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         except OSError:
             yield False
             return
@@ -295,6 +308,33 @@ class DiskCache:
                     child.unlink()
                     removed += folder is self.entries_dir
         return removed
+
+
+def _read_own_file(path: Path) -> bytes | str | None:
+    """The bytes of ``path`` if it is a regular file owned by this user; None if it is absent;
+    otherwise a short reason why it was not read ("a symlink", "a directory", ...)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symlink"
+        if exc.errno == errno.EISDIR:
+            return "a directory"
+        return None  # unreadable now (permissions, a vanished folder): a miss
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        if hasattr(os, "getuid") and st.st_uid != os.getuid():
+            return f"owned by uid {st.st_uid}, not by this user"
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            return handle.read()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 _open_lock = threading.Lock()

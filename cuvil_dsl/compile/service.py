@@ -149,12 +149,21 @@ class _SingleFlight:
 _FLIGHTS = _SingleFlight()
 
 
+_abandoned_lock = threading.Lock()
+_abandoned: list[threading.Thread] = []
+
+
 def _with_timeout(work: Callable[[], tuple[bytes, str]], timeout: float) -> tuple[bytes, str]:
     """Run an NVRTC compile on its own daemon thread and wait at most ``timeout`` seconds.
 
     NVRTC cannot be interrupted through CuPy's binding, so a compile past the limit is
     abandoned, not stopped: its thread keeps one core busy until NVRTC returns, then its
-    result is dropped and its program destroyed; being a daemon it never blocks exit.
+    result is dropped and its program destroyed. The thread must not still be inside libnvrtc
+    when the process exits: interpreter teardown and libnvrtc's own destructors would run
+    beside it (the process then aborted with "munmap_chunk(): invalid pointer" instead of
+    exiting 2). So abandoned threads are recorded: at exit the interpreter waits for them
+    (:func:`_join_abandoned_at_exit`), and the command line, which has already reported the
+    timeout, ends the process at once instead (:func:`abandoned_compiles`).
     """
     box: Future = Future()
 
@@ -164,8 +173,33 @@ def _with_timeout(work: Callable[[], tuple[bytes, str]], timeout: float) -> tupl
         except BaseException as exc:
             box.set_exception(exc)
 
-    threading.Thread(target=run, name="cuvil-nvrtc", daemon=True).start()
-    return box.result(timeout=timeout)
+    thread = threading.Thread(target=run, name="cuvil-nvrtc", daemon=True)
+    thread.start()
+    try:
+        return box.result(timeout=timeout)
+    except concurrent.futures.TimeoutError:
+        with _abandoned_lock:
+            if not _abandoned:
+                atexit.register(_join_abandoned_at_exit)
+            _abandoned.append(thread)
+        raise
+
+
+def abandoned_compiles() -> list[threading.Thread]:
+    """NVRTC compiles that ran past CUVIL_COMPILE_TIMEOUT and are still running."""
+    with _abandoned_lock:
+        _abandoned[:] = [t for t in _abandoned if t.is_alive()]
+        return list(_abandoned)
+
+
+def _join_abandoned_at_exit() -> None:
+    """Wait for abandoned NVRTC compiles before the interpreter tears down (see _with_timeout)."""
+    running = abandoned_compiles()
+    if running:
+        print(f"cuvil-dsl: waiting for {len(running)} abandoned NVRTC compile(s) to finish before exiting",
+              file=sys.stderr)
+    for thread in running:
+        thread.join()
 
 
 def _nvrtc_fields(code: int | None) -> dict | None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from lark import Lark, Token, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark import Lark, Token, Tree, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 from lark.exceptions import VisitError
 
 from cuvil_dsl import knobs
@@ -24,6 +24,14 @@ from cuvil_dsl.frontend import ast
 from cuvil_dsl.frontend.transformer import ToAst
 
 MAX_RECOVERIES = 64
+# Recovery reparses the text after blanking each bad statement; it stops once the parses
+# together have read this many characters (each up to where it failed), so a large file whose
+# errors lie far apart reports its first errors in seconds instead of being parsed 64 times.
+MAX_RECOVERY_CHARS = 2_000_000
+# Deepest parse-tree nesting accepted (expressions, calls, blocks). Every later stage walks
+# the tree recursively; beyond this, input such as 10,000 nested parentheses would exhaust
+# Python's stack. Like Python's own parser, too deep a nesting is a syntax error (E100).
+MAX_NESTING = 200
 
 
 def grammar_text() -> str:
@@ -273,6 +281,37 @@ def _blank(text: str, start: int, end: int) -> str:
     return text[:start] + "".join(ch if ch in "\r\n" else " " for ch in text[start:end]) + text[end:]
 
 
+_STATEMENTS = frozenset(("assign", "graph_block", "kernel_block", "sync_stmt", "host_call", "pipeline"))
+
+
+def _too_deep(tree: Tree, path: str) -> list[Diagnostic]:
+    """E100 for each statement whose parse tree nests deeper than :data:`MAX_NESTING`.
+
+    Walks the tree with an explicit stack (the tree may be far deeper than Python's recursion
+    limit) and reports the first node past the limit in each statement, at that node.
+    """
+    diags: list[Diagnostic] = []
+    reported: set[int] = set()
+    stack: list[tuple[Tree, int, int]] = [(tree, 1, 0)]
+    while stack:
+        node, depth, statement = stack.pop()
+        if node.data in _STATEMENTS:
+            statement = id(node)
+        if depth > MAX_NESTING:
+            if statement not in reported:
+                reported.add(statement)
+                meta = node.meta
+                line, column = (meta.line, meta.column) if not meta.empty else (1, 1)
+                diags.append(error(
+                    "E100", f"nested too deeply: more than {MAX_NESTING} levels of expressions or blocks",
+                    Span.point(path, line, column), "split the expression into named steps"))
+            continue
+        for child in node.children:
+            if isinstance(child, Tree):
+                stack.append((child, depth + 1, statement))
+    return sorted(diags, key=Diagnostic.sort_key)
+
+
 def parse_source(text: str, path: str) -> ParseResult:
     """Parse ``text`` (the contents of ``path``); never raises for bad input."""
     SOURCES.add(path, text)
@@ -280,10 +319,14 @@ def parse_source(text: str, path: str) -> ParseResult:
     poisoned: set[str] = set()
     reported_lines: set[int] = set()
     current = text
+    parsed_chars = 0
     for _ in range(MAX_RECOVERIES):
+        if parsed_chars > MAX_RECOVERY_CHARS:
+            break
         try:
             tree = make_parser().parse(current)
         except UnexpectedInput as e:
+            parsed_chars += _error_pos(current, e)
             at_end = isinstance(e, UnexpectedEOF) or (
                 isinstance(e, UnexpectedToken) and e.token.type == "$END"
             )
@@ -316,6 +359,9 @@ def parse_source(text: str, path: str) -> ParseResult:
                 poisoned.add(target.group(1))
             current = _blank(current, start, end)
             continue
+        deep = _too_deep(tree, path)
+        if deep:
+            return ParseResult(None, tuple(sorted(diags + deep, key=Diagnostic.sort_key)), frozenset(poisoned))
         try:
             source = ToAst(path).transform(tree)
         except VisitError as exc:  # a bug in the transformer, not the user's fault

@@ -17,6 +17,10 @@ from cuvil_dsl.ir.shapes import Mismatch, broadcast, normalize_axis, unify_dims
 from cuvil_dsl.types import DType, Kind, ScalarType, Sym, TensorType, Type
 
 I32_MIN, I32_MAX = -(2**31), 2**31 - 1
+# Most operations (SSA ops: operators, calls, conversions) one file may hold. The fusion
+# planner and the renderers grow faster than linearly with a pipeline's size; this bound keeps
+# `check` of any file within seconds. Real pipelines hold tens to hundreds.
+MAX_OPS = 4096
 
 _BINOPS = {
     "+": "add", "-": "sub", "*": "mul", "/": "div", "**": "pow", "@": "matmul",
@@ -61,11 +65,19 @@ class PipelineState:
     out: list[list] = field(default_factory=lambda: [[]])
 
 
+class _TooLarge(Exception):
+    """The file passed :data:`MAX_OPS`; lowering stops at the op that did."""
+
+    def __init__(self, span: Span):
+        self.span = span
+
+
 class Lowerer:
     def __init__(self, path: str, poisoned: frozenset[str] = frozenset()):
         self.path = path
         self.poisoned = poisoned
         self.diags: list[Diagnostic] = []
+        self.op_count = 0
 
     # ------------------------------------------------------------------ helpers
     def err(self, code: str, message: str, span: Span, hint: str | None = None) -> None:
@@ -73,6 +85,9 @@ class Lowerer:
 
     def emit(self, op: str, type_: Type, args: tuple[str, ...], span: Span, named_as: str | None = None, **attrs):
         st = self.st
+        self.op_count += 1
+        if self.op_count > MAX_OPS:
+            raise _TooLarge(span)
         if named_as is None:
             out = f"%{st.temp}"
             st.temp += 1
@@ -90,7 +105,12 @@ class Lowerer:
                 self.err("E202", f"pipeline `{decl.name}` is defined twice", decl.name_span,
                          f"the first definition is at {names[decl.name]}")
             names.setdefault(decl.name, decl.name_span)
-            p = self.lower_pipeline(decl)
+            try:
+                p = self.lower_pipeline(decl)
+            except _TooLarge as exc:
+                self.err("E100", f"the file holds more than {MAX_OPS} operations, the most one file may hold",
+                         exc.span, "split the pipeline across files, or into smaller pipelines")
+                return ir.Module(source.path, ())
             if p is not None:
                 pipelines.append(p)
         return ir.Module(source.path, tuple(pipelines))

@@ -27,6 +27,13 @@ from cuvil_dsl.passes.uniform import split_uniform
 from cuvil_dsl.types import Shape, TensorType
 
 
+# Most reductions and row ops one kernel holds. A row kernel makes one pass over its rows per
+# row statistic and recomputes the work before it in each pass, so its source grows with the
+# square of this count (200 chained softmaxes rendered 10 MB of CUDA C); one per kernel is all
+# LANGUAGE.md promises, the rest is an optimisation.
+MAX_ROW_OPS = 16
+
+
 @dataclass(eq=False)
 class _Group:
     """A kernel being built: its ops, its iteration space and where it came from.
@@ -49,6 +56,7 @@ class _Group:
     name: str = ""
     layout: Layout | None = None
     layout_len: int = -1
+    row_ops: int = 0  # reductions and row ops among ``ops`` (see MAX_ROW_OPS)
 
     @property
     def members(self) -> set[str]:
@@ -126,6 +134,8 @@ class _Planner:
             if kind in (None, "elementwise"):
                 return (new_kind, x_shape, axis, op.out)
             if kind in ("reduce", "row"):
+                if g.row_ops >= MAX_ROW_OPS:
+                    return f"more than {MAX_ROW_OPS} reductions or row operations in one kernel"
                 return ("row" if "row" in (kind, new_kind) else "reduce", g.domain, g.row_axis, g.anchor)
             if kind == "matmul":
                 if op.op in ("softmax", "log_softmax") and axis == len(x_shape) - 1 and op.args[0] in anchored:
@@ -170,6 +180,7 @@ class _Planner:
         g.ops.extend(pulled)
         g.ops.append(op)
         g.layout, g.layout_len = layout, len(g.ops)
+        g.row_ops += op.op in REDUCE_OPS or op.op in ROW_OPS
         self.owner[op.out] = g
 
     # ------------------------------------------------------------------ policy
@@ -315,6 +326,8 @@ class _Planner:
         if fresh and (op.named or len(fresh) > 1 or not _is_named(self.p, fresh[0])):
             return None
         b = readers[0]
+        if any(o.op == "matmul" and op.out in {self._sources(x) for x in o.args} for o in b.ops):
+            return None  # the operands of `@` are read from memory (see _transition): it stays stored
         i = self._first_reader(b, op.out)
         ops = tuple(b.ops[:i] + [op] + b.ops[i:])
         layout = derive_layout(ops, b.domain, b.row_axis, self.types, frozenset(self.views))

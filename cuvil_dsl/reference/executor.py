@@ -273,6 +273,13 @@ def execute(
     Host statements run where they stand when ``hooks`` is given (``print`` writes to
     standard error, ``assert_finite`` raises :class:`RunFailure`).
     """
+    # IEEE semantics are the point (overflow to infinity, 0/0 is NaN): NumPy's warnings about
+    # them would only be noise on the user's standard error.
+    with np.errstate(all="ignore"):
+        return _execute(pipeline, inputs, params, hooks)
+
+
+def _execute(pipeline, inputs, params, hooks) -> dict[str, np.ndarray]:
     env: dict[str, object] = {}
     for p in pipeline.params:
         if p.is_tensor:

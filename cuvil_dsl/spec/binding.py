@@ -176,8 +176,10 @@ def _bind_file(
     where = f"`{param.name}` ({path.name})"
     try:
         shape, dtype = _read_npy_header(path)
-    except (OSError, ValueError, EOFError, SyntaxError) as exc:
-        return None, [error("E506", f"{where} is not a readable .npy file: {exc}", span)]
+    except Exception as exc:  # noqa: BLE001 - NumPy's header parser raises many kinds on hostile bytes
+        # (ValueError, EOFError, SyntaxError, tokenize.TokenError, TypeError, OverflowError, ...):
+        # whatever it is, the file is not one we read.
+        return None, [error("E506", f"{where} is not a readable .npy file: {type(exc).__name__}: {exc}", span)]
     if dtype.hasobject:
         return None, [error("E506", f"{where} holds Python objects; object arrays are refused", span)]
     native = dtype.newbyteorder("=")
@@ -188,6 +190,9 @@ def _bind_file(
     if len(shape) != declared.rank:
         message = f"{where} has shape {shape}, rank {len(shape)}; declared {declared} has rank {declared.rank}"
         return None, [error("E506", message, span)]
+    if any(size < 1 for size in shape):
+        # a size the spec's `shapes` could not give either (sizes are positive, LANGUAGE.md section 3)
+        return None, [error("E506", f"{where} has shape {shape}: every dimension must be at least 1", span)]
     problems = []
     for axis, (dim, size) in enumerate(zip(declared.shape, shape)):
         if isinstance(dim, Sym):
@@ -269,7 +274,15 @@ def _scalar_value(loaded: LoadedSpec, param: Param) -> tuple[float | int | bool 
         return None, [error("E508", message, span)]
     if kind is Kind.INT and not I32_RANGE[0] <= value <= I32_RANGE[1]:
         return None, [error("E508", f"`{param.name}` is declared i32: {value} does not fit in 32 bits", span)]
-    return (float(value) if kind is Kind.FLOAT else value), []
+    if kind is Kind.FLOAT:
+        try:
+            return float(value), []
+        except OverflowError:  # an integer beyond float64 (YAML integers are unbounded)
+            shown = _yaml_text(value)
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            return None, [error("E508", f"`{param.name}` is declared {param.declared.value}: {shown} is beyond "
+                                        "the range of a float", span)]
+    return value, []
 
 
 def _yaml_text(value: float | int | bool) -> str:
@@ -311,6 +324,49 @@ def _check_sizes(
         message = f"inputs and results need {_human(total)} together ({listed}); the limit is {_human(limit)}"
         problems.append(error("E509", message, span, hint="use smaller shapes"))
     return problems
+
+
+def reference_bytes(pipeline: Pipeline, sizes: dict[str, int]) -> int:
+    """Host memory the float64 reference needs for ``pipeline`` at ``sizes``: every tensor it
+    holds (inputs, each op's value, results) in its working type (float64 for floating dtypes,
+    int32, bool), plus the inputs as generated (one float64 draw of each shape).
+
+    The reference keeps every value of a run, so this is its peak, give or take NumPy's
+    temporaries inside one op; it is what decides whether the host can check a run at all.
+    """
+    def working(t: TensorType) -> int:
+        n = math.prod(concrete_shape(t.shape, sizes))
+        return n * (8 if t.dtype.is_float else t.dtype.itemsize)
+
+    total = 0
+    for param in pipeline.tensor_params:
+        assert isinstance(param.type, TensorType)
+        n = math.prod(concrete_shape(param.type.shape, sizes))
+        total += working(param.type) + n * (8 + param.type.dtype.itemsize)  # draw, cast, working copy
+    for op in pipeline.ops():
+        if isinstance(op.type, TensorType):
+            total += working(op.type)
+    return total
+
+
+def check_reference_memory(loaded: LoadedSpec, pipeline: Pipeline, binding: Binding, why: str,
+                           limit: int | None = None) -> list[Diagnostic]:
+    """E509 when the float64 reference (run because of ``why``) would not fit in host memory.
+
+    Checked before any input is generated, so such a run is refused instead of being killed
+    by the operating system halfway through.
+    """
+    limit = host_memory_bytes() if limit is None else limit
+    if limit is None or not binding.shapes:
+        return []
+    need = reference_bytes(pipeline, binding.sizes)
+    if need <= limit:
+        return []
+    listed = ", ".join(f"{name}={size}" for name, size in binding.sizes.items())
+    message = (f"the float64 reference ({why}) needs about {_human(need)} of host memory for this pipeline's "
+               f"values at {listed or 'these sizes'}; this machine has {_human(limit)}")
+    hint = "use smaller shapes" + (", or set check: {reference: none}" if "check" in why else "")
+    return [error("E509", message, loaded.span_of("shapes"), hint=hint)]
 
 
 def _check_constraints(pipeline: Pipeline, sizes: dict[str, int]) -> list[Diagnostic]:

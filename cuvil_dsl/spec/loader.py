@@ -254,10 +254,17 @@ def _file_problem(raw: str, folder: Path) -> tuple[str, str | None] | None:
             f"`{raw}` is outside the spec's folder ({folder.resolve()})",
             "keep files next to the spec, or set CUVIL_ALLOW_OUTSIDE_PATHS=1 to allow it",
         )
-    if not real.exists():
-        return f"file not found: {target}", None
-    if not real.is_file():
-        return f"not a file: {target}", None
+    try:
+        if not real.exists():
+            return f"file not found: {target}", None
+        if not real.is_file():
+            return f"not a file: {target}", None
+    except (OSError, ValueError) as exc:  # a name too long for the file system, a NUL byte
+        return f"cannot use `{_short(raw)}`: {getattr(exc, 'strerror', None) or exc}", None
     if not os.access(real, os.R_OK):
         return f"cannot read {target}: permission denied", None
     return None
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -194,6 +194,9 @@ class UniformInput(_Model):
         low = info.data.get("low")
         if low is not None and value < low:
             raise _custom("range", f"high must not be below low ({low})")
+        if low is not None and not math.isfinite(value - low):
+            # NumPy draws low + (high - low) * u and refuses a range that overflows float64
+            raise _custom("range", f"high - low must be a finite number (low is {low})")
         return value
 
 
@@ -259,11 +262,15 @@ class Check(_Model):
         return tolerances(dtype, self.rtol, self.atol, tf32)
 
 
+# More executions than any timing needs; beyond it a count is a typo that would run for days.
+MAX_EXECUTIONS = 1_000_000
+
+
 class Run(_Model):
     """How often ``run`` executes the pipeline before and while timing."""
 
-    warmup: Annotated[int, Field(ge=0)] = 10
-    iterations: Annotated[int, Field(ge=1)] = 100
+    warmup: Annotated[int, Field(ge=0, le=MAX_EXECUTIONS)] = 10
+    iterations: Annotated[int, Field(ge=1, le=MAX_EXECUTIONS)] = 100
 
 
 class Budget(_Model):
