@@ -10,6 +10,7 @@ shown to a user as a bare traceback.
 from __future__ import annotations
 
 import json
+import stat
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -146,6 +147,29 @@ def raise_if_errors(diagnostics: Iterable[Diagnostic]) -> None:
         raise UserError(diags)
 
 
+# Largest source file read (.cuvil or spec, or to show a diagnostic's line): parsing runs at
+# roughly 100-200 KB/s, so this bounds the time of any `check`.
+MAX_SOURCE_BYTES = 4 << 20
+
+
+def read_source_bytes(path: Path, what: str = "source") -> bytes | str:
+    """The bytes of a regular file of at most :data:`MAX_SOURCE_BYTES`, or why not (a message).
+
+    Checked before opening: a FIFO would block the read for ever and a link to a device such as
+    /dev/zero would never end, so a `check` over a tree with such a file planted in it would hang.
+    """
+    try:
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            return f"cannot read {path}: not a regular file"
+        if st.st_size > MAX_SOURCE_BYTES:
+            return (f"cannot read {path}: the {what} is {st.st_size / 2**20:.1f} MiB, more than the "
+                    f"{MAX_SOURCE_BYTES // 2**20} MiB a file may have")
+        return path.read_bytes()
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name
+        return f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}"
+
+
 class SourceCache:
     """Source text by file name, so diagnostics can show the offending line."""
 
@@ -164,11 +188,10 @@ class SourceCache:
         if lines is None:
             text = self._texts.get(file)
             if text is None:
-                try:
-                    text = Path(file).read_text(encoding="utf-8", errors="replace")
-                except (OSError, ValueError):  # ValueError: a name with a NUL byte
+                data = read_source_bytes(Path(file))  # never a FIFO or a device
+                if isinstance(data, str):
                     return None
-                self._texts[file] = text
+                text = self._texts[file] = data.decode("utf-8", errors="replace")
             lines = self._lines[file] = text.splitlines()
         if 1 <= line <= len(lines):
             return lines[line - 1]

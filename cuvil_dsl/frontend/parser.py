@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import stat
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -19,7 +20,7 @@ from lark import Lark, Token, Tree, UnexpectedCharacters, UnexpectedEOF, Unexpec
 from lark.exceptions import VisitError
 
 from cuvil_dsl import knobs
-from cuvil_dsl.diagnostics import SOURCES, CuvilError, Diagnostic, InternalError, Span, error
+from cuvil_dsl.diagnostics import SOURCES, read_source_bytes, CuvilError, Diagnostic, InternalError, Span, error
 from cuvil_dsl.frontend import ast
 from cuvil_dsl.frontend.transformer import ToAst
 
@@ -94,9 +95,17 @@ def _parser_cache_file() -> str | bool:
         st = root.stat()
         if st.st_uid != os.getuid() or st.st_mode & 0o022:
             return False
+        path = root / "lark-cuvil.cache"
+        # Lark unpickles the file before it checks its hash: only a plain file of ours is used,
+        # never a symlink or someone else's file planted under the name.
+        own = os.lstat(path)
+        if not stat.S_ISREG(own.st_mode) or own.st_uid != os.getuid() or own.st_mode & 0o022:
+            return False
+    except FileNotFoundError:
+        return str(root / "lark-cuvil.cache")  # Lark creates it
     except (OSError, CuvilError):
         return False
-    return str(root / "lark-cuvil.cache")
+    return str(path)
 
 
 @dataclass(frozen=True)
@@ -383,10 +392,9 @@ def _error_pos(text: str, e: UnexpectedInput) -> int:
 
 def parse_file(path: str | Path) -> ParseResult:
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        return ParseResult(None, (error("E505", f"cannot read {p}: {exc.strerror}", Span.whole_file(str(p))),), frozenset())
+    raw = read_source_bytes(p)
+    if isinstance(raw, str):
+        return ParseResult(None, (error("E505", raw, Span.whole_file(str(p))),), frozenset())
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

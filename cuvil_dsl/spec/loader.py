@@ -30,7 +30,7 @@ from typing import Any, Mapping
 from pydantic import ValidationError
 
 from cuvil_dsl import knobs
-from cuvil_dsl.diagnostics import SOURCES, Diagnostic, Span, UserError, error, raise_if_errors
+from cuvil_dsl.diagnostics import SOURCES, Diagnostic, Span, UserError, error, raise_if_errors, read_source_bytes
 from cuvil_dsl.spec.models import Spec, input_source_problem, model_at
 from cuvil_dsl.spec.yaml_tree import Positions, YamlTree, parse_yaml
 
@@ -76,10 +76,10 @@ def load_spec(path: str | os.PathLike) -> LoadedSpec:
 
 
 def _read_text(file: str) -> str:
-    try:
-        data = Path(file).read_bytes()
-    except OSError as exc:
-        raise UserError([error("E505", f"cannot read the spec: {exc.strerror or exc}", Span.whole_file(file))]) from None
+    data = read_source_bytes(Path(file), "spec")  # regular files only, size-capped
+    if isinstance(data, str):
+        raise UserError([error("E505", data.replace(f"cannot read {file}", "cannot read the spec"),
+                               Span.whole_file(file))])
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -17,7 +17,6 @@ import io
 import json
 import os
 import signal
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,24 +108,3 @@ def codes(result: CliResult) -> list[str]:
     data = json.loads(result.out)
     items = data if isinstance(data, list) else data.get("diagnostics", [])
     return [d["code"] for d in items]
-
-
-def check_and_run(folder: Path, spec: str = "spec.yaml", limit: float = 60.0) -> list[CliResult]:
-    """``check`` (text and json) and ``run --backend reference --json`` on a spec, all robust."""
-    path = folder / spec
-    results = [
-        robust(["check", path, "--format", "json"], limit),
-        robust(["check", path], limit),
-        robust(["run", path, "--backend", "reference", "--json", "--iterations", "1"], limit),
-    ]
-    return results
-
-
-def python_stack_headroom() -> int:
-    """Frames left before RecursionError (tests that go deep assert against a known margin)."""
-    depth = 0
-    frame = sys._getframe()
-    while frame is not None:
-        depth += 1
-        frame = frame.f_back
-    return sys.getrecursionlimit() - depth

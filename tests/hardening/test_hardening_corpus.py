@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from hardening_support import CORPUS, codes, robust, run_cli, assert_robust
+from hardening_support import CORPUS, assert_robust, codes, robust, run_cli
 
 from cuvil_dsl.frontend import check_file
 from cuvil_dsl.passes import plan_pipeline

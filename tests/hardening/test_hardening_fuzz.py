@@ -21,7 +21,7 @@ from hardening_support import LONG_EXAMPLES, LONG_FUZZ, assert_robust, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-CI = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=False)
+CI = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 LONG = settings(max_examples=LONG_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 long_only = pytest.mark.skipif(not LONG_FUZZ, reason="long fuzz campaign: set CUVIL_FUZZ=1")
 
