@@ -6,7 +6,8 @@ Run from the repository root on the GPU machine (see docs/design.md, "GPU sessio
 
 Writes ``report.md`` (the summary), ``report.json`` (every number), ``bench.json`` and
 ``bench.png`` (the benchmarks), ``gpu-tests.log`` and ``runs.log`` under ``--out``. Steps, in
-order: ``tests``, ``specs``, ``bench`` (``cuvil-dsl bench benchmarks/*.yaml --json --plot``: ours
+order: ``tests``, ``record`` (a cuda regression case per example spec under ``--out``/cuda,
+replayed at once), ``extras`` (the ``benchmarks/<name>.py`` scripts named by ``--extras``), ``specs``, ``bench`` (``cuvil-dsl bench benchmarks/*.yaml --json --plot``: ours
 side by side with CuPy, PyTorch eager, torch.compile and Triton, and the roofline, all timed by
 one method, see docs/cli.md#bench), ``budgets`` (``cuvil-dsl run`` on each benchmark: its check
 and budget verdict); any can be skipped with ``--skip``, e.g. ``--skip tests,specs``.
@@ -110,6 +111,42 @@ def run_bench(out: Path, log, quick: bool, timeout: float, baselines: str = "aut
     return {"rc": rc, **doc}
 
 
+def run_record(out: Path, log) -> dict:
+    """Record a cuda regression case per example spec under ``out/regression/cuda`` (to be copied into
+    regression/cuda), then replay them all here with the pytest plugin."""
+    dest = out / "regression" / "cuda"  # the plugin collects cases under a folder named regression
+    rc, text = sh([sys.executable, "regression/record_all.py", "--backend", "cuda", "--dest", str(dest)], log,
+                  timeout=300)
+    (out / "record.log").write_text(text)
+    replay_rc, replay = sh([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(dest),
+                            "--rootdir", str(ROOT), "-o", "addopts=-ra"], log, timeout=300)
+    (out / "replay.log").write_text(replay)
+    tail = [ln for ln in replay.splitlines() if ln.strip()][-1:] or ["(no output)"]
+    return {"rc": rc, "cases": sorted(p.name for p in dest.iterdir()) if dest.is_dir() else [],
+            "replay_rc": replay_rc, "replay": tail[0]}
+
+
+def run_extras(out: Path, log, names: list[str], timeout: float) -> dict:
+    """Each ``benchmarks/<name>.py`` script (A/B comparisons, overhead measurements), one by one;
+    each writes its own markdown table under ``out``."""
+    results = {}
+    env_out = {**os.environ, "OUT": str(out)}
+    for name in names:
+        script = ROOT / "benchmarks" / f"{name}.py"
+        started = time.perf_counter()
+        try:
+            proc = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True,
+                                  timeout=timeout, env=env_out)
+            rc, text = proc.returncode, proc.stdout + proc.stderr
+        except subprocess.TimeoutExpired as exc:
+            rc = 124
+            text = (exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or "")
+        (out / f"{name}.log").write_text(text)
+        log.write(f"$ {script.name} (rc={rc}, {time.perf_counter() - started:.1f}s)\n")
+        results[name] = {"rc": rc, "tail": text[-3000:]}
+    return results
+
+
 def report(data: dict) -> str:
     info = data["device"]
     lines = [f"# GPU session {info.get('date')}", "",
@@ -133,6 +170,12 @@ def report(data: dict) -> str:
             lines.append(format_table(bench))
         else:
             lines += ["```", str(bench.get("raw") or bench.get("error"))[-2000:], "```", ""]
+    if "record" in data:
+        r = data["record"]
+        lines += ["## cuda regression cases", "", f"recorded rc={r['rc']}: {len(r['cases'])} cases; "
+                  f"replayed rc={r['replay_rc']}: {r['replay']}", ""]
+    for name, r in data.get("extras", {}).items():
+        lines += [f"## {name} (rc={r['rc']})", "", "```", r["tail"], "```", ""]
     if "budgets" in data:
         lines += ["## Budgets (`cuvil-dsl run` on benchmarks/)", "", "| benchmark | rc | check | p50 us | budget |",
                   "|---|---|---|---|---|"]
@@ -146,7 +189,11 @@ def report(data: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=os.environ.get("OUT", "gpu-out"))
-    parser.add_argument("--skip", default="", help="comma list of steps to skip: tests,specs,bench,budgets")
+    parser.add_argument("--skip", default="",
+                        help="comma list of steps to skip: tests,record,extras,specs,bench,budgets")
+    parser.add_argument("--extras", default="api_overhead",
+                        help="comma list of benchmarks/<name>.py scripts for the extras step")
+    parser.add_argument("--extras-timeout", type=float, default=150.0, help="seconds for each extras script")
     parser.add_argument("--quick", action="store_true", help="bench with --quick (a fifth of the timing budget)")
     parser.add_argument("--bench-timeout", type=float, default=540.0, help="seconds for the bench step")
     parser.add_argument("--baselines", default="auto", help="passed to `cuvil-dsl bench --baselines`")
@@ -166,6 +213,12 @@ def main() -> int:
     with open(out / "runs.log", "w") as log:
         if "tests" not in skip:
             data["tests"] = run_tests(out, log)
+            save()
+        if "record" not in skip:
+            data["record"] = run_record(out, log)
+            save()
+        if "extras" not in skip:
+            data["extras"] = run_extras(out, log, list(filter(None, args.extras.split(","))), args.extras_timeout)
             save()
         if "specs" not in skip:
             data["specs"] = run_specs("specs", log)

@@ -2,6 +2,7 @@
 
     python regression/record_all.py --backend cpu               # every spec -> regression/cpu/<name>/
     python regression/record_all.py --backend reference softmax  # only specs/softmax.yaml
+    python regression/record_all.py --backend cuda --dest "$OUT/cuda"  # on the GPU machine
 
 The example specs are sized for a GPU. A case keeps a smaller instance of each, so the repository
 stays small and ``pytest regression`` fast: the largest size the spec's ``shapes`` sets is halved,
@@ -60,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", required=True, choices=("cpu", "reference", "cuda"))
     parser.add_argument("--max-bytes", type=int, default=256 * 1024,
                         help="inputs and results of one case, at most (default 256 KiB)")
+    parser.add_argument("--dest", type=Path, default=None,
+                        help="folder to write the cases in (default regression/<backend>); on the GPU machine, "
+                             "a folder under $OUT, whose cases are then copied into regression/cuda")
     parser.add_argument("names", nargs="*", help="spec names (file stems); default: every specs/*.yaml")
     args = parser.parse_args(argv)
     specs = sorted((ROOT / "specs").glob("*.yaml"))
@@ -67,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         specs = [s for s in specs if s.stem in args.names]
     failed = []
     for spec in specs:
-        out = ROOT / "regression" / args.backend / spec.stem
+        out = (args.dest or ROOT / "regression" / args.backend) / spec.stem
         try:
             shapes, nbytes = fit_shapes(spec, args.max_bytes)
             provenance = {"recorded_from": spec.relative_to(ROOT).as_posix(), "shapes_override": shapes}

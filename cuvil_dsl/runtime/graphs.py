@@ -13,10 +13,13 @@ library's memory pool) cannot invalidate it as they could in global mode.
 
 Kernel arguments are baked into a graph when it is captured. When an argument cell changes (an
 input rebound to a caller's device array, a scalar parameter with a new value), the runner
-captures the kernels again and applies the new graph to the executable one in place with
-``cudaGraphExecUpdate`` (same topology, new parameters: no new instantiation, no upload). Where
-the update is refused, or ``cuda-bindings`` is not installed, the freshly captured graph replaces
-the old one. Updates take effect at the next launch; launches already queued are unaffected.
+rewrites the parameters of the kernel nodes whose arguments changed, in place, with
+``cuGraphExecKernelNodeSetParams`` (:mod:`~cuvil_dsl.runtime.graph_nodes`): no re-capture, no
+new graph, no instantiation, no upload. Only where that path is unavailable or refused does it
+capture the kernels again and apply the new graph to the executable one with
+``cudaGraphExecUpdate`` (through cuda-bindings); where that too is refused or impossible, the
+freshly captured graph replaces the old one. Updates take effect at the next launch; launches
+already queued are unaffected.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Sequence
 
 from cuvil_dsl.diagnostics import Span
 from cuvil_dsl.runtime.faults import cuda_error_types, kernel_failure
+from cuvil_dsl.runtime.graph_nodes import KernelNodes, kernel_nodes
 from cuvil_dsl.runtime.modules import ArgumentCells, LoadedKernel
 
 GraphKey = tuple[str, tuple[tuple[str, int], ...], str]  # (pipeline, sorted sizes, graph name)
@@ -35,8 +39,9 @@ GraphKey = tuple[str, tuple[tuple[str, int], ...], str]  # (pipeline, sorted siz
 class GraphStats:
     """How much graph work was done, for tests and reports."""
 
-    captures: int = 0  # stream captures (the first, then one per argument change)
-    updates: int = 0  # captures applied in place to the existing executable graph
+    captures: int = 0  # stream captures (the first, then one per argument change the nodes could not take)
+    node_updates: int = 0  # argument changes written into kernel nodes in place, without a capture
+    updates: int = 0  # re-captures applied in place to the existing executable graph
     instantiations: int = 0  # executable graphs put into service (the first, then refused updates)
 
 
@@ -70,6 +75,7 @@ class GraphRunner:
         self.stats = stats
         self.executable = None  # the cupy.cuda.Graph launched
         self._template = None  # the last capture applied by update; kept alive with the executable
+        self._nodes: KernelNodes | None = None  # the executable's kernel nodes, when they can be rewritten
         self._version = -1  # cells.version when the executable's arguments were last checked
         self._values: tuple = ()
 
@@ -81,7 +87,12 @@ class GraphRunner:
         """Capture, instantiate, and upload on ``stream`` (after the executor's eager run of the kernels)."""
         graph = self._capture()
         graph.upload(stream)
+        self._install(graph)
+
+    def _install(self, graph) -> None:
+        """Put a freshly captured graph into service, with its kernel nodes for in-place updates."""
         self.executable, self._template = graph, None
+        self._nodes = kernel_nodes(graph.graph, self.kernels)
         self.stats.instantiations += 1
 
     def launch(self, stream) -> None:
@@ -96,14 +107,18 @@ class GraphRunner:
     def _refresh(self, stream) -> None:
         values = self._signature()
         if values != self._values:
-            fresh = self._capture()
-            if exec_update(self.executable, fresh):
-                self._template = fresh
-                self.stats.updates += 1
+            if self._nodes is not None and self._nodes.update(self.executable.graphExec) is not None:
+                self._values = values
+                self.stats.node_updates += 1
             else:
-                fresh.upload(stream)
-                self.executable, self._template = fresh, None
-                self.stats.instantiations += 1
+                self._nodes = None  # refused once: from now on re-capture (nodes may be half updated)
+                fresh = self._capture()
+                if exec_update(self.executable, fresh):
+                    self._template = fresh
+                    self.stats.updates += 1
+                else:
+                    fresh.upload(stream)
+                    self._install(fresh)
         self._version = self._cells.version
 
     def _capture(self):
@@ -132,7 +147,7 @@ class GraphRunner:
         return graph
 
     def release(self) -> None:
-        self.executable = self._template = None
+        self.executable = self._template = self._nodes = None
 
 
 def _end_quietly(stream, errors: tuple) -> None:

@@ -117,6 +117,16 @@ class LoadedKernel:
     def name(self) -> str:
         return self.kernel.name
 
+    @property
+    def function_handle(self) -> int:
+        """The ``CUfunction`` launched (what a captured graph's kernel node records)."""
+        return self._fn
+
+    @property
+    def parameter_array(self) -> ctypes.Array:
+        """The ``void*[]`` of argument addresses, pointing at the current cells."""
+        return self._params
+
     def launch(self, stream_ptr: int) -> None:
         """Enqueue one launch on the stream (captured when the stream is capturing)."""
         gx, gy, gz, bx, by, bz = self._dims
