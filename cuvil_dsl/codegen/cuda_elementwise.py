@@ -11,10 +11,43 @@ from the runtime's arena, so every vector is aligned.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from cuvil_dsl.codegen.cuda import CudaKernel, Emitted, element_count, indent
 from cuvil_dsl.codegen.program import Store
+from cuvil_dsl.types import DType
 
 MAX_VEC = 8
+MAX_UNROLL = 4
+HEAVY_OPS = frozenset({"sin", "cos", "tanh", "erf", "pow", "gelu", "gelu_tanh"})
+FULL_THREADS = 2048  # resident threads per multiprocessor at full occupancy
+DEFAULT_WAVES = 0  # one block per chunk: no tail of a partial wave, whatever the occupancy
+STREAMING_BYTES = 128 << 20  # about twice an H100/H200 L2
+
+# Tuning for A/B runs (benchmarks/ab_rows.py); every key changes the generated source (the compile
+# cache key). Defaults apply when a key is absent:
+#   "unroll": vectors per thread per step, all loaded before any is used (default: up to 4, so
+#             that at most 32 loaded elements per thread are live);
+#   "waves": the grid, in full-occupancy waves of blocks (grid-stride loop); 0 for one block per
+#             chunk of threads x unroll vectors (default 0);
+#   "min_blocks": __launch_bounds__ minimum blocks per multiprocessor (default 1: ptxas chooses);
+#   "streaming": evict-first loads and stores (ld/st.global.cs) of data read or written once
+#             (default: when the kernel moves at least STREAMING_BYTES).
+TUNING: dict = {}
+
+STREAM_HELPERS = r"""
+// 16-byte vectors read or written once: evict-first (.cs), so streams do not flush the L2
+template <typename T, int N>
+__device__ __forceinline__ void cvl_load_cs(T* dst, const T* src) {
+    static_assert(N * sizeof(T) == 16, "one 16-byte vector");
+    *reinterpret_cast<int4*>(dst) = __ldcs(reinterpret_cast<const int4*>(src));
+}
+template <typename T, int N>
+__device__ __forceinline__ void cvl_store_cs(T* dst, const T* src) {
+    static_assert(N * sizeof(T) == 16, "one 16-byte vector");
+    __stcs(reinterpret_cast<int4*>(dst), *reinterpret_cast<const int4*>(src));
+}
+"""
 
 
 def _is_flat(k: CudaKernel, value: str, m) -> bool:
@@ -36,14 +69,34 @@ def _vector_width(k: CudaKernel, accesses: list) -> int:
     return vec
 
 
-def _coords(k: CudaKernel, base: str) -> list[str]:
-    """Declarations of the domain coordinates of flat index ``base``."""
+def _coords(k: CudaKernel, base: str, tag: str = "") -> list[str]:
+    """Declarations of the domain coordinates of flat index ``base`` (names end in ``tag``)."""
     domain, lines, inner = k.p.domain, [], 1
     for d in reversed(range(len(domain))):
         div = f"{base} / {k.stride_literal(inner)}" if inner > 1 else base
-        lines.insert(0, f"const {k.index_t} c{d} = {div} % {domain[d]};" if d else f"const {k.index_t} c0 = {div};")
+        lines.insert(0, f"const {k.index_t} c{d}{tag} = {div} % {domain[d]};" if d
+                     else f"const {k.index_t} c0{tag} = {div};")
         inner *= domain[d]
     return lines
+
+
+def _streaming(k: CudaKernel, total: int, accesses: list) -> bool:
+    """Evict-first (``.cs``) accesses: the data a kernel streams is far larger than the L2."""
+    if "streaming" in TUNING:
+        return bool(TUNING["streaming"])
+    moved = sum(k.p.size(v) * k.p.types[v].dtype.itemsize for v, m in dict.fromkeys(accesses))
+    return moved >= STREAMING_BYTES
+
+
+def _unroll(k: CudaKernel, vec_leaves: list, vec: int) -> int:
+    """Vectors per thread per step: loads in flight, bounded by the registers they hold. Kernels
+    with long math (argument reduction with a local-memory slow path, f64) keep one."""
+    if "unroll" in TUNING:
+        return max(1, int(TUNING["unroll"]))
+    heavy = any(op.op in HEAVY_OPS or k.p.types[op.out].dtype is DType.F64 for op in k.p.ops.values())
+    if vec == 1 or heavy:
+        return 1
+    return max(1, min(MAX_UNROLL, 32 // max(1, len(vec_leaves) * vec)))
 
 
 def render(k: CudaKernel, entry: str) -> Emitted:
@@ -60,55 +113,100 @@ def render(k: CudaKernel, entry: str) -> Emitted:
     vec_leaves = [(v, m) for v, m in leaves if vec > 1 and k.contiguous_axis(v, m, last)]
     vec_stores = [s for s in stores if vec > 1 and k.contiguous_axis(s.value, s.map, last)]
     idx = k.index_t
+    unroll = _unroll(k, vec_leaves, vec)
+    streaming = _streaming(k, total, accesses)
+    helpers = []
+
+    def copy(value: str, dst: str, src: str, load: bool, flat: bool) -> str:
+        storage = k.storage(value)
+        if streaming and flat and vec * k.dtype(value).itemsize == 16:
+            if STREAM_HELPERS not in helpers:
+                helpers.append(STREAM_HELPERS)
+            return f"cvl_{'load' if load else 'store'}_cs<{storage}, {vec}>({dst}, {src});"
+        return f"cvl_copy_vec<{storage}, {vec}>({dst}, {src});"
+
+    def step(base: str, tag: str) -> tuple[list[str], list[str]]:
+        """One vector of the domain at vector index ``base``: its loads, then its work."""
+        def coord(d: int) -> str:
+            return f"(c{d}{tag} + e)" if d == last and vec > 1 else f"c{d}{tag}"
+
+        i0 = f"i0{tag}"
+        loads = [f"const {idx} {i0} = {base} * {vec};" if vec > 1 else f"const {idx} {i0} = {base};"]
+        if not all_flat:
+            loads += _coords(k, i0, tag)
+        arrays: dict = {}
+        for v, m in vec_leaves:
+            name = arrays[(v, m)] = k.fresh("in")
+            off = k.offset(v, m, lambda d: f"c{d}{tag}", i0)
+            loads += [f"__align__(16) {k.storage(v)} {name}[{vec}];",
+                      copy(v, name, f"{k.names[v]} + {off}", True, _is_flat(k, v, m))]
+        work: list[str] = []
+        staged: dict[str, str] = {}
+        for s in vec_stores:
+            staged[s.value] = k.fresh("out")
+            work.append(f"__align__(16) {k.storage(s.value)} {staged[s.value]}[{vec}];")
+        inner: list[str] = []
+
+        def leaf(value: str, m) -> str | None:
+            name = arrays.get((value, tuple(m)))
+            return None if name is None else k.lang.load(f"{name}[e]", k.dtype(value))
+
+        flat = f"({i0} + e)" if vec > 1 else i0
+        w = k.walk(inner.append, coord, flat, leaf)
+        for s in stores:
+            expr = _unrounded(inner, w.value(s.value, s.map), k.dtype(s.value))
+            if s.value in staged:
+                inner.append(f"{staged[s.value]}[e] = {k.lang.store(expr, k.dtype(s.value))};")
+            else:
+                inner += k.store_lines(s, expr, coord, flat)
+        if vec > 1:
+            work += ["#pragma unroll", f"for (int e = 0; e < {vec}; ++e) {{", *indent(inner), "}"]
+        else:
+            work += inner
+        for s in vec_stores:
+            line = copy(s.value, f"{k.names[s.value]} + {k.offset(s.value, s.map, lambda d: f'c{d}{tag}', i0)}",
+                        staged[s.value], False, True)
+            cond = k.guard(Store(s.value, s.map), lambda d: f"c{d}{tag}")
+            work.append(f"if ({cond}) {line}" if cond else line)
+        return loads, work
 
     body = [f"const {idx} stride = ({idx})gridDim.x * {threads};",
-            f"for ({idx} v = ({idx})blockIdx.x * {threads} + threadIdx.x; v < {nvec}; v += stride) {{",
-            f"    const {idx} i0 = v * {vec};" if vec > 1 else f"    const {idx} i0 = v;"]
-    if not all_flat:
-        body += indent(_coords(k, "i0"))
-
-    def coord(d: int) -> str:
-        return f"(c{d} + e)" if d == last and vec > 1 else f"c{d}"
-
-    arrays: dict = {}
-    for v, m in vec_leaves:
-        name = arrays[(v, m)] = k.fresh("in")
-        off = k.offset(v, m, lambda d: f"c{d}", "i0")
-        body += [f"    __align__(16) {k.storage(v)} {name}[{vec}];",
-                 f"    cvl_copy_vec<{k.storage(v)}, {vec}>({name}, {k.names[v]} + {off});"]
-    staged: dict[str, str] = {}
-    for s in vec_stores:
-        staged[s.value] = k.fresh("out")
-        body.append(f"    __align__(16) {k.storage(s.value)} {staged[s.value]}[{vec}];")
-    inner: list[str] = []
-
-    def leaf(value: str, m) -> str | None:
-        name = arrays.get((value, tuple(m)))
-        return None if name is None else k.lang.load(f"{name}[e]", k.dtype(value))
-
-    flat = "(i0 + e)" if vec > 1 else "i0"
-    w = k.walk(inner.append, coord, flat, leaf)
-    for s in stores:
-        expr = w.value(s.value, s.map)
-        if s.value in staged:
-            inner.append(f"{staged[s.value]}[e] = {k.lang.store(expr, k.dtype(s.value))};")
-        else:
-            inner += k.store_lines(s, expr, coord, flat)
-    if vec > 1:
-        body += ["#pragma unroll", f"    for (int e = 0; e < {vec}; ++e) {{", *indent(inner, 2), "    }"]
-    else:
-        body += indent(inner)
-    for s in vec_stores:
-        line = f"cvl_copy_vec<{k.storage(s.value)}, {vec}>({k.names[s.value]} + " \
-               f"{k.offset(s.value, s.map, lambda d: f'c{d}', 'i0')}, {staged[s.value]});"
-        cond = k.guard(Store(s.value, s.map), lambda d: f"c{d}")
-        body.append(f"    if ({cond}) {line}" if cond else f"    {line}")
-    body.append("}")
+            f"{idx} v = ({idx})blockIdx.x * {threads} + threadIdx.x;"]
+    if unroll > 1:
+        # `unroll` vectors a grid stride apart per step, every load issued before any work
+        loads, works = [], []
+        for u in range(unroll):
+            ld, wk = step(f"(v + {u} * stride)" if u else "v", f"_{u}")
+            loads += ld
+            works += ["{", *indent(wk), "}"]
+        body += [f"for (; v < {nvec} - {unroll - 1} * stride; v += {unroll} * stride) {{",
+                 *indent(loads + works), "}"]
+    ld, wk = step("v", "")
+    body += [f"for (; v < {nvec}; v += stride) {{", *indent(ld + wk), "}"]
     if nvec * vec < total:
         body += _tail(k, nvec * vec, total, threads, stores)
-    blocks = max(1, min(-(-max(nvec, 1) // threads), k.sm_count * (2048 // threads) * 4))
-    lines = [*k.signature(entry, threads), *indent(body), "}"]
-    return Emitted(lines, (blocks, 1, 1), (threads, 1, 1))
+    waves = TUNING.get("waves", DEFAULT_WAVES)
+    needed = -(-max(nvec, 1) // (threads * unroll))
+    resident = k.sm_count * max(1, FULL_THREADS // threads)
+    blocks = max(1, needed if not waves else min(needed, resident * int(waves)))
+    note = (f"// elementwise template: {threads} threads, {vec}-element vectors, {unroll} per step, "
+            f"{blocks} blocks, streaming {int(streaming)}")
+    if "launch_bounds" not in k.config.overridden and "min_blocks" in TUNING:
+        k.config = replace(k.config, min_blocks=int(TUNING["min_blocks"]))
+    lines = [note, *k.signature(entry, threads), *indent(body), "}"]
+    return Emitted(lines, (blocks, 1, 1), (threads, 1, 1), helpers="".join(helpers))
+
+
+def _unrounded(lines: list[str], expr: str, dtype: DType) -> str:
+    """A value rounded to its 16-bit dtype just before it is stored is stored from its unrounded
+    form: the store rounds it the same way, once."""
+    if dtype not in (DType.F16, DType.BF16):
+        return expr
+    prefix = f"const float {expr} = cvl_{dtype.value}("
+    for line in reversed(lines):
+        if line.startswith(prefix) and line.endswith(");"):
+            return line[len(prefix):-2]
+    return expr
 
 
 def _tail(k: CudaKernel, start: int, total: int, threads: int, stores: list[Store]) -> list[str]:

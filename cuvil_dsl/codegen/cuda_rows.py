@@ -20,18 +20,52 @@ slots, so none is reused within a row).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from cuvil_dsl.codegen.base import rounds
 from cuvil_dsl.codegen.cuda import CudaKernel, Emitted, element_count, indent
 from cuvil_dsl.codegen.program import Reduction
 from cuvil_dsl.passes import configs
-from cuvil_dsl.passes.indexing import operand_map
+from cuvil_dsl.passes.indexing import ROW_REDUCTIONS, operand_map
+from cuvil_dsl.types import DType
 
 WARP_ROW_LIMIT = 1024  # longest row one warp takes
 MAX_CLUSTER = 8  # blocks sharing one row (the portable thread-block cluster size)
 CACHE_BUDGET = 64  # cached elements per thread (registers)
 MAX_VEC = 8
 _WARP_REDUCE = {"rsum": "cvl_warp_sum", "rmax": "cvl_warp_max", "rmin": "cvl_warp_min"}
+FULL_THREADS = 2048  # resident threads per multiprocessor (sm_80, sm_90)
+REGISTER_FILE = 65536  # 32-bit registers per multiprocessor
+
+# Tuning of the contiguous row template, for A/B runs (benchmarks/ab_rows.py). Every key changes
+# the generated source (which is the compile cache key), and the defaults below apply when a key
+# is absent:
+#   "threads": threads per row of a block-per-row kernel (rows over 1024 elements); a spec's
+#              `block` override wins. Default: L/16 rounded to a power of two in [128, 1024].
+#   "min_blocks": __launch_bounds__ minimum blocks per multiprocessor (a spec's launch_bounds
+#              wins). Default: as many as the estimated registers allow, up to full occupancy.
+#   "fast": row-level strength reductions (see ``_RowKernel.fast``). Default True.
+#   "prefetch": load the final pass's row-varying operands (a norm's weight and bias) with the
+#              row, before the first reduction. Default True.
+TUNING: dict = {}
+
+MAX_NAN_HELPER = r"""
+// max that propagates NaN in one instruction (sm_80+), as cvl_max does
+__device__ __forceinline__ float cvl_max_nan(float a, float b) {
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+"""
+EXP_HELPER = r"""
+// exp(x) for x <= 0 (softmax's exp(x - max)): one MUFU.EX2, a few ulp; results under 2^-126
+// flush to zero, far below every tolerance of a value of at most 1
+__device__ __forceinline__ float cvl_exp_le0(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x * 1.4426950408889634f));
+    return r;
+}
+"""
 CLUSTER_HELPERS = r"""
 // sm_90 thread-block clusters: a barrier over the cluster's blocks (release/acquire), and a
 // read of another block's shared memory (distributed shared memory).
@@ -83,6 +117,38 @@ class _RowKernel:
         # that first needs them, by a walk of their own
         self.row_lines: list[str] = []
         self.row_walk = k.walk(self.row_lines.append, self.row_coord, None, None, lambda v, m: self.acc.get(v))
+        # ``fast``: strength reductions that keep results well within the spec's tolerances:
+        # softmax's exp(x - max(x)) (argument <= 0) by the MUFU exponential, e / sum(e) (sum >= 1)
+        # by one reciprocal per row, a reduction's input reused by later passes kept in registers
+        # (cached rows), rmax in one NaN-propagating instruction, and no rounding round trip
+        # before a 16-bit store.
+        self.fast = bool(TUNING.get("fast", True))
+        self.fast_exp: set[str] = set()
+        self.recip: dict[str, str] = {}  # div op -> the row sum it divides by
+        self.inverse: dict[str, str] = {}  # row sum -> its per-row reciprocal
+        self.carried: dict[tuple, tuple[int, str]] = {}  # (value, map) -> (pass computing it, array)
+        self.prefetched: dict[tuple, str] = {}  # (buffer, map) -> raw array loaded with the row
+        self.helpers: list[str] = []
+        if self.fast:
+            self.find_patterns()
+
+    def f32_compute(self, value: str) -> bool:
+        return self.k.lang.ctype(self.k.dtype(value)) == "float"
+
+    def find_patterns(self) -> None:
+        ops = self.p.ops
+        for op in ops.values():
+            if op.op != "exp" or not self.f32_compute(op.out):
+                continue
+            sub = ops.get(op.args[0])
+            top = ops.get(sub.args[1]) if sub is not None and sub.op == "sub" else None
+            if top is not None and top.op == "rmax" and top.args[0] == sub.args[0]:
+                self.fast_exp.add(op.out)  # exp(x - max(x)): the argument is <= 0 (or NaN)
+        for op in ops.values():
+            if op.op == "div" and op.args[0] in self.fast_exp and self.f32_compute(op.out):
+                total = ops.get(op.args[1])
+                if total is not None and total.op == "rsum" and total.args[0] == op.args[0]:
+                    self.recip[op.out] = op.args[1]  # e / sum(e): the sum is >= 1 (it holds exp(0))
 
     # ------------------------------------------------------------------ shared helpers
     def input_map(self, r: Reduction):
@@ -114,20 +180,99 @@ class _RowKernel:
         leaves = self.k.leaves(self.roots(pass_index), lambda v, m: dummy.get(v))
         return [(v, m) for v, m in leaves if self.a in m]
 
+    def pass_walk(self, emit, coord, leaf, pass_index: int | None):
+        """The point walk of one pass: row statistics and per-row values as anchors, values
+        carried from earlier passes read from registers, and the ``fast`` rewrites."""
+        k, ops, holder = self.k, self.p.ops, []
+
+        def operand(op, m, i: int = 0) -> str:
+            a = op.args[i]
+            return holder[0].value(a, operand_map(op, m, i, self.p.types[a].shape, self.a))
+
+        def bind(op, expr: str) -> str:
+            name = k.fresh()
+            emit(f"const float {name} = {k.lang.round(expr, k.dtype(op.out)) if rounds(op) else expr};")
+            return name
+
+        def anchor(value: str, m) -> str | None:
+            found = self.anchor(value, m)
+            if found is not None:
+                return found
+            carried = self.carried.get((value, tuple(m)))
+            if carried is not None and (pass_index is None or carried[0] < pass_index):
+                return f"{carried[1]}[s][e]"
+            if value in self.fast_exp:
+                self.helper(EXP_HELPER)
+                return bind(ops[value], f"cvl_exp_le0({operand(ops[value], m)})")
+            if value in self.recip:
+                return bind(ops[value], f"({operand(ops[value], m)} * {self.inverse_of(self.recip[value])})")
+            return None
+
+        w = k.walk(emit, coord, None, leaf, anchor)
+        holder.append(w)
+        return w
+
+    def inverse_of(self, total: str) -> str:
+        """The per-row reciprocal of a row sum (computed once, before the pass that needs it)."""
+        if total not in self.inverse:
+            name = self.inverse[total] = f"inv_{self.acc_names[total]}"
+            self.row_lines.append(f"const float {name} = 1.0f / {self.acc[total]};")
+        return self.inverse[total]
+
+    def helper(self, text: str) -> None:
+        if text not in self.helpers:
+            self.helpers.append(text)
+
+    def combine(self, r: Reduction, acc: str, x: str) -> str:
+        k = self.k
+        if (self.fast and r.op.op == "rmax" and self.f32_compute(r.op.out)
+                and configs.arch_number(k.arch) >= 80):
+            self.helper(MAX_NAN_HELPER)
+            return f"cvl_max_nan({acc}, {x})"
+        return k.lang.apply(k.lang.combine[r.op.op], k.dtype(r.op.out), a=acc, b=x)
+
+    def store_value(self, out: list[str], expr: str, value: str) -> str:
+        """``expr`` to store as ``value``: a value rounded to its 16-bit dtype just before is
+        stored from its unrounded form (the store rounds it the same way, once)."""
+        if not self.fast or self.k.dtype(value) not in (DType.F16, DType.BF16):
+            return expr
+        prefix = f"const float {expr} = cvl_{self.k.dtype(value).value}("
+        for line in reversed(out):
+            if line.startswith(prefix) and line.endswith(");"):
+                return line[len(prefix):-2]
+        return expr
+
     def body_of_pass(self, pass_index: int | None, coord, leaf) -> list[str]:
         """Per-element work of one pass: accumulate its reductions, or store (final pass)."""
         k, out = self.k, []
-        w = k.walk(out.append, coord, None, leaf, self.anchor)
+        w = self.pass_walk(out.append, coord, leaf, pass_index)
         if pass_index is None:
             for s in self.p.stores:
-                out += k.store_lines(s, w.value(s.value, s.map), coord)
+                out += k.store_lines(s, self.store_value(out, w.value(s.value, s.map), s.value), coord)
             return out
         for r in self.passes[pass_index]:
             x = w.value(r.op.args[0], self.input_map(r))
             acc = f"acc_{self.acc_names[r.op.out]}"
-            combined = k.lang.apply(k.lang.combine[r.op.op], k.dtype(r.op.out), a=acc, b=x)
-            out.append(f"{acc} = {combined};")
+            out.append(f"{acc} = {self.combine(r, acc, x)};")
+        for (v, m), (i, name) in self.carried.items():
+            if i == pass_index:
+                out.append(f"{name}[s][e] = {w.value(v, m)};")
         return out
+
+    def needed_later(self, key: tuple, after: int) -> bool:
+        """Does a pass after ``after`` (or the final pass) use ``key`` = (value, map)?"""
+        dummy = {r.op.out: "r" for r in self.p.reductions}
+        seen = []
+
+        def anchor(v: str, m) -> str | None:
+            if (v, tuple(m)) == key:
+                seen.append(key)
+                return "x"
+            return dummy.get(v)
+
+        roots = [x for j in range(after + 1, self.p.phases) for x in self.roots(j)] + self.roots(None)
+        self.k.leaves(roots, anchor)
+        return bool(seen)
 
     def open_accumulators(self, pass_index: int) -> list[str]:
         k = self.k
@@ -168,7 +313,10 @@ class _RowKernel:
         if warp_mode:
             tpr, threads = 32, k.config.block
         else:
-            tpr = k.config.block if "block" in k.config.overridden else min(1024, max(128, _pow2_ceil(self.L // 16)))
+            if "block" in k.config.overridden:
+                tpr = k.config.block
+            else:
+                tpr = int(TUNING.get("threads") or min(1024, max(128, _pow2_ceil(self.L // 16))))
             threads = tpr
         all_leaves = [x for i in [*range(p.phases), None] for x in self.row_leaves(i)]
         stores = [(s.value, s.map) for s in p.stores if self.a in s.map]
@@ -183,6 +331,9 @@ class _RowKernel:
         cached_leaves = list(dict.fromkeys(x for i in range(p.phases) for x in self.row_leaves(i)))
         cached = bool(cached_leaves) and len(cached_leaves) * slots * vec <= CACHE_BUDGET
         self.vec, self.tpr, self.nv, self.slots = vec, tpr, nv, slots
+        if cached:
+            self.plan_registers(cached_leaves)
+        min_blocks = self.occupancy(threads, cached_leaves if cached else [])
 
         body = []
         if warp_mode:
@@ -212,8 +363,62 @@ class _RowKernel:
         else:
             body += inner_body
         signature, helpers = self.clustered(k.signature(entry, threads), body)
-        lines = [*signature, *indent(body), "}"]
-        return Emitted(lines, (grid, 1, 1), (threads, 1, 1), helpers=helpers)
+        note = (f"// row template: {threads} threads, {tpr} per row, {vec}-element vectors, {slots} per thread, "
+                f"{'cached' if cached else 'streamed'}, min {min_blocks} blocks/SM, fast {int(self.fast)}, "
+                f"carried {len(self.carried)}, prefetched {len(self.prefetched)}")
+        lines = [note, *signature, *indent(body), "}"]
+        return Emitted(lines, (grid, 1, 1), (threads, 1, 1), helpers="".join([helpers, *self.helpers]))
+
+    def plan_registers(self, cached_leaves: list) -> None:
+        """Cached rows: which reduction inputs later passes reuse (kept instead of recomputed),
+        and which final-pass operands are loaded with the row."""
+        k, p, per = self.k, self.p, self.slots * self.vec
+        room = CACHE_BUDGET - len(cached_leaves) * per
+        if self.fast:
+            for i in range(p.phases):
+                for r in self.passes[i]:
+                    key = (r.op.args[0], tuple(self.input_map(r)))
+                    op = p.ops.get(key[0])
+                    if (op is None or op.op in ROW_REDUCTIONS or self.a not in key[1] or key in self.carried
+                            or room < per or not self.needed_later(key, i)):
+                        continue
+                    self.carried[key] = (i, k.fresh("keep"))
+                    room -= per
+        if TUNING.get("prefetch", True) and self.vec > 1:
+            for v, m in self.row_leaves(None):
+                key = (v, tuple(m))
+                words = per * k.dtype(v).itemsize // 4
+                if key in self.prefetched or key in cached_leaves or not k.contiguous_axis(v, m, self.a):
+                    continue
+                if words > room:
+                    break
+                self.prefetched[key] = k.fresh("pre")
+                room -= words
+
+    def occupancy(self, threads: int, cached_leaves: list) -> int:
+        """Minimum resident blocks per multiprocessor for __launch_bounds__ (also set on the
+        config). Block-per-row kernels with vectorised rows, at most two statistics and one
+        store get as many as the estimated registers allow (up to full occupancy); others keep
+        one and let ptxas choose (an estimate that is too low spills)."""
+        k = self.k
+        if "launch_bounds" in k.config.overridden:
+            return k.config.min_blocks or 1
+        if "min_blocks" in TUNING:
+            chosen = int(TUNING["min_blocks"])
+        elif (self.L <= WARP_ROW_LIMIT or self.vec == 1 or len(self.p.reductions) > 2 or len(self.p.stores) > 1
+              or not cached_leaves):
+            chosen = 1
+        else:
+            per = self.slots * self.vec
+            cached = sum(per * max(1, k.dtype(v).itemsize // 4) for v, m in cached_leaves)
+            carried = sum(per * max(1, k.dtype(v).itemsize // 4) for v, m in self.carried)
+            # the final pass's other row operands are in registers with the row, prefetched or not
+            final = [x for x in dict.fromkeys(self.row_leaves(None)) if x not in cached_leaves]
+            words = max(cached, carried) + sum(-(-per * k.dtype(v).itemsize // 4) for v, m in final)
+            estimate = 8 * -(-(words + 16) // 8)  # live row data plus addressing and statistics
+            chosen = max(1, min(FULL_THREADS // threads, REGISTER_FILE // (threads * estimate)))
+        k.config = replace(k.config, min_blocks=chosen)
+        return chosen
 
     def cluster_size(self, blocks: int, per_block: int) -> int:
         """Blocks per row on sm_90+: enough to fill the machine when rows are few and long
@@ -240,7 +445,12 @@ class _RowKernel:
     def load_cache(self, names: dict) -> list[str]:
         k, vec = self.k, self.vec
         decl = [f"{k.lang.ctype(k.dtype(v))} {n}[{self.slots}][{vec}];" for (v, m), n in names.items()]
+        decl += [f"__align__(16) {k.storage(v)} {n}[{self.slots}][{vec}];" for (v, m), n in self.prefetched.items()]
+        decl += [f"{k.lang.ctype(k.dtype(v))} {n}[{self.slots}][{vec}];" for (v, m), (i, n) in self.carried.items()]
         inner = []
+        for (v, m), n in self.prefetched.items():
+            off = k.offset(v, m, self.coord_contiguous(f"sv * {vec}"))
+            inner.append(f"cvl_copy_vec<{k.storage(v)}, {vec}>({n}[s], {k.names[v]} + {off});")
         for (v, m), n in names.items():
             if vec > 1 and k.contiguous_axis(v, m, self.a):
                 raw = k.fresh("raw")
@@ -272,7 +482,8 @@ class _RowKernel:
         loaded: dict = {}
         pre: list[str] = []
         for v, m in self.row_leaves(pass_index):
-            if (v, m) in cache_names or (v, m) in loaded or not (vec > 1 and k.contiguous_axis(v, m, self.a)):
+            if ((v, m) in cache_names or (v, m) in loaded or (v, m) in self.prefetched
+                    or not (vec > 1 and k.contiguous_axis(v, m, self.a))):
                 continue
             raw = loaded[(v, m)] = k.fresh("raw")
             off = k.offset(v, m, self.coord_contiguous(f"sv * {vec}"))
@@ -284,6 +495,8 @@ class _RowKernel:
                 return f"{cache_names[(value, tuple(m))]}[s][e]"
             if (value, tuple(m)) in loaded:
                 return k.lang.load(f"{loaded[(value, tuple(m))]}[e]", k.dtype(value))
+            if (value, tuple(m)) in self.prefetched:
+                return k.lang.load(f"{self.prefetched[(value, tuple(m))]}[s][e]", k.dtype(value))
             return None
 
         staged, post = {}, []
@@ -309,9 +522,9 @@ class _RowKernel:
         if pass_index is not None or not staged:
             return self.body_of_pass(pass_index, coord, leaf)
         out: list[str] = []
-        w = k.walk(out.append, coord, None, leaf, self.anchor)
+        w = self.pass_walk(out.append, coord, leaf, pass_index)
         for s in self.p.stores:
-            expr = w.value(s.value, s.map)
+            expr = self.store_value(out, w.value(s.value, s.map), s.value)
             if s.value in staged:
                 out.append(f"{staged[s.value]}[e] = {k.lang.store(expr, k.dtype(s.value))};")
             else:
@@ -396,7 +609,8 @@ class _RowKernel:
         body += self.hoisted(loop(self.body_of_pass(None, coord, None)))
         signature, helpers = self.clustered(k.signature(entry, threads), body)
         lines = [*signature, *indent(body), "}"]
-        return Emitted(lines, (chunks * self.rows * self.cluster, 1, 1), (threads, 1, 1), helpers=helpers)
+        return Emitted(lines, (chunks * self.rows * self.cluster, 1, 1), (threads, 1, 1),
+                       helpers="".join([helpers, *self.helpers]))
 
     def combine_strided(self, r: Reduction, by: int, tx: int) -> list[str]:
         """The block's partial for this thread's column; in a cluster, published for the others."""

@@ -75,6 +75,13 @@ template <typename T> __device__ __forceinline__ T cvl_warp_min(T v, int width) 
     return v;
 }
 
+// max that propagates NaN in one instruction (sm_80+), as cvl_max does
+__device__ __forceinline__ float cvl_max_nan(float a, float b) {
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+
 extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
     const float* __restrict__ b0,  // x: f32[R, C] input
     float* __restrict__ b1,  // s0: f32[C] output
@@ -91,7 +98,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
     if (inner < 300) {
         for (int l = ty; l < 7; l += 8) {
             acc_0 = (acc_0 + b0[l * 300 + c1]);
-            acc_1 = cvl_max(acc_1, b0[l * 300 + c1]);
+            acc_1 = cvl_max_nan(acc_1, b0[l * 300 + c1]);
         }
     }
     __shared__ float red_0[8][32];

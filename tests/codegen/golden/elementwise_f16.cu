@@ -75,6 +75,7 @@ template <typename T> __device__ __forceinline__ T cvl_warp_min(T v, int width) 
     return v;
 }
 
+// elementwise template: 256 threads, 8-element vectors, 2 per step, 1 blocks, streaming 0
 extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
     const __half* __restrict__ b0,  // x: f16[R, C] input
     const __half* __restrict__ b1,  // v: f16[C] input
@@ -89,36 +90,103 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
     float u4  // %17: f16[] scalar
 ) {
     const int stride = (int)gridDim.x * 256;
-    for (int v = (int)blockIdx.x * 256 + threadIdx.x; v < 95; v += stride) {
+    int v = (int)blockIdx.x * 256 + threadIdx.x;
+    for (; v < 95 - 1 * stride; v += 2 * stride) {
+        const int i0_0 = v * 8;
+        const int c0_0 = i0_0 / 40;
+        const int c1_0 = i0_0 % 40;
+        __align__(16) __half in12[8];
+        cvl_copy_vec<__half, 8>(in12, b0 + i0_0);
+        __align__(16) __half in13[8];
+        cvl_copy_vec<__half, 8>(in13, b1 + c1_0);
+        const int i0_1 = (v + 1 * stride) * 8;
+        const int c0_1 = i0_1 / 40;
+        const int c1_1 = i0_1 % 40;
+        __align__(16) __half in28[8];
+        cvl_copy_vec<__half, 8>(in28, b0 + i0_1);
+        __align__(16) __half in29[8];
+        cvl_copy_vec<__half, 8>(in29, b1 + c1_1);
+        {
+            __align__(16) __half out14[8];
+            __align__(16) __nv_bfloat16 out15[8];
+            __align__(16) int out16[8];
+            #pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                const float t17 = (__half2float(in12[e]) * u0);
+                const float t18 = cvl_f16((t17 + u1));
+                const float t19 = (t18 * __half2float(in13[e]));
+                const float t20 = cvl_f16((t19 - __half2float(b2[c0_0])));
+                out14[e] = __float2half_rn((t19 - __half2float(b2[c0_0])));
+                const bool t21 = (t18 > u2);
+                const float t22 = (-t18);
+                const float t23 = (t22 * u3);
+                const float t24 = (t21 ? t18 : t23);
+                const float t25 = cvl_bf16(cvl_bf16(t24));
+                out15[e] = __float2bfloat16_rn(cvl_bf16(t24));
+                const float t26 = (t18 * u4);
+                const int t27 = __float2int_rz(t26);
+                out16[e] = t27;
+            }
+            cvl_copy_vec<__half, 8>(b3 + i0_0, out14);
+            cvl_copy_vec<__nv_bfloat16, 8>(b4 + i0_0, out15);
+            cvl_copy_vec<int, 8>(b5 + i0_0, out16);
+        }
+        {
+            __align__(16) __half out30[8];
+            __align__(16) __nv_bfloat16 out31[8];
+            __align__(16) int out32[8];
+            #pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                const float t33 = (__half2float(in28[e]) * u0);
+                const float t34 = cvl_f16((t33 + u1));
+                const float t35 = (t34 * __half2float(in29[e]));
+                const float t36 = cvl_f16((t35 - __half2float(b2[c0_1])));
+                out30[e] = __float2half_rn((t35 - __half2float(b2[c0_1])));
+                const bool t37 = (t34 > u2);
+                const float t38 = (-t34);
+                const float t39 = (t38 * u3);
+                const float t40 = (t37 ? t34 : t39);
+                const float t41 = cvl_bf16(cvl_bf16(t40));
+                out31[e] = __float2bfloat16_rn(cvl_bf16(t40));
+                const float t42 = (t34 * u4);
+                const int t43 = __float2int_rz(t42);
+                out32[e] = t43;
+            }
+            cvl_copy_vec<__half, 8>(b3 + i0_1, out30);
+            cvl_copy_vec<__nv_bfloat16, 8>(b4 + i0_1, out31);
+            cvl_copy_vec<int, 8>(b5 + i0_1, out32);
+        }
+    }
+    for (; v < 95; v += stride) {
         const int i0 = v * 8;
         const int c0 = i0 / 40;
         const int c1 = i0 % 40;
-        __align__(16) __half in12[8];
-        cvl_copy_vec<__half, 8>(in12, b0 + i0);
-        __align__(16) __half in13[8];
-        cvl_copy_vec<__half, 8>(in13, b1 + c1);
-        __align__(16) __half out14[8];
-        __align__(16) __nv_bfloat16 out15[8];
-        __align__(16) int out16[8];
-    #pragma unroll
+        __align__(16) __half in44[8];
+        cvl_copy_vec<__half, 8>(in44, b0 + i0);
+        __align__(16) __half in45[8];
+        cvl_copy_vec<__half, 8>(in45, b1 + c1);
+        __align__(16) __half out46[8];
+        __align__(16) __nv_bfloat16 out47[8];
+        __align__(16) int out48[8];
+        #pragma unroll
         for (int e = 0; e < 8; ++e) {
-            const float t17 = (__half2float(in12[e]) * u0);
-            const float t18 = cvl_f16((t17 + u1));
-            const float t19 = (t18 * __half2float(in13[e]));
-            const float t20 = cvl_f16((t19 - __half2float(b2[c0])));
-            out14[e] = __float2half_rn(t20);
-            const bool t21 = (t18 > u2);
-            const float t22 = (-t18);
-            const float t23 = (t22 * u3);
-            const float t24 = (t21 ? t18 : t23);
-            const float t25 = cvl_bf16(cvl_bf16(t24));
-            out15[e] = __float2bfloat16_rn(t25);
-            const float t26 = (t18 * u4);
-            const int t27 = __float2int_rz(t26);
-            out16[e] = t27;
+            const float t49 = (__half2float(in44[e]) * u0);
+            const float t50 = cvl_f16((t49 + u1));
+            const float t51 = (t50 * __half2float(in45[e]));
+            const float t52 = cvl_f16((t51 - __half2float(b2[c0])));
+            out46[e] = __float2half_rn((t51 - __half2float(b2[c0])));
+            const bool t53 = (t50 > u2);
+            const float t54 = (-t50);
+            const float t55 = (t54 * u3);
+            const float t56 = (t53 ? t50 : t55);
+            const float t57 = cvl_bf16(cvl_bf16(t56));
+            out47[e] = __float2bfloat16_rn(cvl_bf16(t56));
+            const float t58 = (t50 * u4);
+            const int t59 = __float2int_rz(t58);
+            out48[e] = t59;
         }
-        cvl_copy_vec<__half, 8>(b3 + i0, out14);
-        cvl_copy_vec<__nv_bfloat16, 8>(b4 + i0, out15);
-        cvl_copy_vec<int, 8>(b5 + i0, out16);
+        cvl_copy_vec<__half, 8>(b3 + i0, out46);
+        cvl_copy_vec<__nv_bfloat16, 8>(b4 + i0, out47);
+        cvl_copy_vec<int, 8>(b5 + i0, out48);
     }
 }

@@ -75,6 +75,7 @@ template <typename T> __device__ __forceinline__ T cvl_warp_min(T v, int width) 
     return v;
 }
 
+// row template: 256 threads, 32 per row, 8-element vectors, 1 per thread, cached, min 1 blocks/SM, fast 1, carried 0, prefetched 3
 extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
     const __half* __restrict__ b0,  // x: f16[T, H] input
     const __half* __restrict__ b1,  // w: f16[H] input
@@ -90,23 +91,29 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
     const int row = blockIdx.x * 8 + threadIdx.x / 32;
     if (row < 21) {
         const int c0 = row;
-        float c26[1][8];
-        float c27[1][8];
+        float c81[1][8];
+        float c82[1][8];
+        __align__(16) __half pre78[1][8];
+        __align__(16) __half pre79[1][8];
+        __align__(16) __nv_bfloat16 pre80[1][8];
         #pragma unroll
         for (int s = 0; s < 1; ++s) {
             const int sv = s * 32 + tid;
             if (sv < 12) {
-                __align__(16) __half raw28[8];
-                cvl_copy_vec<__half, 8>(raw28, b0 + c0 * 96 + sv * 8);
+                cvl_copy_vec<__half, 8>(pre78[s], b1 + sv * 8);
+                cvl_copy_vec<__half, 8>(pre79[s], b2 + sv * 8);
+                cvl_copy_vec<__nv_bfloat16, 8>(pre80[s], b4 + sv * 8);
+                __align__(16) __half raw83[8];
+                cvl_copy_vec<__half, 8>(raw83, b0 + c0 * 96 + sv * 8);
                 #pragma unroll
                 for (int e = 0; e < 8; ++e) {
-                    c26[s][e] = __half2float(raw28[e]);
+                    c81[s][e] = __half2float(raw83[e]);
                 }
-                __align__(16) __nv_bfloat16 raw29[8];
-                cvl_copy_vec<__nv_bfloat16, 8>(raw29, b3 + c0 * 96 + sv * 8);
+                __align__(16) __nv_bfloat16 raw84[8];
+                cvl_copy_vec<__nv_bfloat16, 8>(raw84, b3 + c0 * 96 + sv * 8);
                 #pragma unroll
                 for (int e = 0; e < 8; ++e) {
-                    c27[s][e] = __bfloat162float(raw29[e]);
+                    c82[s][e] = __bfloat162float(raw84[e]);
                 }
             }
         }
@@ -118,67 +125,61 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
             if (sv < 12) {
                 #pragma unroll
                 for (int e = 0; e < 8; ++e) {
-                    acc_0 = (acc_0 + c26[s][e]);
-                    const float t31 = (c27[s][e] * c27[s][e]);
-                    acc_2 = (acc_2 + t31);
+                    acc_0 = (acc_0 + c81[s][e]);
+                    const float t86 = (c82[s][e] * c82[s][e]);
+                    acc_2 = (acc_2 + t86);
                 }
             }
         }
         const float r_0 = cvl_warp_sum(acc_0, 32);
         const float r_2 = cvl_warp_sum(acc_2, 32);
         float acc_1 = (0.0f);
-        const float t35 = (r_0 / (96.0f));
+        const float t90 = (r_0 / (96.0f));
         #pragma unroll
         for (int s = 0; s < 1; ++s) {
             const int sv = s * 32 + tid;
             if (sv < 12) {
                 #pragma unroll
                 for (int e = 0; e < 8; ++e) {
-                    const float t36 = (c26[s][e] - t35);
-                    const float t37 = (t36 * t36);
-                    acc_1 = (acc_1 + t37);
+                    const float t91 = (c81[s][e] - t90);
+                    const float t92 = (t91 * t91);
+                    acc_1 = (acc_1 + t92);
                 }
             }
         }
         const float r_1 = cvl_warp_sum(acc_1, 32);
-        const float t62 = (r_1 / (96.0f));
-        const float t63 = (t62 + (1e-05f));
-        const float t64 = sqrtf(t63);
-        const float t65 = ((1.0f) / t64);
-        const float t70 = (r_2 / (96.0f));
-        const float t71 = (t70 + (1e-06f));
-        const float t72 = sqrtf(t71);
-        const float t73 = ((1.0f) / t72);
+        const float t114 = (r_1 / (96.0f));
+        const float t115 = (t114 + (1e-05f));
+        const float t116 = sqrtf(t115);
+        const float t117 = ((1.0f) / t116);
+        const float t122 = (r_2 / (96.0f));
+        const float t123 = (t122 + (1e-06f));
+        const float t124 = sqrtf(t123);
+        const float t125 = ((1.0f) / t124);
         #pragma unroll
         for (int s = 0; s < 1; ++s) {
             const int sv = s * 32 + tid;
             if (sv < 12) {
-                __align__(16) __half raw55[8];
-                cvl_copy_vec<__half, 8>(raw55, b1 + sv * 8);
-                __align__(16) __half raw56[8];
-                cvl_copy_vec<__half, 8>(raw56, b2 + sv * 8);
-                __align__(16) __nv_bfloat16 raw57[8];
-                cvl_copy_vec<__nv_bfloat16, 8>(raw57, b4 + sv * 8);
-                __align__(16) __half out58[8];
-                __align__(16) __half out59[8];
-                __align__(16) __nv_bfloat16 out60[8];
+                __align__(16) __half out110[8];
+                __align__(16) __half out111[8];
+                __align__(16) __nv_bfloat16 out112[8];
                 #pragma unroll
                 for (int e = 0; e < 8; ++e) {
-                    const float t61 = (c26[s][e] - t35);
-                    const float t66 = (t61 * t65);
-                    const float t67 = (t66 * __half2float(raw55[e]));
-                    const float t68 = cvl_f16((t67 + __half2float(raw56[e])));
-                    out58[e] = __float2half_rn(t68);
-                    const float t69 = cvl_f16((t61 * t65));
-                    out59[e] = __float2half_rn(t69);
-                    const float t74 = (c27[s][e] * t73);
-                    const float t75 = (t74 * __bfloat162float(raw57[e]));
-                    const float t76 = cvl_bf16((t75 * u0));
-                    out60[e] = __float2bfloat16_rn(t76);
+                    const float t113 = (c81[s][e] - t90);
+                    const float t118 = (t113 * t117);
+                    const float t119 = (t118 * __half2float(pre78[s][e]));
+                    const float t120 = cvl_f16((t119 + __half2float(pre79[s][e])));
+                    out110[e] = __float2half_rn((t119 + __half2float(pre79[s][e])));
+                    const float t121 = cvl_f16((t113 * t117));
+                    out111[e] = __float2half_rn((t113 * t117));
+                    const float t126 = (c82[s][e] * t125);
+                    const float t127 = (t126 * __bfloat162float(pre80[s][e]));
+                    const float t128 = cvl_bf16((t127 * u0));
+                    out112[e] = __float2bfloat16_rn((t127 * u0));
                 }
-                cvl_copy_vec<__half, 8>(b5 + c0 * 96 + sv * 8, out58);
-                cvl_copy_vec<__half, 8>(b6 + c0 * 96 + sv * 8, out59);
-                cvl_copy_vec<__nv_bfloat16, 8>(b7 + c0 * 96 + sv * 8, out60);
+                cvl_copy_vec<__half, 8>(b5 + c0 * 96 + sv * 8, out110);
+                cvl_copy_vec<__half, 8>(b6 + c0 * 96 + sv * 8, out111);
+                cvl_copy_vec<__nv_bfloat16, 8>(b7 + c0 * 96 + sv * 8, out112);
             }
         }
     }

@@ -75,6 +75,22 @@ template <typename T> __device__ __forceinline__ T cvl_warp_min(T v, int width) 
     return v;
 }
 
+// max that propagates NaN in one instruction (sm_80+), as cvl_max does
+__device__ __forceinline__ float cvl_max_nan(float a, float b) {
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+
+// exp(x) for x <= 0 (softmax's exp(x - max)): one MUFU.EX2, a few ulp; results under 2^-126
+// flush to zero, far below every tolerance of a value of at most 1
+__device__ __forceinline__ float cvl_exp_le0(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x * 1.4426950408889634f));
+    return r;
+}
+
+// row template: 256 threads, 32 per row, 4-element vectors, 1 per thread, cached, min 1 blocks/SM, fast 1, carried 2, prefetched 0
 extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
     const __half* __restrict__ b0,  // x: f16[R, C] input
     __half* __restrict__ b1,  // y: f16[R, C] output
@@ -85,16 +101,18 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
     const int row = blockIdx.x * 8 + threadIdx.x / 32;
     if (row < 45) {
         const int c0 = row;
-        float c20[1][4];
+        float c47[1][4];
+        float keep27[1][4];
+        float keep32[1][4];
         #pragma unroll
         for (int s = 0; s < 1; ++s) {
             const int sv = s * 32 + tid;
             if (sv < 25) {
-                __align__(16) __half raw21[4];
-                cvl_copy_vec<__half, 4>(raw21, b0 + c0 * 100 + sv * 4);
+                __align__(16) __half raw48[4];
+                cvl_copy_vec<__half, 4>(raw48, b0 + c0 * 100 + sv * 4);
                 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    c20[s][e] = __half2float(raw21[e]);
+                    c47[s][e] = __half2float(raw48[e]);
                 }
             }
         }
@@ -106,9 +124,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
             if (sv < 25) {
                 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    const float t23 = (c20[s][e] * u0);
-                    acc_0 = cvl_max(acc_0, t23);
-                    acc_2 = cvl_max(acc_2, c20[s][e]);
+                    const float t50 = (c47[s][e] * u0);
+                    acc_0 = cvl_max_nan(acc_0, t50);
+                    acc_2 = cvl_max_nan(acc_2, c47[s][e]);
+                    keep27[s][e] = t50;
                 }
             }
         }
@@ -122,38 +141,36 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
             if (sv < 25) {
                 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    const float t29 = (c20[s][e] * u0);
-                    const float t30 = (t29 - r_0);
-                    const float t31 = expf(t30);
-                    acc_1 = (acc_1 + t31);
-                    const float t32 = (c20[s][e] - r_2);
-                    const float t33 = expf(t32);
-                    acc_3 = (acc_3 + t33);
+                    const float t56 = (keep27[s][e] - r_0);
+                    const float t57 = cvl_exp_le0(t56);
+                    acc_1 = (acc_1 + t57);
+                    const float t58 = (c47[s][e] - r_2);
+                    const float t59 = cvl_exp_le0(t58);
+                    acc_3 = (acc_3 + t59);
+                    keep32[s][e] = t57;
                 }
             }
         }
         const float r_1 = cvl_warp_sum(acc_1, 32);
         const float r_3 = cvl_warp_sum(acc_3, 32);
-        const float t48 = logf(r_3);
+        const float inv_1 = 1.0f / r_1;
+        const float t71 = logf(r_3);
         #pragma unroll
         for (int s = 0; s < 1; ++s) {
             const int sv = s * 32 + tid;
             if (sv < 25) {
-                __align__(16) __half out41[4];
-                __align__(16) __half out42[4];
+                __align__(16) __half out67[4];
+                __align__(16) __half out68[4];
                 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    const float t43 = (c20[s][e] * u0);
-                    const float t44 = (t43 - r_0);
-                    const float t45 = expf(t44);
-                    const float t46 = cvl_f16((t45 / r_1));
-                    out41[e] = __float2half_rn(t46);
-                    const float t47 = (c20[s][e] - r_2);
-                    const float t49 = cvl_f16((t47 - t48));
-                    out42[e] = __float2half_rn(t49);
+                    const float t69 = cvl_f16((keep32[s][e] * inv_1));
+                    out67[e] = __float2half_rn((keep32[s][e] * inv_1));
+                    const float t70 = (c47[s][e] - r_2);
+                    const float t72 = cvl_f16((t70 - t71));
+                    out68[e] = __float2half_rn((t70 - t71));
                 }
-                cvl_copy_vec<__half, 4>(b1 + c0 * 100 + sv * 4, out41);
-                cvl_copy_vec<__half, 4>(b2 + c0 * 100 + sv * 4, out42);
+                cvl_copy_vec<__half, 4>(b1 + c0 * 100 + sv * 4, out67);
+                cvl_copy_vec<__half, 4>(b2 + c0 * 100 + sv * 4, out68);
             }
         }
     }

@@ -1,0 +1,166 @@
+"""A/B of the row and elementwise templates' parameters on the GPU, in one run (< 90 s).
+
+    python3 benchmarks/ab_rows.py [--only softmax_f16,...] [--samples 60]
+
+For softmax_f16, softmax_f32, layernorm_f16 and elementwise_f32 (benchmarks/*.yaml) it renders
+and compiles each variant (``TUNING`` of ``cuvil_dsl.codegen.cuda_rows`` / ``cuda_elementwise``;
+every setting changes the generated source, hence the compile cache key), checks its results
+against the float64 reference on fresh random inputs (the spec's inputs, shuffled with another
+seed) within the spec's tolerances, and times it as ``cuvil-dsl bench`` does (CUDA events on the
+executor's stream, L2 flushed before each sample, warm-up, median of >= 50 samples). Prints a
+markdown table (variant, us, GB/s, ratio vs old, registers, min blocks, check) and writes it to
+``$OUT/ab_rows.md`` when OUT is set. "old" reproduces the templates before this change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from cuvil_dsl.bench.timing import CudaClock, GpuTimer, Settings  # noqa: E402
+from cuvil_dsl.check import compare, tolerances  # noqa: E402
+from cuvil_dsl.codegen import cuda_elementwise, cuda_rows  # noqa: E402
+from cuvil_dsl.driver import make_executor, open_spec  # noqa: E402
+from cuvil_dsl.reference import execute as reference_execute  # noqa: E402
+from cuvil_dsl.reference.executor import HostHooks  # noqa: E402
+
+OLD_ROWS = {"fast": False, "prefetch": False, "min_blocks": 1}
+OLD_EW = {"unroll": 1, "waves": 4, "streaming": False}
+
+# (label, rows TUNING, elementwise TUNING); the first is the baseline of the ratios
+ROW_VARIANTS = {
+    "softmax_f16": [
+        ("old", OLD_ROWS, {}),
+        ("new (default)", {}, {}),
+        ("new, min_blocks 1 (ptxas free)", {"min_blocks": 1}, {}),
+        ("new, 512 threads/row", {"threads": 512}, {}),
+        ("new, 128 threads/row", {"threads": 128}, {}),
+        ("old + 8 blocks/SM", {**OLD_ROWS, "min_blocks": 8}, {}),
+    ],
+    "softmax_f32": [
+        ("old", OLD_ROWS, {}),
+        ("new (default)", {}, {}),
+        ("new, 512 threads/row", {"threads": 512}, {}),
+    ],
+    "layernorm_f16": [
+        ("old", OLD_ROWS, {}),
+        ("new (default: prefetch w,b)", {}, {}),
+        ("new, no prefetch", {"prefetch": False}, {}),
+        ("new, min_blocks 1", {"min_blocks": 1}, {}),
+        ("new, 512 threads/row", {"threads": 512}, {}),
+        ("new, 128 threads/row", {"threads": 128}, {}),
+    ],
+    "elementwise_f32": [
+        ("old", {}, OLD_EW),
+        ("new (default: unroll 4, grid per chunk, .cs)", {}, {}),
+        ("unroll 4, no .cs", {}, {"streaming": False}),
+        ("unroll 2", {}, {"unroll": 2}),
+        ("unroll 1, grid per chunk, .cs", {}, {"unroll": 1}),
+        ("unroll 4, 2 waves, 8 blocks/SM", {}, {"waves": 2, "min_blocks": 8}),
+    ],
+}
+
+
+def fresh_inputs(session, seed: int) -> None:
+    """The spec's inputs shuffled: same distribution, values the spec's seed never gave."""
+    rng = np.random.default_rng(seed)
+    for name, array in list(session.inputs.items()):
+        flat = np.ascontiguousarray(array).reshape(-1).copy()
+        rng.shuffle(flat)
+        session.inputs[name] = flat.reshape(array.shape)
+
+
+def bytes_moved(session, outputs: dict) -> int:
+    return sum(a.nbytes for a in session.inputs.values()) + sum(a.nbytes for a in outputs.values())
+
+
+def run_variant(session, expected, rows: dict, ew: dict, timer: GpuTimer) -> dict:
+    cuda_rows.TUNING.clear()
+    cuda_rows.TUNING.update(rows)
+    cuda_elementwise.TUNING.clear()
+    cuda_elementwise.TUNING.update(ew)
+    executor = make_executor(session)
+    try:
+        outputs = executor.run(session.inputs, session.binding.params, HostHooks())
+        checks = []
+        for res in session.pipeline.results:
+            check = session.spec.check
+            rtol, atol = tolerances(res.type.dtype, check.rtol, check.atol, session.target.tf32)
+            checks.append(compare(res.name, outputs[res.name], expected[res.name], res.type.dtype, rtol, atol))
+        reports = executor.kernel_reports()
+        source = next(iter(executor.sources().values()))
+        note = next((line[3:] for line in source.splitlines() if line.startswith("// row template")
+                     or line.startswith("// elementwise template")), "")
+        m = timer.measure(lambda: executor.execute(None), executor.stream)
+        return {"us": m.median_us, "spread": m.spread, "samples": m.samples,
+                "ok": all(c.passed for c in checks), "max_abs": max(c.max_abs for c in checks),
+                "regs": ",".join(str(r.registers) for r in reports),
+                "spill": sum((r.spill_bytes or 0) for r in reports), "note": note,
+                "bytes": bytes_moved(session, outputs)}
+    finally:
+        executor.close()
+        cuda_rows.TUNING.clear()
+        cuda_elementwise.TUNING.clear()
+        gc.collect()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", default="", help="comma list of benchmark names")
+    parser.add_argument("--samples", type=int, default=60)
+    parser.add_argument("--seed", type=int, default=20261130)
+    args = parser.parse_args()
+    names = [n for n in ROW_VARIANTS if not args.only or n in args.only.split(",")]
+    settings = Settings(budget_s=0.012, min_samples=args.samples, max_samples=max(args.samples, 200),
+                        warmup_s=0.005, e2e_samples=1)
+    clock = CudaClock()
+    timer = GpuTimer(clock, settings)
+    started = time.perf_counter()
+    lines = ["| benchmark | variant | us | GB/s | vs old | spread | regs | spill | check (max abs) | template |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    print("\n".join(lines), flush=True)
+    failed = False
+    for name in names:
+        session = open_spec(ROOT / "benchmarks" / f"{name}.yaml", backend="cuda")
+        fresh_inputs(session, args.seed)
+        expected = reference_execute(session.pipeline, session.inputs, session.binding.params)
+        base = None
+        for label, rows, ew in ROW_VARIANTS[name]:
+            try:
+                r = run_variant(session, expected, rows, ew, timer)
+            except Exception as exc:  # one broken variant must not hide the others
+                failed = True
+                line = f"| {name} | {label} | - | - | - | - | - | - | ERROR {type(exc).__name__}: {str(exc)[:160]} | |"
+                print(line, flush=True)
+                lines.append(line)
+                continue
+            base = base or r["us"]
+            failed |= not r["ok"]
+            gbs = r["bytes"] / (r["us"] * 1e-6) / 1e9
+            line = (f"| {name} | {label} | {r['us']:.1f} | {gbs:.0f} | {r['us'] / base:.3f} | {r['spread']:.3f} | "
+                    f"{r['regs']} | {r['spill']} | {'ok' if r['ok'] else 'FAIL'} ({r['max_abs']:.2e}) | {r['note']} |")
+            print(line, flush=True)
+            lines.append(line)
+        del session, expected
+        gc.collect()
+    lines.append("")
+    lines.append(f"({time.perf_counter() - started:.0f} s; median of >= {args.samples} samples, L2 flushed)")
+    print(lines[-1])
+    out = os.environ.get("OUT")
+    if out:
+        Path(out, "ab_rows.md").write_text("\n".join(lines) + "\n")
+    clock.close()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""A/B: the sm_90a wgmma GEMM (cuvil_dsl.codegen.cuda_wgmma) against torch and cuBLAS.
+
+    python3 benchmarks/ab_wgmma.py [--samples 30] [--configs 128x256s4p1,128x128s4p1,128x128s3p0]
+
+Builds ``y = gelu(a @ b + bias)`` (f16: a [M, K], b [K, N] row-major, bias [N]) with the wgmma
+engine for 4096^3 and 1024 x 2048 x 512 (plus two check-only cases: ragged sizes, and b stored
+[N, K]), compiles with cuvil-dsl's compile service for sm_90a (registers, spills, HGMMA count
+printed), checks every kernel against a float64 CuPy reference (|y - ref| <= 2e-2 + 2e-2 |ref|),
+and times the ones that pass with CUDA events (warm-up, L2 flushed before every sample, median)
+next to torch ``F.gelu(a @ b + bias)`` and ``cupy.matmul(a, b)``. A markdown table goes to stdout
+and to ``$OUT/ab_wgmma.md`` when OUT is set.
+
+If a kernel's check fails, the same configuration is rebuilt with the LBO and SBO of the
+MN-major (b) descriptor exchanged and checked again, so one GPU run settles that encoding
+(the table says which one passed). Exit status: 0 all checked kernels passed, 1 a check
+failed or a CUDA error (reported) happened, 2 no GPU / no CuPy (after compiling).
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cuvil_dsl.codegen.cuda_wgmma import gemm_bias_gelu_source  # noqa: E402
+from cuvil_dsl.compile import CompileUnit, compile_units  # noqa: E402
+
+ARCH = "sm_90a"
+RTOL = ATOL = 2e-2
+TIMED = [(4096, 4096, 4096), (1024, 2048, 512)]
+CHECK_ONLY = [((1000, 1000, 520), False), ((1024, 2048, 512), True)]  # (sizes, b stored [N, K])
+_CFG = re.compile(r"(\d+)x(\d+)s(\d+)p(\d+)")
+
+
+def parse_configs(text: str) -> list[dict]:
+    out = []
+    for item in text.split(","):
+        m = _CFG.fullmatch(item.strip())
+        if not m:
+            raise SystemExit(f"bad config {item!r}: expected BMxBNsSTAGESpPENDING, e.g. 128x256s4p1")
+        bm, bn, s, p = map(int, m.groups())
+        out.append(dict(bm=bm, bn=bn, stages=s, pending=p))
+    return out
+
+
+def cfg_name(c: dict) -> str:
+    return f"{c['bm']}x{c['bn']}s{c['stages']}p{c['pending']}"
+
+
+def build_all(configs: list[dict], swap: bool, sass: bool) -> dict:
+    """{(sizes, cfg name, b_k_major, swap): (StandaloneKernel, CompiledUnit)} compiled in one batch."""
+    jobs = []
+    for c in configs:
+        for sizes in TIMED:
+            jobs.append((sizes, c, False))
+    for sizes, kmaj in CHECK_ONLY:
+        jobs.append((sizes, configs[0], kmaj))
+    kernels, units = [], []
+    for i, (sizes, c, kmaj) in enumerate(jobs):
+        k = gemm_bias_gelu_source(*sizes, b_k_major=kmaj, swap_mn_offsets=swap, **c)
+        kernels.append(k)
+        units.append(CompileUnit(f"ab_wgmma_{i}", k.source, (k.entry,)))
+    t0 = time.perf_counter()
+    built = compile_units(units, ARCH, fallback="none", workers=min(8, os.cpu_count() or 2))
+    print(f"compiled {len(units)} kernels for {ARCH} in {time.perf_counter() - t0:.1f} s"
+          f"{' (LBO/SBO swapped for MN-major operands)' if swap else ''}", flush=True)
+    out = {}
+    for (sizes, c, kmaj), k, u in zip(jobs, kernels, built):
+        r = u.resources[k.entry]
+        hg = "?"
+        if sass:
+            try:
+                from cuvil_dsl.compile import count_instructions, disassemble
+
+                hg = count_instructions(disassemble(u.cubin), "HGMMA")
+            except Exception as exc:  # a missing disassembler is not a failure of the kernel
+                hg = f"n/a ({type(exc).__name__})"
+        print(f"  {sizes} {cfg_name(c)} b_k_major={kmaj}: {r.registers} regs, spills {r.spill_bytes} B, "
+              f"stack {r.stack_bytes} B, smem {k.shared_bytes} B, HGMMA {hg}", flush=True)
+        out[(sizes, cfg_name(c), kmaj, swap)] = (k, u)
+    return out
+
+
+class Bench:
+    def __init__(self, samples: int):
+        import cupy as cp
+
+        self.cp = cp
+        self.samples = samples
+        self.flush_buf = cp.empty(512 * 1024 * 1024 // 4, dtype=cp.float32)  # 512 MiB > L2
+        self.tmp = tempfile.mkdtemp(prefix="ab_wgmma_")
+        try:
+            import torch  # noqa: F401
+
+            self.torch = torch
+        except Exception:
+            self.torch = None
+
+    def flush(self):
+        self.flush_buf.fill(0)
+
+    def time(self, fn) -> float:
+        cp = self.cp
+        for _ in range(3):
+            fn()
+        cp.cuda.runtime.deviceSynchronize()
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        times = []
+        for _ in range(self.samples):
+            self.flush()
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(cp.cuda.get_elapsed_time(start, end) * 1e3)
+        return statistics.median(times)
+
+    def load(self, k, u):
+        cp = self.cp
+        path = os.path.join(self.tmp, f"{u.unit.name}.cubin")
+        with open(path, "wb") as f:
+            f.write(u.cubin)
+        fn = cp.RawModule(path=path).get_function(k.entry)
+        fn.max_dynamic_shared_size_bytes = k.shared_bytes
+        return fn
+
+    def inputs(self, M, N, K, b_k_major=False):
+        cp = self.cp
+        rs = cp.random.RandomState(1234)
+        a = (rs.standard_normal((M, K), dtype=cp.float32) * 0.05).astype(cp.float16)
+        b = (rs.standard_normal((K, N), dtype=cp.float32) * 0.05).astype(cp.float16)
+        bias = (rs.standard_normal((N,), dtype=cp.float32) * 0.1).astype(cp.float16)
+        b_dev = cp.ascontiguousarray(b.T) if b_k_major else b
+        return a, b, b_dev, bias
+
+    def reference(self, a, b, bias):
+        cp = self.cp
+        from cupyx.scipy.special import erf
+
+        x = a.astype(cp.float64) @ b.astype(cp.float64) + bias.astype(cp.float64)
+        return 0.5 * x * (1.0 + erf(x / 2**0.5))
+
+    def check(self, y, ref) -> tuple[bool, float, float]:
+        cp = self.cp
+        yd = y.astype(cp.float64)
+        err = cp.abs(yd - ref)
+        ratio = float(cp.max(err / (ATOL + RTOL * cp.abs(ref))))
+        finite = bool(cp.all(cp.isfinite(yd)))
+        return finite and ratio <= 1.0, float(cp.max(err)), ratio
+
+
+def main() -> int:
+    faulthandler.dump_traceback_later(58, exit=True)  # a hung kernel must not outlive the session
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--samples", type=int, default=30)
+    ap.add_argument("--configs", default="128x256s4p1,128x128s4p1,128x128s3p0")
+    ap.add_argument("--no-sass", action="store_true", help="skip the cuobjdump HGMMA count")
+    args = ap.parse_args()
+    configs = parse_configs(args.configs)
+    started = time.perf_counter()
+    built = build_all(configs, swap=False, sass=not args.no_sass)
+
+    try:
+        import cupy as cp
+
+        if cp.cuda.runtime.getDeviceCount() < 1:
+            raise RuntimeError("no CUDA device")
+        props = cp.cuda.runtime.getDeviceProperties(0)
+        device = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+        if (props["major"], props["minor"]) != (9, 0):
+            raise RuntimeError(f"{device} is compute capability {props['major']}.{props['minor']}; sm_90a needs 9.0")
+    except Exception as exc:
+        print(f"ab_wgmma: cannot run on a GPU: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+
+    rows: list[str] = []
+    failed = False
+    need_swap = False  # set when only the swapped LBO/SBO encoding passed
+    bench = Bench(args.samples)
+    print(f"device: {device}; torch: {'yes' if bench.torch is not None else 'no'}", flush=True)
+
+    def emit():
+        head = ["| M x N x K | implementation | us | TFLOP/s | vs torch | check (max abs err, max err/tol) |",
+                "|---|---|---|---|---|---|"]
+        text = (f"# ab_wgmma on {device}\n\ngelu(a @ b + bias), f16, rtol = atol = {RTOL}; median of "
+                f"{args.samples} samples, L2 flushed before each\n\n" + "\n".join(head + rows) + "\n")
+        print("\n" + text, flush=True)
+        out = os.environ.get("OUT")
+        if out:
+            Path(out).mkdir(parents=True, exist_ok=True)
+            Path(out, "ab_wgmma.md").write_text(text)
+
+    try:
+        for M, N, K in TIMED:
+            flop = 2.0 * M * N * K
+            a, b, _, bias = bench.inputs(M, N, K)
+            ref = bench.reference(a, b, bias)
+            label = f"{M} x {N} x {K}"
+            base = None
+            if bench.torch is not None:
+                torch = bench.torch
+                ta, tb, tbias = (torch.from_dlpack(x) for x in (a, b, bias))
+                us = bench.time(lambda: torch.nn.functional.gelu(ta @ tb + tbias))
+                base = us
+                rows.append(f"| {label} | torch matmul + bias + gelu | {us:.1f} | {flop / us / 1e6:.0f} | 1.00 | |")
+            us = bench.time(lambda: cp.matmul(a, b))
+            ratio = f"{base / us:.2f}" if base else ""
+            rows.append(f"| {label} | cupy.matmul (cuBLAS, no epilogue) | {us:.1f} | {flop / us / 1e6:.0f} "
+                        f"| {ratio} | |")
+            for c in configs:
+                name = cfg_name(c)
+                k, u = built[((M, N, K), name, False, False)]
+                y = cp.empty((M, N), dtype=cp.float16)
+                ok, err, rel = False, float("nan"), float("nan")
+                variant = "LBO=MN atom stride"
+                for swap in (False, True):
+                    if swap:
+                        key = ((M, N, K), name, False, True)
+                        if key not in built:
+                            built.update(build_all([c], swap=True, sass=False))
+                        k, u = built[key]
+                        variant = "LBO/SBO swapped"
+                    fn = bench.load(k, u)
+                    y.fill(float("nan"))
+                    launch = (lambda fn=fn, k=k: fn(k.grid, k.block, (a, b, bias, y), shared_mem=k.shared_bytes))
+                    launch()
+                    cp.cuda.runtime.deviceSynchronize()
+                    ok, err, rel = bench.check(y, ref)
+                    print(f"{label} wgmma {name} [{variant}]: check {'ok' if ok else 'FAILED'} "
+                          f"max abs err {err:.3g}, max err/tol {rel:.3g}", flush=True)
+                    if ok:
+                        need_swap |= swap
+                        break
+                cell = f"{'ok' if ok else 'FAIL'} ({err:.2g}, {rel:.2g}) {variant}"
+                if not ok:
+                    failed = True
+                    rows.append(f"| {label} | wgmma {name} | | | | {cell} |")
+                    continue
+                us = bench.time(launch)
+                ratio = f"{base / us:.2f}" if base else ""
+                rows.append(f"| {label} | wgmma {name} (gelu fused) | {us:.1f} | {flop / us / 1e6:.0f} "
+                            f"| {ratio} | {cell} |")
+            del a, b, bias, ref
+        for (M, N, K), kmaj in CHECK_ONLY:
+            a, b, b_dev, bias = bench.inputs(M, N, K, kmaj)
+            ref = bench.reference(a, b, bias)
+            key = ((M, N, K), cfg_name(configs[0]), kmaj, need_swap)
+            if key not in built:
+                built.update(build_all([configs[0]], swap=need_swap, sass=False))
+            k, u = built[key]
+            fn = bench.load(k, u)
+            y = cp.full((M, N), float("nan"), dtype=cp.float16)
+            fn(k.grid, k.block, (a, b_dev, bias, y), shared_mem=k.shared_bytes)
+            cp.cuda.runtime.deviceSynchronize()
+            ok, err, rel = bench.check(y, ref)
+            failed |= not ok
+            what = "b stored [N, K] (K-major, trans-b 0)" if kmaj else "ragged edges (zero-fill)"
+            rows.append(f"| {M} x {N} x {K} | wgmma {cfg_name(configs[0])}, {what} | | | | "
+                        f"{'ok' if ok else 'FAIL'} ({err:.2g}, {rel:.2g}) |")
+    except Exception as exc:  # a CUDA error (illegal address, launch failure): report it, keep the rows so far
+        print(f"ab_wgmma: CUDA failure: {type(exc).__name__}: {exc}", file=sys.stderr)
+        rows.append(f"| | **aborted: {type(exc).__name__}: {str(exc)[:160]}** | | | | |")
+        failed = True
+        emit()
+        os._exit(1)  # the context may be unusable; skip teardown
+    emit()
+    print(f"total {time.perf_counter() - started:.1f} s", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
