@@ -226,24 +226,30 @@ class MmaEngine:
                 f"        for (int ni = 0; ni < {self.ni}; ++ni) cvl_mma(acc[mi][ni], af[mi], bf[ni]);", "}"]
         return out
 
-    def _fragments_b16(self) -> list[str]:
-        a, b = self.a, self.b
-        lda, ldb = self.ld(a), self.ld(b)
-        if a.k_major:
-            a_addr = f"ta + (wm + mi * 16 + (lane / 8) % 2 * 8 + lane % 8) * {lda} + kk + lane / 16 * 8"
+    def a_fragment(self, ta: str, kk: str) -> tuple[str, str]:
+        """(ldmatrix call, address) of the 16 x 16 A fragment ``mi`` at depth ``kk`` (16-bit operands)."""
+        lda = self.ld(self.a)
+        if self.a.k_major:
+            return "cvl_ldsm_x4", f"{ta} + (wm + mi * 16 + (lane / 8) % 2 * 8 + lane % 8) * {lda} + {kk} + lane / 16 * 8"
+        return "cvl_ldsm_x4_trans", f"{ta} + ({kk} + lane / 16 * 8 + lane % 8) * {lda} + wm + mi * 16 + (lane / 8) % 2 * 8"
+
+    def b_fragments(self, tb: str, kk: str) -> list[str]:
+        """Fill ``bf[ni][2]`` (every n fragment of the warp) at depth ``kk``, two per ldmatrix.x4."""
+        ldb = self.ld(self.b)
+        if self.b.k_major:
+            b_addr = f"{tb} + (wn + nj * 16 + lane / 16 * 8 + lane % 8) * {ldb} + {kk} + (lane / 8) % 2 * 8"
         else:
-            a_addr = f"ta + (kk + lane / 16 * 8 + lane % 8) * {lda} + wm + mi * 16 + (lane / 8) % 2 * 8"
-        if b.k_major:
-            b_addr = f"tb + (wn + nj * 16 + lane / 16 * 8 + lane % 8) * {ldb} + kk + (lane / 8) % 2 * 8"
-        else:
-            b_addr = f"tb + (kk + (lane / 8) % 2 * 8 + lane % 8) * {ldb} + wn + nj * 16 + lane / 16 * 8"
-        load_a = "cvl_ldsm_x4" if a.k_major else "cvl_ldsm_x4_trans"
-        load_b = "cvl_ldsm_x4" if b.k_major else "cvl_ldsm_x4_trans"
-        return ["#pragma unroll", f"for (int mi = 0; mi < {self.mi}; ++mi) {load_a}(af[mi], {a_addr});",
-                "#pragma unroll", f"for (int nj = 0; nj < {self.ni // 2}; ++nj) {{",
+            b_addr = f"{tb} + ({kk} + (lane / 8) % 2 * 8 + lane % 8) * {ldb} + wn + nj * 16 + lane / 16 * 8"
+        load_b = "cvl_ldsm_x4" if self.b.k_major else "cvl_ldsm_x4_trans"
+        return ["#pragma unroll", f"for (int nj = 0; nj < {self.ni // 2}; ++nj) {{",
                 "    unsigned r[4];", f"    {load_b}(r, {b_addr});",
                 "    bf[2 * nj][0] = r[0]; bf[2 * nj][1] = r[1];",
                 "    bf[2 * nj + 1][0] = r[2]; bf[2 * nj + 1][1] = r[3];", "}"]
+
+    def _fragments_b16(self) -> list[str]:
+        load_a, a_addr = self.a_fragment("ta", "kk")
+        return ["#pragma unroll", f"for (int mi = 0; mi < {self.mi}; ++mi) {load_a}(af[mi], {a_addr});",
+                *self.b_fragments("tb", "kk")]
 
     def _fragments_tf32(self) -> list[str]:
         a, b = self.a, self.b

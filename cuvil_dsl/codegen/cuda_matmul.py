@@ -15,6 +15,22 @@ k steps:
   ``exp(s - max) / sum`` (``s - max - log(sum)`` for log_softmax), the elementwise work after
   it, and the stores. The logits never reach memory.
 
+**matmul_softmax, row band** (16-bit operands, K of at most 128; :data:`ROW_BAND` turns it off):
+the same two passes, but each warp owns 16 (or 32) rows and every column, so a row's statistics
+never leave its warp. The block's A band is loaded once, into registers (ldmatrix fragments);
+only B tiles stream through the cp.async pipeline, one k step (all of K) per column tile. Each
+thread keeps a running maximum and sum for its own columns (the sum is rescaled only when the
+maximum grows); the four lanes of a row merge theirs once, after the last column tile, with the
+same log-sum-exp rule. ``exp(s - max)`` is ``ex2.approx(fma(s, log2(e), -b))`` with ``b`` the
+rounded ``max * log2(e)`` (relative error below 2^-21; the rounding of ``b`` is one factor
+common to a row's numerators and its sum, so it cancels, and log_softmax subtracts it), and the
+write pass multiplies by the row's reciprocal sum instead of dividing (one more rounding of the
+f32 result, 2^-24 relative): both far inside the tolerance of any f16/bf16 result and of f32.
+When the kernel stores one 16-bit tensor contiguous along N, each warp stages its output tile
+in shared memory (the A band's space, free once the fragments are in registers) and writes it
+with coalesced, streaming 16-byte stores. Rows past M and columns past N are masked as in the
+generic template.
+
 NaN in a row makes the whole row NaN, as NumPy does; a row whose values are all ``-inf`` gives
 NaN too (0 / 0), also as NumPy does. A column tile that is all ``-inf`` (a masked block) adds
 nothing and leaves the running maximum unscaled.
@@ -26,10 +42,23 @@ import math
 
 from cuvil_dsl.codegen.base import rounds
 from cuvil_dsl.codegen.cuda import CudaKernel, Emitted, element_count, indent
-from cuvil_dsl.codegen.cuda_gemm import batch_offset, engine, operand
+from cuvil_dsl.codegen.cuda_gemm import MmaEngine, batch_offset, engine, operand
+from cuvil_dsl.codegen.cuda_lang import STORAGE
 from cuvil_dsl.passes import configs
 from cuvil_dsl.types import DType
 
+# Render 16-bit GEMM + softmax kernels with a short K as row bands (see the module docstring);
+# False keeps every GEMM + softmax on the generic template (benchmarks/ab_attention.py compares).
+ROW_BAND = True
+LOG2E = "1.4426950408889634f"
+BAND_HELPERS = r"""
+// 2^x by the MUFU (relative error below 2^-21; -inf -> 0, NaN -> NaN); subnormal results flush to 0.
+__device__ __forceinline__ float cvl_ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+"""
 
 
 class _GemmKernel:
@@ -42,9 +71,22 @@ class _GemmKernel:
         self.M, self.N = p.domain[-2], p.domain[-1]
         self.batch = element_count(p.domain[:-2])
         kind = "matmul_softmax" if self.softmax is not None else "matmul"
-        k.config = configs.sized_tiles(k.config, kind, configs.uses_tensor_cores(self.a.dtype, k.arch, k.tf32),
-                                       self.blocks, k.sm_count, self.a.depth)
-        self.eng = engine(k, self.a, self.b)
+        tensor_cores = configs.uses_tensor_cores(self.a.dtype, k.arch, k.tf32)
+        band = None
+        if ROW_BAND and self.softmax is not None and tensor_cores and self.a.dtype.itemsize == 2:
+            band = configs.row_band_config(k.config, self.a.depth, self.a.k_major, self.b.k_major, k.arch,
+                                           lambda bm: self.batch * -(-self.M // bm), k.sm_count)
+        self.band = band is not None
+        if band is not None:
+            k.config, stages = band
+            self.eng = eng = MmaEngine(k, self.a, self.b)
+            warps = k.config.block // 32
+            eng.w = configs.WarpLayout(warps, 1, k.config.tile_m // warps, k.config.tile_n)
+            eng.mi, eng.ni = eng.w.warp_m // 16, eng.w.warp_n // 8
+            eng.slots, eng.warps_n, eng.stages = eng.mi * 2, 1, stages
+        else:
+            k.config = configs.sized_tiles(k.config, kind, tensor_cores, self.blocks, k.sm_count, self.a.depth)
+            self.eng = engine(k, self.a, self.b)
         self.mt = -(-self.M // self.eng.bm)
         self.nt = -(-self.N // self.eng.bn)
         self.kt = -(-self.a.depth // self.eng.bk)
@@ -61,8 +103,10 @@ class _GemmKernel:
         rank = len(self.p.domain)
         return "m" if d == rank - 2 else "n" if d == rank - 1 else f"c{d}"
 
-    def walk(self, lines: list[str], stats: tuple[str, str] | None = None):
-        """A walk over one accumulator element; ``stats`` names the row max and sum arrays."""
+    def walk(self, lines: list[str], stats: tuple[str, str] | None = None, unrounded_softmax: bool = False):
+        """A walk over one accumulator element; ``stats`` names the row max and sum arrays (for
+        the row band: the max and ``row_norm``, the reciprocal sum or the log of the sum).
+        ``unrounded_softmax`` leaves the softmax value in f32 (its store rounds it the same way)."""
         k = self.k
         holder: dict = {}
 
@@ -74,16 +118,19 @@ class _GemmKernel:
                 x = holder["w"].value(self.softmax.args[0], m)
                 mx, total = f"{stats[0]}[slot]", f"{stats[1]}[slot]"
                 exp, log = k.lang.function("exp", self.dtype), k.lang.function("log", self.dtype)
-                if self.softmax.op == "softmax":
+                if self.band:
+                    expr = (f"cvl_ex2(fmaf({x}, {LOG2E}, -row_base[slot])) * {total}" if self.softmax.op == "softmax"
+                            else f"({x} - {mx}) - {total}")
+                elif self.softmax.op == "softmax":
                     expr = f"{exp}({x} - {mx}) / {total}"
                 else:
                     expr = f"({x} - {mx}) - {log}({total})"
-                return bind(self.softmax, expr)
+                return bind(self.softmax, expr, not unrounded_softmax)
             return None
 
-        def bind(op, expr: str) -> str:
+        def bind(op, expr: str, may_round: bool = True) -> str:
             name = k.fresh()
-            value = k.lang.round(expr, self.dtype) if rounds(op) else expr
+            value = k.lang.round(expr, self.dtype) if rounds(op) and may_round else expr
             lines.append(f"const {self.ctype} {name} = {value};")
             return name
 
@@ -195,7 +242,175 @@ class _GemmKernel:
             "    row_max[r] = top;", "    row_sum[r] = total;", "}",
         ]
 
+    # ------------------------------------------------------------------ the row-band template
+    def staged_store(self):
+        """The one store the write pass can stage through shared memory (a 16-bit tensor,
+        contiguous along N, rows 16-byte aligned), or None (then each element is stored)."""
+        if len(self.p.stores) != 1:
+            return None
+        s = self.p.stores[0]
+        rank = len(self.p.domain)
+        if self.k.dtype(s.value) not in (DType.F16, DType.BF16) or self.N % 8 or self.k.guard(s, self.coord):
+            return None
+        shape, strides = self.p.shape(s.value), self.p.strides(s.value)
+        axes = {d: (st, size) for d, st, size in zip(s.map, strides, shape) if d is not None and size > 1}
+        if axes.get(rank - 1) != (1, self.N) or rank - 2 not in axes and self.M > 1:
+            return None
+        return s if all(st % 8 == 0 for d, (st, _size) in axes.items() if d != rank - 1) else None
+
+    def band_guard(self) -> str | None:
+        """The bounds test an accumulator element needs (none when the tiles divide M and N)."""
+        tests = [f"m < {self.M}"] if self.M % self.eng.bm else []
+        tests += [f"n < {self.N}"] if self.N % self.eng.bn else []
+        return " && ".join(tests) or None
+
+    def guarded(self, body: list[str]) -> list[str]:
+        g = self.band_guard()
+        return [f"if ({g}) {{", *indent(body), "}"] if g else body
+
+    def render_band(self, entry: str) -> Emitted:
+        k, eng, a, b = self.k, self.eng, self.a, self.b
+        nt, S, mi, st = self.nt, eng.stages, eng.mi, eng.storage
+        ks = eng.bk // 16
+        steps = 2 * nt
+        band_elems = max(eng.tile_elems(a), eng.bm * (eng.bn + 8))
+        b_elems = eng.tile_elems(b)
+        neg_inf = k.lang.literal(-math.inf, self.dtype)
+        body = [
+            "extern __shared__ __align__(16) unsigned char cvl_smem[];",
+            f"{st}* const sa = reinterpret_cast<{st}*>(cvl_smem);  // the A band, later output staging",
+            f"{st}* const sb = sa + {band_elems};  // {S} B tiles",
+            "const int lane = threadIdx.x % 32;",
+            f"const int wm = threadIdx.x / 32 * {eng.w.warp_m};  // this warp's rows of the band",
+            "const int wn = 0;",
+            f"float acc[{mi}][{eng.ni}][4];",
+            f"unsigned af[{mi}][{ks}][4];  // the warp's A rows, all of K",
+            f"const int mt = blockIdx.x % {self.mt};", f"const int bz = blockIdx.x / {self.mt};",
+        ]
+        batch_shape = self.p.domain[:-2]
+        inner = 1
+        for d in reversed(range(len(batch_shape))):
+            div = f"bz / {inner}" if inner > 1 else "bz"
+            body.append(f"const int c{d} = ({div}) % {batch_shape[d]};")
+            inner *= batch_shape[d]
+        body += [f"const int m0 = mt * {eng.bm};",
+                 f"const {k.storage(a.buffer)}* pa = {a.pointer} + {batch_offset(k, a)};",
+                 f"const {k.storage(b.buffer)}* pb = {b.pointer} + {batch_offset(k, b)};",
+                 f"float row_max[{eng.slots}], row_sum[{eng.slots}], row_base[{eng.slots}], row_norm[{eng.slots}];",
+                 "#pragma unroll", f"for (int r = 0; r < {eng.slots}; ++r) {{",
+                 f"    row_max[r] = {neg_inf};", "    row_sum[r] = 0.0f;", "}"]
+
+        def load_b(stage: str, step: str) -> list[str]:
+            return eng.load(b, stage, f"({step}) % {nt} * {eng.bn}", "0", "pb")
+
+        body += eng.load(a, "0", "m0", "0", "pa") + ["cvl_cp_commit();"]
+        for i in range(S - 1):
+            body += [f"if ({i} < {steps}) {{", *indent(load_b(str(i), str(i))), "}", "cvl_cp_commit();"]
+        load_a, a_addr = eng.a_fragment("sa", "kq * 16")
+        body += [f"cvl_cp_wait<{S - 1}>();", "__syncthreads();",
+                 "#pragma unroll", f"for (int mi = 0; mi < {mi}; ++mi)",
+                 "#pragma unroll", f"    for (int kq = 0; kq < {ks}; ++kq) {load_a}(af[mi][kq], {a_addr});"]
+        compute = [f"const {st}* tb = sb + (step % {S}) * {b_elems};",
+                   "#pragma unroll", f"for (int kq = 0; kq < {ks}; ++kq) {{", f"    unsigned bf[{eng.ni}][2];",
+                   *indent(eng.b_fragments("tb", "kq * 16")),
+                   "#pragma unroll", f"    for (int mi = 0; mi < {mi}; ++mi)", "#pragma unroll",
+                   f"        for (int ni = 0; ni < {eng.ni}; ++ni) cvl_mma(acc[mi][ni], af[mi][kq], bf[ni]);", "}"]
+        epilogue = [f"const int n0 = step % {nt} * {eng.bn};",
+                    f"if (step < {nt}) {{", *indent(self.band_statistics(neg_inf)),
+                    f"    if (step == {nt - 1}) {{", *indent(self.band_merge(), 2), "    }",
+                    "} else {", *indent(self.band_write()), "}"]
+        loop = [f"cvl_cp_wait<{S - 2}>();", "__syncthreads();",
+                f"if (step + {S - 1} < {steps}) {{", *indent(load_b(f"(step + {S - 1}) % {S}", f"step + {S - 1}")),
+                "}", "cvl_cp_commit();", *eng.zero(), "{", *indent(compute), "}", *epilogue]
+        body += [f"for (int step = 0; step < {steps}; ++step) {{", *indent(loop), "}"]
+        lines = [*k.signature(entry, eng.threads), *indent(body), "}"]
+        shared = 2 * (band_elems + S * b_elems)
+        return Emitted(lines, (self.batch * self.mt, 1, 1), (eng.threads, 1, 1), shared,
+                       eng.helpers() + BAND_HELPERS)
+
+    def band_statistics(self, neg_inf: str) -> list[str]:
+        """Per thread: the tile's maximum of each row slot, the running sum rescaled when the
+        maximum grows, then the tile's exponentials added (no shuffles)."""
+        eng = self.eng
+        pre: list[str] = []
+        w = self.walk(pre)
+        x = w.value(self.softmax.args[0], self.p.layout.maps[self.softmax.args[0]])
+        # fmaxf drops NaN, but a NaN reaches the row's sum (and so every value of the row)
+        per_element = [f"float s = {neg_inf};", *self.guarded([*pre, f"s = {x};"]),
+                       "ACC = s;", "tile_max[slot] = fmaxf(tile_max[slot], s);"]
+        return [
+            f"float tile_max[{eng.slots}], base[{eng.slots}];",
+            "#pragma unroll", f"for (int r = 0; r < {eng.slots}; ++r) tile_max[r] = {neg_inf};",
+            *eng.elements("m0", "n0", per_element),
+            "#pragma unroll", f"for (int r = 0; r < {eng.slots}; ++r) {{",
+            "    const float top = fmaxf(row_max[r], tile_max[r]);",
+            f"    const float bl = __fmul_rn(top, {LOG2E});",
+            f"    if (row_max[r] != top) row_sum[r] *= cvl_ex2(__fmul_rn(row_max[r], {LOG2E}) - bl);",
+            "    row_max[r] = top;",
+            f"    base[r] = top == {neg_inf} ? 0.0f : bl;  // a row all -inf so far adds exp(-inf) = 0",
+            "}",
+            *eng.elements("m0", "n0", [f"row_sum[slot] += cvl_ex2(fmaf(ACC, {LOG2E}, -base[slot]));"]),
+        ]
+
+    def band_merge(self) -> list[str]:
+        """After the last column tile: the four lanes of each row merge maxima and sums."""
+        eng = self.eng
+        # the sum is of 2^(x * log2(e) - rnd(max * log2(e))) = e^(x - max) * 2^err, err the rounding
+        # of the base: the write pass divides the same factor out (softmax) or subtracts it (log_softmax)
+        log = self.k.lang.function("log", self.dtype)
+        norm = ("1.0f / total" if self.softmax.op == "softmax"
+                else f"{log}(total) - fmaf(top, {LOG2E}, -row_base[r]) * 0.6931471805599453f")
+        return [
+            "#pragma unroll", f"for (int r = 0; r < {eng.slots}; ++r) {{",
+            f"    const float top = cvl_warp_max(row_max[r], {eng.row_lanes});",
+            f"    row_base[r] = __fmul_rn(top, {LOG2E});",
+            "    const float part = row_max[r] == top ? row_sum[r]",
+            f"                       : row_sum[r] * cvl_ex2(__fmul_rn(row_max[r], {LOG2E}) - row_base[r]);",
+            f"    const float total = cvl_warp_sum(part, {eng.row_lanes});",
+            "    row_max[r] = top;", f"    row_norm[r] = {norm};", "}",
+        ]
+
+    def band_write(self) -> list[str]:
+        k, eng = self.k, self.eng
+        staged = self.staged_store()
+        if staged is None:
+            lines: list[str] = []
+            w = self.walk(lines, ("row_max", "row_norm"))
+            for s in self.p.stores:
+                lines += k.store_lines(s, w.value(s.value, s.map), self.coord)
+            return eng.elements("m0", "n0", self.guarded(lines))
+        pre: list[str] = []
+        w = self.walk(pre, ("row_max", "row_norm"), unrounded_softmax=staged.value == self.softmax.out)
+        value = w.value(staged.value, staged.map)
+        out = self.k.dtype(staged.value)
+        ost = STORAGE[out]
+        pair, pack = ("__half2", "__floats2half2_rn") if out is DType.F16 else ("__nv_bfloat162", "__floats2bfloat162_rn")
+        lds = eng.bn + 8
+        per_row = eng.bn // 8
+        iters = eng.w.warp_m * per_row // 32
+        target = f"{k.names[staged.value]}[{k.offset(staged.value, staged.map, self.coord)}]"
+        store = (f"__stcs(reinterpret_cast<uint4*>(&{target}), "
+                 f"*reinterpret_cast<const uint4*>(so + (wm + r) * {lds} + c % {per_row} * 8));")
+        guard = " && ".join(([f"m < {self.M}"] if self.M % eng.bm else []) + ([f"n < {self.N}"] if self.N % eng.bn else []))
+        return [
+            *eng.elements("m0", "n0", self.guarded([*pre, f"ACC = {value};"])),
+            f"{ost}* const so = reinterpret_cast<{ost}*>(cvl_smem);  // the warp's rows of the band",
+            "__syncwarp();  // the warp's previous tile is out of the staging rows",
+            "#pragma unroll", f"for (int mi = 0; mi < {eng.mi}; ++mi)",
+            "#pragma unroll", f"for (int ni = 0; ni < {eng.ni}; ++ni)",
+            "#pragma unroll", "for (int h = 0; h < 2; ++h)",
+            f"    *reinterpret_cast<{pair}*>(so + (wm + mi * 16 + h * 8 + lane / 4) * {lds} + ni * 8 + lane % 4 * 2) =",
+            f"        {pack}(acc[mi][ni][h * 2], acc[mi][ni][h * 2 + 1]);",
+            "__syncwarp();",
+            "#pragma unroll", f"for (int i = 0; i < {iters}; ++i) {{",
+            "    const int c = i * 32 + lane;", f"    const int r = c / {per_row};",
+            "    const int m = m0 + wm + r;", f"    const int n = n0 + c % {per_row} * 8;",
+            *(indent([f"if ({guard}) {store}"]) if guard else indent([store])), "}",
+        ]
+
 
 def render(k: CudaKernel, entry: str) -> Emitted:
     g = _GemmKernel(k)
+    if g.band:
+        return g.render_band(entry)
     return g.render_softmax(entry) if g.softmax is not None else g.render_plain(entry)

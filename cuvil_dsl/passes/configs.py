@@ -162,6 +162,51 @@ def sized_tiles(config: KernelConfig, kind: str, tensor_cores: bool, blocks: Cal
     return replace(config, tile_m=bm, tile_n=bn, tile_k=bk, block=threads)
 
 
+# The row-band GEMM + softmax kernel (16-bit operands, K of at most ROW_BAND_MAX_DEPTH): one warp
+# per 16 rows and all columns, the A band held in registers, B streamed in one k step per column
+# tile. Tiles from largest to smallest (rows per block, threads), chosen like TILE_LADDER.
+ROW_BAND_LADDER = ((128, 256), (64, 128), (32, 64), (16, 32))
+ROW_BAND_N = 64  # columns per tile
+ROW_BAND_MAX_DEPTH = 128
+ROW_BAND_MAX_ACC = 2048  # accumulators per warp (64 a thread: the A band and statistics need the rest)
+ROW_BAND_THREADS_PER_SM = 512  # launch bounds ask for this many resident threads (<= 128 registers)
+
+
+def row_band_smem(bm: int, bn: int, depth: int, stages: int, a_k_major: bool, b_k_major: bool) -> int:
+    """Bytes: the A band (later reused to stage output tiles) and ``stages`` B tiles."""
+    band = max(operand_tile_elems(bm, depth, 2, a_k_major), bm * (bn + 8))
+    return 2 * (band + stages * operand_tile_elems(bn, depth, 2, b_k_major))
+
+
+def row_band_config(config: KernelConfig, depth: int, a_k_major: bool, b_k_major: bool, arch: str,
+                    blocks: Callable[[int], int], sm_count: int) -> tuple[KernelConfig, int] | None:
+    """The row-band tile and pipeline depth for a 16-bit GEMM + softmax of this K, or None when
+    the generic template must run it (K too deep, or a spec tile whose warps split columns).
+    ``tile_k`` becomes K rounded up to 16 (one k step per column tile); an overridden ``tile.k``
+    is not used by this template."""
+    dp = -(-depth // 16) * 16
+    if dp > ROW_BAND_MAX_DEPTH:
+        return None
+    if "tile" in config.overridden or "block" in config.overridden:
+        bm, bn, threads = config.tile_m, config.tile_n, config.block
+        warps = threads // 32
+        if bm % warps or bm // warps not in (16, 32) or bn % 16 or bm // warps * bn > ROW_BAND_MAX_ACC:
+            return None
+    else:
+        bm, threads = next((t for t in ROW_BAND_LADDER if blocks(t[0]) >= sm_count), ROW_BAND_LADDER[-1])
+        bn = ROW_BAND_N
+    per_sm = max(1, ROW_BAND_THREADS_PER_SM // threads)
+    fits = [s for s in (4, 3, 2) if row_band_smem(bm, bn, dp, s, a_k_major, b_k_major) <= SMEM_LIMIT]
+    fits = fits or [s for s in (4, 3, 2)
+                    if per_sm * row_band_smem(bm, bn, dp, s, a_k_major, b_k_major) <= smem_limit(arch)]
+    if not fits:
+        return None
+    # resident blocks the launch bounds ask for: ROW_BAND_THREADS_PER_SM threads, as shared memory allows
+    per_sm = max(1, min(per_sm, smem_limit(arch) // row_band_smem(bm, bn, dp, fits[0], a_k_major, b_k_major)))
+    min_blocks = config.min_blocks if "launch_bounds" in config.overridden else per_sm
+    return replace(config, tile_m=bm, tile_n=bn, tile_k=dp, block=threads, min_blocks=min_blocks), fits[0]
+
+
 def resolve(config: KernelConfig, kind: str, dtype: DType, arch: str, tf32: bool) -> KernelConfig:
     """The defaults of the template that will run, with the spec's overrides on top."""
     base = default_config(kind, dtype, arch, tf32)

@@ -69,7 +69,7 @@ def test_barrier_counts_match_the_templates(built, case, kernel, expected):
 
 @pytest.mark.parametrize("case,kernel,expected", [
     ("specs/gemm_bias_gelu", "gemm_epilogue", 1),  # one per k step
-    ("specs/attention_scores", "qk_softmax", 2),  # one per k step, one to merge the warps' row statistics
+    ("specs/attention_scores", "qk_softmax", 2),  # row band: one per column tile, one before the A fragments
 ])
 def test_tensor_core_pipeline_has_one_barrier_per_step(built, case, kernel, expected):
     source = built("sm_90")[(case, kernel)].kernel.source

@@ -107,7 +107,14 @@ __device__ __forceinline__ void cvl_mma(float (&d)[4], const unsigned (&a)[4], c
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-extern "C" __global__ void __launch_bounds__(128, 1) cvl_masked(
+// 2^x by the MUFU (relative error below 2^-21; -inf -> 0, NaN -> NaN); subnormal results flush to 0.
+__device__ __forceinline__ float cvl_ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+extern "C" __global__ void __launch_bounds__(32, 5) cvl_masked(
     const __half* __restrict__ b0,  // k: f16[B, N, D] input
     const __half* __restrict__ b1,  // q: f16[B, M, D] input
     const unsigned char* __restrict__ b2,  // causal: bool[M, N] input
@@ -116,49 +123,45 @@ extern "C" __global__ void __launch_bounds__(128, 1) cvl_masked(
     float u1  // %7: f16[] scalar
 ) {
     extern __shared__ __align__(16) unsigned char cvl_smem[];
-    __half* const sa = reinterpret_cast<__half*>(cvl_smem);
-    __half* const sb = sa + 4608;
+    __half* const sa = reinterpret_cast<__half*>(cvl_smem);  // the A band, later output staging
+    __half* const sb = sa + 1152;  // 4 B tiles
     const int lane = threadIdx.x % 32;
-    const int wm = (threadIdx.x / 32) / 4 * 16;
-    const int wn = (threadIdx.x / 32) % 4 * 16;
-    float acc[1][2][4];
+    const int wm = threadIdx.x / 32 * 16;  // this warp's rows of the band
+    const int wn = 0;
+    float acc[1][8][4];
+    unsigned af[1][4][4];  // the warp's A rows, all of K
     const int mt = blockIdx.x % 5;
     const int bz = blockIdx.x / 5;
     const int c0 = (bz) % 2;
     const int m0 = mt * 16;
     const __half* pa = b1 + (int)c0 * 4480;
     const __half* pb = b0 + (int)c0 * 19200;
-    #pragma unroll
-    for (int mi = 0; mi < 1; ++mi)
-    #pragma unroll
-        for (int ni = 0; ni < 2; ++ni)
-    #pragma unroll
-            for (int q = 0; q < 4; ++q) acc[mi][ni][q] = 0.0f;
-    float row_max[2], row_sum[2];
+    float row_max[2], row_sum[2], row_base[2], row_norm[2];
     #pragma unroll
     for (int r = 0; r < 2; ++r) {
         row_max[r] = (-__int_as_float(0x7f800000));
-        row_sum[r] = 0;
+        row_sum[r] = 0.0f;
     }
+    #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int c = i * 32 + threadIdx.x;
+        const int r = c / 8;
+        const int cc = c % 8 * 8;
+        const int gmn = m0 + r;
+        const int gk = 0 + cc;
+        const bool ok = gmn < 70 && gk < 64;
+        __half* dst = sa + (0) * 1152 + r * 72 + cc;
+        cvl_cp_async16(dst, ok ? pa + (int)gmn * 64 + (int)gk * 1 : pa, ok);
+    }
+    cvl_cp_commit();
     if (0 < 10) {
         #pragma unroll
-        for (int i = 0; i < 1; ++i) {
-            const int c = i * 128 + threadIdx.x;
+        for (int i = 0; i < 16; ++i) {
+            const int c = i * 32 + threadIdx.x;
             const int r = c / 8;
             const int cc = c % 8 * 8;
-            const int gmn = m0 + r;
-            const int gk = (0) % 1 * 64 + cc;
-            const bool ok = gmn < 70 && gk < 64;
-            __half* dst = sa + (0) * 1152 + r * 72 + cc;
-            cvl_cp_async16(dst, ok ? pa + (int)gmn * 64 + (int)gk * 1 : pa, ok);
-        }
-        #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int c = i * 128 + threadIdx.x;
-            const int r = c / 8;
-            const int cc = c % 8 * 8;
-            const int gmn = (0) / 1 % 5 * 64 + r;
-            const int gk = (0) % 1 * 64 + cc;
+            const int gmn = (0) % 5 * 64 + r;
+            const int gk = 0 + cc;
             const bool ok = gmn < 300 && gk < 64;
             __half* dst = sb + (0) * 4608 + r * 72 + cc;
             cvl_cp_async16(dst, ok ? pb + (int)gmn * 64 + (int)gk * 1 : pb, ok);
@@ -167,23 +170,12 @@ extern "C" __global__ void __launch_bounds__(128, 1) cvl_masked(
     cvl_cp_commit();
     if (1 < 10) {
         #pragma unroll
-        for (int i = 0; i < 1; ++i) {
-            const int c = i * 128 + threadIdx.x;
+        for (int i = 0; i < 16; ++i) {
+            const int c = i * 32 + threadIdx.x;
             const int r = c / 8;
             const int cc = c % 8 * 8;
-            const int gmn = m0 + r;
-            const int gk = (1) % 1 * 64 + cc;
-            const bool ok = gmn < 70 && gk < 64;
-            __half* dst = sa + (1) * 1152 + r * 72 + cc;
-            cvl_cp_async16(dst, ok ? pa + (int)gmn * 64 + (int)gk * 1 : pa, ok);
-        }
-        #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int c = i * 128 + threadIdx.x;
-            const int r = c / 8;
-            const int cc = c % 8 * 8;
-            const int gmn = (1) / 1 % 5 * 64 + r;
-            const int gk = (1) % 1 * 64 + cc;
+            const int gmn = (1) % 5 * 64 + r;
+            const int gk = 0 + cc;
             const bool ok = gmn < 300 && gk < 64;
             __half* dst = sb + (1) * 4608 + r * 72 + cc;
             cvl_cp_async16(dst, ok ? pb + (int)gmn * 64 + (int)gk * 1 : pb, ok);
@@ -192,183 +184,147 @@ extern "C" __global__ void __launch_bounds__(128, 1) cvl_masked(
     cvl_cp_commit();
     if (2 < 10) {
         #pragma unroll
-        for (int i = 0; i < 1; ++i) {
-            const int c = i * 128 + threadIdx.x;
+        for (int i = 0; i < 16; ++i) {
+            const int c = i * 32 + threadIdx.x;
             const int r = c / 8;
             const int cc = c % 8 * 8;
-            const int gmn = m0 + r;
-            const int gk = (2) % 1 * 64 + cc;
-            const bool ok = gmn < 70 && gk < 64;
-            __half* dst = sa + (2) * 1152 + r * 72 + cc;
-            cvl_cp_async16(dst, ok ? pa + (int)gmn * 64 + (int)gk * 1 : pa, ok);
-        }
-        #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int c = i * 128 + threadIdx.x;
-            const int r = c / 8;
-            const int cc = c % 8 * 8;
-            const int gmn = (2) / 1 % 5 * 64 + r;
-            const int gk = (2) % 1 * 64 + cc;
+            const int gmn = (2) % 5 * 64 + r;
+            const int gk = 0 + cc;
             const bool ok = gmn < 300 && gk < 64;
             __half* dst = sb + (2) * 4608 + r * 72 + cc;
             cvl_cp_async16(dst, ok ? pb + (int)gmn * 64 + (int)gk * 1 : pb, ok);
         }
     }
     cvl_cp_commit();
+    cvl_cp_wait<3>();
+    __syncthreads();
+    #pragma unroll
+    for (int mi = 0; mi < 1; ++mi)
+    #pragma unroll
+        for (int kq = 0; kq < 4; ++kq) cvl_ldsm_x4(af[mi][kq], sa + (wm + mi * 16 + (lane / 8) % 2 * 8 + lane % 8) * 72 + kq * 16 + lane / 16 * 8);
     for (int step = 0; step < 10; ++step) {
         cvl_cp_wait<2>();
         __syncthreads();
         if (step + 3 < 10) {
             #pragma unroll
-            for (int i = 0; i < 1; ++i) {
-                const int c = i * 128 + threadIdx.x;
+            for (int i = 0; i < 16; ++i) {
+                const int c = i * 32 + threadIdx.x;
                 const int r = c / 8;
                 const int cc = c % 8 * 8;
-                const int gmn = m0 + r;
-                const int gk = ((step + 3)) % 1 * 64 + cc;
-                const bool ok = gmn < 70 && gk < 64;
-                __half* dst = sa + ((step + 3) % 4) * 1152 + r * 72 + cc;
-                cvl_cp_async16(dst, ok ? pa + (int)gmn * 64 + (int)gk * 1 : pa, ok);
-            }
-            #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int c = i * 128 + threadIdx.x;
-                const int r = c / 8;
-                const int cc = c % 8 * 8;
-                const int gmn = ((step + 3)) / 1 % 5 * 64 + r;
-                const int gk = ((step + 3)) % 1 * 64 + cc;
+                const int gmn = (step + 3) % 5 * 64 + r;
+                const int gk = 0 + cc;
                 const bool ok = gmn < 300 && gk < 64;
                 __half* dst = sb + ((step + 3) % 4) * 4608 + r * 72 + cc;
                 cvl_cp_async16(dst, ok ? pb + (int)gmn * 64 + (int)gk * 1 : pb, ok);
             }
         }
         cvl_cp_commit();
+        #pragma unroll
+        for (int mi = 0; mi < 1; ++mi)
+        #pragma unroll
+            for (int ni = 0; ni < 8; ++ni)
+        #pragma unroll
+                for (int q = 0; q < 4; ++q) acc[mi][ni][q] = 0.0f;
         {
-            const __half* ta = sa + (step % 4) * 1152;
             const __half* tb = sb + (step % 4) * 4608;
             #pragma unroll
-            for (int kk = 0; kk < 64; kk += 16) {
-                unsigned af[1][4];
-                unsigned bf[2][2];
+            for (int kq = 0; kq < 4; ++kq) {
+                unsigned bf[8][2];
                 #pragma unroll
-                for (int mi = 0; mi < 1; ++mi) cvl_ldsm_x4(af[mi], ta + (wm + mi * 16 + (lane / 8) % 2 * 8 + lane % 8) * 72 + kk + lane / 16 * 8);
-                #pragma unroll
-                for (int nj = 0; nj < 1; ++nj) {
+                for (int nj = 0; nj < 4; ++nj) {
                     unsigned r[4];
-                    cvl_ldsm_x4(r, tb + (wn + nj * 16 + lane / 16 * 8 + lane % 8) * 72 + kk + (lane / 8) % 2 * 8);
+                    cvl_ldsm_x4(r, tb + (wn + nj * 16 + lane / 16 * 8 + lane % 8) * 72 + kq * 16 + (lane / 8) % 2 * 8);
                     bf[2 * nj][0] = r[0]; bf[2 * nj][1] = r[1];
                     bf[2 * nj + 1][0] = r[2]; bf[2 * nj + 1][1] = r[3];
                 }
             #pragma unroll
                 for (int mi = 0; mi < 1; ++mi)
             #pragma unroll
-                    for (int ni = 0; ni < 2; ++ni) cvl_mma(acc[mi][ni], af[mi], bf[ni]);
+                    for (int ni = 0; ni < 8; ++ni) cvl_mma(acc[mi][ni], af[mi][kq], bf[ni]);
             }
         }
-        if (step % 1 == 0) {
-            const int n0 = step / 1 % 5 * 64;
-            if (step < 5) {
-                float tile_max[2], tile_sum[2], rescale[2];
-                #pragma unroll
-                for (int r = 0; r < 2; ++r) { tile_max[r] = (-__int_as_float(0x7f800000)); tile_sum[r] = 0; }
-                #pragma unroll
-                for (int mi = 0; mi < 1; ++mi)
-                #pragma unroll
-                for (int ni = 0; ni < 2; ++ni)
-                #pragma unroll
-                for (int h = 0; h < 2; ++h)
-                #pragma unroll
-                for (int q = 0; q < 2; ++q) {
-                    const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
-                    const int n = n0 + wn + ni * 8 + lane % 4 * 2 + q;
-                    const int slot = mi * 2 + h;
-                    float& ACC = acc[mi][ni][h * 2 + q];
-                    float s = (-__int_as_float(0x7f800000));
-                    if (m < 70 && n < 300) {
-                        const float t1 = ACC;
-                        const float t2 = cvl_f16((t1 * u0));
-                        const float t3 = ((b2[m * 300 + n] != 0) ? t2 : u1);
-                        s = t3;
-                    }
-                    ACC = s;
-                    tile_max[slot] = cvl_max(tile_max[slot], s);
+        const int n0 = step % 5 * 64;
+        if (step < 5) {
+            float tile_max[2], base[2];
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) tile_max[r] = (-__int_as_float(0x7f800000));
+            #pragma unroll
+            for (int mi = 0; mi < 1; ++mi)
+            #pragma unroll
+            for (int ni = 0; ni < 8; ++ni)
+            #pragma unroll
+            for (int h = 0; h < 2; ++h)
+            #pragma unroll
+            for (int q = 0; q < 2; ++q) {
+                const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
+                const int n = n0 + wn + ni * 8 + lane % 4 * 2 + q;
+                const int slot = mi * 2 + h;
+                float& ACC = acc[mi][ni][h * 2 + q];
+                float s = (-__int_as_float(0x7f800000));
+                if (m < 70 && n < 300) {
+                    const float t1 = ACC;
+                    const float t2 = cvl_f16((t1 * u0));
+                    const float t3 = ((b2[m * 300 + n] != 0) ? t2 : u1);
+                    s = t3;
                 }
-                #pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const float top = cvl_max(row_max[r], cvl_warp_max(tile_max[r], 4));
-                    rescale[r] = row_max[r] == top ? 1 : expf(row_max[r] - top);
-                    row_max[r] = top;
-                }
-                #pragma unroll
-                for (int mi = 0; mi < 1; ++mi)
-                #pragma unroll
-                for (int ni = 0; ni < 2; ++ni)
-                #pragma unroll
-                for (int h = 0; h < 2; ++h)
-                #pragma unroll
-                for (int q = 0; q < 2; ++q) {
-                    const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
-                    const int n = n0 + wn + ni * 8 + lane % 4 * 2 + q;
-                    const int slot = mi * 2 + h;
-                    float& ACC = acc[mi][ni][h * 2 + q];
-                    tile_sum[slot] += ACC == (-__int_as_float(0x7f800000)) ? 0 : expf(ACC - row_max[slot]);
-                }
-                #pragma unroll
-                for (int r = 0; r < 2; ++r)
-                    row_sum[r] = row_sum[r] * rescale[r] + cvl_warp_sum(tile_sum[r], 4);
-                if (step == 4) {
-                    __shared__ float warp_max[4][16], warp_sum[4][16];
-                    #pragma unroll
-                    for (int r = 0; r < 2; ++r) {
-                        if (lane % 4 == 0) {
-                            warp_max[(threadIdx.x / 32 % 4)][(wm + (r) / 2 * 16 + (r) % 2 * 8 + lane / 4)] = row_max[r];
-                            warp_sum[(threadIdx.x / 32 % 4)][(wm + (r) / 2 * 16 + (r) % 2 * 8 + lane / 4)] = row_sum[r];
-                        }
-                    }
-                    __syncthreads();
-                    #pragma unroll
-                    for (int r = 0; r < 2; ++r) {
-                        float top = warp_max[0][(wm + (r) / 2 * 16 + (r) % 2 * 8 + lane / 4)];
-                    #pragma unroll
-                        for (int w = 1; w < 4; ++w) top = cvl_max(top, warp_max[w][(wm + (r) / 2 * 16 + (r) % 2 * 8 + lane / 4)]);
-                        float total = 0;
-                    #pragma unroll
-                        for (int w = 0; w < 4; ++w) {
-                            const float m = warp_max[w][(wm + (r) / 2 * 16 + (r) % 2 * 8 + lane / 4)];
-                            total += warp_sum[w][(wm + (r) / 2 * 16 + (r) % 2 * 8 + lane / 4)] * (m == top ? 1 : expf(m - top));
-                        }
-                        row_max[r] = top;
-                        row_sum[r] = total;
-                    }
-                }
-            } else {
-                #pragma unroll
-                for (int mi = 0; mi < 1; ++mi)
-                #pragma unroll
-                for (int ni = 0; ni < 2; ++ni)
-                #pragma unroll
-                for (int h = 0; h < 2; ++h)
-                #pragma unroll
-                for (int q = 0; q < 2; ++q) {
-                    const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
-                    const int n = n0 + wn + ni * 8 + lane % 4 * 2 + q;
-                    const int slot = mi * 2 + h;
-                    float& ACC = acc[mi][ni][h * 2 + q];
-                    if (m < 70 && n < 300) {
-                        const float t4 = ACC;
-                        const float t5 = cvl_f16((t4 * u0));
-                        const float t6 = ((b2[m * 300 + n] != 0) ? t5 : u1);
-                        const float t7 = cvl_f16(expf(t6 - row_max[slot]) / row_sum[slot]);
-                        b3[c0 * 21000 + m * 300 + n] = __float2half_rn(t7);
-                    }
-                }
+                ACC = s;
+                tile_max[slot] = fmaxf(tile_max[slot], s);
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const float top = fmaxf(row_max[r], tile_max[r]);
+                const float bl = __fmul_rn(top, 1.4426950408889634f);
+                if (row_max[r] != top) row_sum[r] *= cvl_ex2(__fmul_rn(row_max[r], 1.4426950408889634f) - bl);
+                row_max[r] = top;
+                base[r] = top == (-__int_as_float(0x7f800000)) ? 0.0f : bl;  // a row all -inf so far adds exp(-inf) = 0
             }
             #pragma unroll
             for (int mi = 0; mi < 1; ++mi)
             #pragma unroll
-                for (int ni = 0; ni < 2; ++ni)
+            for (int ni = 0; ni < 8; ++ni)
             #pragma unroll
-                    for (int q = 0; q < 4; ++q) acc[mi][ni][q] = 0.0f;
+            for (int h = 0; h < 2; ++h)
+            #pragma unroll
+            for (int q = 0; q < 2; ++q) {
+                const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
+                const int n = n0 + wn + ni * 8 + lane % 4 * 2 + q;
+                const int slot = mi * 2 + h;
+                float& ACC = acc[mi][ni][h * 2 + q];
+                row_sum[slot] += cvl_ex2(fmaf(ACC, 1.4426950408889634f, -base[slot]));
+            }
+            if (step == 4) {
+                #pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const float top = cvl_warp_max(row_max[r], 4);
+                    row_base[r] = __fmul_rn(top, 1.4426950408889634f);
+                    const float part = row_max[r] == top ? row_sum[r]
+                                       : row_sum[r] * cvl_ex2(__fmul_rn(row_max[r], 1.4426950408889634f) - row_base[r]);
+                    const float total = cvl_warp_sum(part, 4);
+                    row_max[r] = top;
+                    row_norm[r] = 1.0f / total;
+                }
+            }
+        } else {
+            #pragma unroll
+            for (int mi = 0; mi < 1; ++mi)
+            #pragma unroll
+            for (int ni = 0; ni < 8; ++ni)
+            #pragma unroll
+            for (int h = 0; h < 2; ++h)
+            #pragma unroll
+            for (int q = 0; q < 2; ++q) {
+                const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
+                const int n = n0 + wn + ni * 8 + lane % 4 * 2 + q;
+                const int slot = mi * 2 + h;
+                float& ACC = acc[mi][ni][h * 2 + q];
+                if (m < 70 && n < 300) {
+                    const float t4 = ACC;
+                    const float t5 = cvl_f16((t4 * u0));
+                    const float t6 = ((b2[m * 300 + n] != 0) ? t5 : u1);
+                    const float t7 = cvl_f16(cvl_ex2(fmaf(t6, 1.4426950408889634f, -row_base[slot])) * row_norm[slot]);
+                    b3[c0 * 21000 + m * 300 + n] = __float2half_rn(t7);
+                }
+            }
         }
     }
 }

@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""A/B of the two GEMM + softmax templates on the GPU: the row band (``cuda_matmul.ROW_BAND``,
+the default for 16-bit operands with K <= 128) against the generic template it replaced.
+
+For each case the pipeline is loaded and bound as ``cuvil-dsl run`` does, planned, rendered with
+the switch on and off, compiled (NVRTC, the compile service) and launched with CuPy in plan
+order on fresh random inputs; results are checked against the float64 reference
+(``cuvil_dsl.reference.execute``; for batches over 4, the first 2 batch entries) within the
+spec's tolerances, then the GEMM + softmax kernels are timed with CUDA events: warm-up, a
+256 MiB write between samples to flush L2, the median of ``--samples`` (>= 50).
+
+    python3 benchmarks/ab_attention.py [--samples 100]   # writes $OUT/ab_attention.md when OUT is set
+
+Exit status: 0 when every case matches its reference with both templates, 1 when one does not,
+2 when there is no GPU (nothing is run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+ODD_BF16 = """# a bf16 case of odd sizes: M and N not multiples of any tile, K = 40 padded to 48
+pipeline attn_bf16_odd(q: bf16[B, M, D], k: bf16[B, N, D]) -> p: bf16[B, M, N] {
+    kernel scores {
+        p = softmax(q @ k.T * 0.125, axis=-1)
+    }
+}
+"""
+ODD_BF16_SPEC = """pipeline: attn_bf16_odd.cuvil
+shapes: {B: 8, M: 1000, N: 1000, D: 40}
+check: {rtol: 1.6e-2, atol: 1.6e-2}
+"""
+
+
+def cases(tmp: Path) -> list[tuple[str, Path]]:
+    (tmp / "attn_bf16_odd.cuvil").write_text(ODD_BF16)
+    (tmp / "attn_bf16_odd.yaml").write_text(ODD_BF16_SPEC)
+    return [
+        ("attention_f16 [32, 2048, 2048], D 64", ROOT / "benchmarks" / "attention_f16.yaml"),
+        ("attention_scores [4, 256, 256]", ROOT / "specs" / "attention_scores.yaml"),
+        ("masked_attention [4, 256, 256]", ROOT / "specs" / "masked_attention.yaml"),
+        ("bf16 odd [8, 1000, 1000], D 40", tmp / "attn_bf16_odd.yaml"),
+        ("programs/attention_f16 (masks, log_softmax)", ROOT / "tests" / "codegen" / "programs" / "attention_f16.yaml"),
+    ]
+
+
+def load(path: Path):
+    from cuvil_dsl.frontend import check_file
+    from cuvil_dsl.spec.binding import bind, select_pipeline
+    from cuvil_dsl.spec.loader import load_spec
+
+    loaded = load_spec(path)
+    checked = check_file(loaded.pipeline_path)
+    assert checked.ok, [str(d) for d in checked.diagnostics]
+    pipeline = select_pipeline(loaded, checked.module)
+    return loaded, pipeline, bind(loaded, pipeline)
+
+
+def fresh_inputs(binding, pipeline, seed: int) -> dict[str, np.ndarray]:
+    """The spec's inputs (positions stay aranges), floats replaced by fresh normal values."""
+    from cuvil_dsl.spec.inputs import make_inputs
+
+    rng = np.random.default_rng(seed)
+    arrays = make_inputs(binding, pipeline)
+    for name, a in arrays.items():
+        if a.dtype.kind == "f" or str(a.dtype) == "bfloat16":
+            arrays[name] = rng.standard_normal(a.shape).astype(a.dtype)
+    return arrays
+
+
+def matches(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> tuple[bool, float]:
+    """LANGUAGE.md section 7's check; also the largest error relative to the tolerance."""
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    if g.shape != w.shape or not (np.isnan(g) == np.isnan(w)).all():
+        return False, float("inf")
+    finite = np.isfinite(w)
+    if not (g[~finite & ~np.isnan(w)] == w[~finite & ~np.isnan(w)]).all():
+        return False, float("inf")
+    scale = max(1.0, float(np.max(np.abs(w[finite]))) if finite.any() else 1.0)
+    allowed = atol * scale + rtol * np.abs(w[finite])
+    worst = float(np.max(np.abs(g[finite] - w[finite]) / allowed)) if finite.any() else 0.0
+    return worst <= 1.0, worst
+
+
+class Built:
+    """One case rendered with one template, compiled, loaded and bound to device buffers."""
+
+    def __init__(self, loaded, pipeline, binding, host: dict, row_band: bool, arch: str):
+        import cupy
+        from cupy_backends.cuda.api import driver
+
+        from cuvil_dsl.codegen import cuda_matmul, render_cuda
+        from cuvil_dsl.compile import CompileUnit, compile_units
+        from cuvil_dsl.passes import plan_pipeline
+        from cuvil_dsl.reference.executor import eval_op
+        from cuvil_dsl.types import DType, concrete_shape
+
+        tf32 = loaded.spec.target.tf32
+        cuda_matmul.ROW_BAND = row_band
+        try:
+            plan, diags = plan_pipeline(pipeline, dict(loaded.spec.kernels), arch)
+            assert not [d for d in diags if d.is_error], diags
+            sizes = binding.sizes
+            rendered = render_cuda(plan, sizes, arch, tf32=tf32)
+        finally:
+            cuda_matmul.ROW_BAND = True
+        units = compile_units([CompileUnit(k.entry, k.source, (k.entry,), k.options) for k in rendered], arch)
+        self.pipeline, self.dtypes = pipeline, {}
+
+        def device(a, dtype):
+            if dtype is DType.BF16:
+                return cupy.asarray(a.view(np.uint16))
+            if dtype is DType.BOOL:
+                return cupy.asarray(a.astype(np.uint8))
+            return cupy.asarray(a)
+
+        def poisoned(shape, dtype):
+            if dtype in (DType.F16, DType.F32, DType.F64):
+                return cupy.full(shape, np.nan, dtype=dtype.numpy)
+            storage = {DType.BF16: np.uint16, DType.BOOL: np.uint8, DType.I32: np.int32}[dtype]
+            return cupy.full(shape, np.iinfo(storage).max, dtype=storage)
+
+        self.buffers = {}
+        for b in plan.buffers:
+            self.dtypes[b.name] = b.type.dtype
+            self.buffers[b.name] = (device(host[b.name], b.type.dtype) if b.role == "input"
+                                    else poisoned(concrete_shape(b.type.shape, sizes), b.type.dtype))
+        env = dict(binding.params)
+        for op in plan.host_ops:
+            env[op.out] = eval_op(op, env)
+        types = pipeline.value_types()
+
+        def scalar(value, dtype):
+            item = value.item() if hasattr(value, "item") else value
+            if dtype in (DType.F16, DType.BF16, DType.F32):
+                return np.float32(item)
+            return np.float64(item) if dtype is DType.F64 else np.int32(int(item))
+
+        by_name = {k.name: (k, u) for k, u in zip(rendered, units)}
+        self.launches, self.resources = [], []
+        for fused in plan.kernels:
+            kernel, unit = by_name[fused.name]
+            module = cupy.cuda.function.Module()
+            module.load(unit.cubin)
+            fn = module.get_function(kernel.entry)
+            if kernel.shared_bytes > 48 * 1024:
+                driver.funcSetAttribute(fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                        kernel.shared_bytes)
+            args = tuple(self.buffers[a.name] if a.kind == "buffer" else scalar(env[a.name], types[a.name].dtype)
+                         for a in kernel.args)
+            timed = fused.kind == "matmul_softmax"
+            self.launches.append((kernel, module, fn, args, timed))
+            if timed:
+                r = unit.resources[kernel.entry]
+                self.resources.append(f"{kernel.name}: {r.registers} regs, {r.spill_bytes} B spilled, "
+                                      f"{kernel.shared_bytes} B smem, grid {kernel.grid[0]} x {kernel.block[0]}")
+
+    def run(self, only_timed: bool = False) -> None:
+        for kernel, _module, fn, args, timed in self.launches:
+            if timed or not only_timed:
+                fn(kernel.grid, kernel.block, args, shared_mem=kernel.shared_bytes)
+
+    def results(self) -> dict[str, np.ndarray]:
+        import cupy
+
+        from cuvil_dsl.types import DType
+
+        cupy.cuda.runtime.deviceSynchronize()
+        out = {}
+        for r in self.pipeline.results:
+            data = cupy.asnumpy(self.buffers[r.name])
+            dtype = self.dtypes[r.name]
+            out[r.name] = data.view(dtype.numpy) if dtype is DType.BF16 else data.astype(bool) if dtype is DType.BOOL else data
+        return out
+
+    def time_us(self, samples: int, flush) -> float:
+        import cupy
+
+        for _ in range(5):
+            self.run(only_timed=True)
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        times = []
+        for i in range(samples):
+            flush.fill(i & 0xFF)
+            start.record()
+            self.run(only_timed=True)
+            end.record()
+            end.synchronize()
+            times.append(cupy.cuda.get_elapsed_time(start, end) * 1000.0)
+        return statistics.median(times)
+
+
+def reference(pipeline, host: dict, params: dict, batch: int) -> tuple[dict, int | None]:
+    """The float64 results; for more than 4 batch entries only the first 2 (rank-3 inputs sliced)."""
+    from cuvil_dsl.reference import execute
+
+    if batch <= 4:
+        return execute(pipeline, host, params), None
+    sliced = {n: (a[:2] if a.ndim == 3 and a.shape[0] == batch else a) for n, a in host.items()}
+    return execute(pipeline, sliced, params), 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--samples", type=int, default=100)
+    args = parser.parse_args(argv)
+    samples = max(50, args.samples)
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            raise RuntimeError("no CUDA device")
+        from cuvil_dsl.runtime.device import device_arch
+
+        arch = device_arch()
+    except Exception as exc:  # no CuPy, no driver, no device
+        print(f"ab_attention: no GPU to run on ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return 2
+
+    t0 = time.perf_counter()
+    flush = cupy.empty(256 << 20, dtype=np.uint8)
+    rows, notes, ok_all = [], [], True
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, path in cases(Path(tmp)):
+            loaded, pipeline, binding = load(path)
+            host = fresh_inputs(binding, pipeline, seed=int(time.time()) & 0xFFFF)
+            batch = next((a.shape[0] for a in host.values() if a.ndim == 3), 1)
+            want, first = reference(pipeline, host, binding.params, batch)
+            timing, errors = {}, {}
+            for band in (True, False):
+                built = Built(loaded, pipeline, binding, host, band, arch)
+                built.run()
+                got = built.results()
+                worst = 0.0
+                for r in pipeline.results:
+                    rtol, atol = loaded.spec.check.tolerances(r.type.dtype, loaded.spec.target.tf32)
+                    g = got[r.name][:first] if first else got[r.name]
+                    good, err = matches(g, want[r.name], rtol, atol)
+                    worst = max(worst, err)
+                    if not good:
+                        ok_all = False
+                        notes.append(f"- MISMATCH {label} ({'row band' if band else 'generic'}) {r.name}: "
+                                     f"worst error {err:.3g} x tolerance")
+                errors[band] = worst
+                timing[band] = built.time_us(samples, flush)
+                notes.append(f"- {label}, {'row band' if band else 'generic'}: " + "; ".join(built.resources))
+            rows.append((label, timing[True], timing[False], errors[True], errors[False]))
+            print(f"{label}: row band {timing[True]:.1f} us, generic {timing[False]:.1f} us", file=sys.stderr)
+
+    props = cupy.cuda.runtime.getDeviceProperties(0)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    lines = [f"# GEMM + softmax: row band vs generic template ({name}, {arch}, "
+             f"{time.strftime('%Y-%m-%d')})", "",
+             f"CUDA events around the GEMM + softmax kernel(s) only, L2 flushed, median of {samples}; "
+             "error: the largest |got - want| as a fraction of the allowed tolerance (<= 1 passes).", "",
+             "| case | row band (us) | generic (us) | generic / row band | error row band | error generic |",
+             "|---|---|---|---|---|---|"]
+    for label, new, old, e_new, e_old in rows:
+        lines.append(f"| {label} | {new:.1f} | {old:.1f} | {old / new:.2f}x | {e_new:.3f} | {e_old:.3f} |")
+    lines += ["", *notes, "", f"total {time.perf_counter() - t0:.1f} s"]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"]).mkdir(parents=True, exist_ok=True)
+        (Path(os.environ["OUT"]) / "ab_attention.md").write_text(text)
+    return 0 if ok_all else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
