@@ -25,14 +25,12 @@ from pathlib import Path
 from typing import Mapping
 
 from cuvil_dsl.diagnostics import Span, UserError, error, raise_if_errors
-from cuvil_dsl.frontend import check_file
 from cuvil_dsl.ir import nodes as ir
 from cuvil_dsl.passes.plan import FusionPlan
 from cuvil_dsl.reference.executor import HostHooks
 from cuvil_dsl.runtime.base import Executor, Target
 from cuvil_dsl.runtime.binding import infer_sizes, resolve_params
 from cuvil_dsl.runtime.device import device_arch, gpu_available
-from cuvil_dsl.runtime.graphs import GraphCache
 from cuvil_dsl.runtime.interop import HOST_KINDS, Normalized, caller_stream, from_device, from_host, kind_of, normalize, to_host
 from cuvil_dsl.types import DType
 
@@ -45,10 +43,7 @@ def load(path: str | Path, entry: str | None = None) -> "Program":
 
     Raises :class:`UserError` with every diagnostic when the file has errors.
     """
-    checked = check_file(path)
-    if not checked.ok:
-        raise UserError(checked.diagnostics)
-    module = checked.module
+    module, diagnostics = checked_module(Path(path))
     pipeline = module.pipeline(entry)
     if pipeline is None:
         names = ", ".join(p.name for p in module.pipelines)
@@ -56,7 +51,102 @@ def load(path: str | Path, entry: str | None = None) -> "Program":
                    else f"no pipeline `{entry}` in `{path}` (it holds: {names})")
         span = module.pipelines[0].span if module.pipelines else Span.whole_file(str(path))
         raise UserError([error("E508", message, span)])
-    return Program(Path(path), module, pipeline, tuple(d for d in checked.diagnostics if not d.is_error))
+    return Program(Path(path), module, pipeline, tuple(d for d in diagnostics if not d.is_error))
+
+
+# -- checked modules, cached ---------------------------------------------------------------------
+#
+# A file that checks clean is kept as a pickle of its typed IR module and warnings in the cache
+# directory, keyed by its bytes, the path as given (spans carry it), and the sources of the
+# front end, the IR and the grammar. A hit skips importing Lark and the front end and parsing:
+# 60-100 ms of a warm start. Trust is the Lark grammar cache's: the directory is the user's own
+# (checked by ``disk_cache``) and only a regular file of this user is unpickled.
+
+_IR_CACHE_FORMAT = b"cuvil-ir 1"
+
+
+def _frontend_fingerprint() -> bytes:
+    """What the checker's output depends on besides the file: its own sources and the grammar."""
+    import hashlib
+
+    import cuvil_dsl
+
+    package = Path(cuvil_dsl.__file__).resolve().parent
+    digest = hashlib.sha256(_IR_CACHE_FORMAT + cuvil_dsl.__version__.encode())
+    files = [*sorted((package / "frontend").glob("*.py")), *sorted((package / "ir").glob("*.py")),
+             package / "types.py", package / "diagnostics.py"]
+    files += [p for p in (package / "grammars" / "cuvil.lark", package.parent / "grammars" / "cuvil.lark") if p.is_file()]
+    for f in files:
+        digest.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return digest.digest()
+
+
+def checked_module(path: Path) -> tuple[ir.Module, tuple]:
+    """The checked module of ``path`` and its diagnostics (warnings only); UserError on errors.
+
+    From the IR cache when the file, the path and the front end are unchanged."""
+    from cuvil_dsl.diagnostics import read_source_bytes
+
+    entry = None
+    raw = read_source_bytes(path)
+    if isinstance(raw, bytes):
+        entry = _ir_cache_entry(path, raw)
+        found = _ir_cache_load(entry) if entry is not None else None
+        if found is not None:
+            from cuvil_dsl.diagnostics import SOURCES
+
+            SOURCES.add(str(path), raw.decode("utf-8", "replace"))  # warnings show their line, as after a parse
+            return found
+    from cuvil_dsl.frontend import check_file
+
+    checked = check_file(path)
+    if not checked.ok:
+        raise UserError(checked.diagnostics)
+    if entry is not None:
+        _ir_cache_store(entry, (checked.module, checked.diagnostics))
+    return checked.module, checked.diagnostics
+
+
+def _ir_cache_entry(path: Path, raw: bytes) -> tuple[Path, bytes] | None:
+    import hashlib
+
+    from cuvil_dsl.compile.cache import disk_cache
+
+    cache = disk_cache()
+    if cache is None:
+        return None
+    key = hashlib.sha256(_frontend_fingerprint() + str(path).encode("utf-8", "surrogateescape") + b"\0" + raw).digest()
+    return cache.root / "ir" / f"{key.hex()[:40]}.pickle", key
+
+
+def _ir_cache_load(entry: tuple[Path, bytes]):
+    import pickle
+
+    from cuvil_dsl.compile.cache import _read_own_file
+
+    data = _read_own_file(entry[0])
+    if not isinstance(data, bytes):
+        return None
+    try:
+        key, module, diagnostics = pickle.loads(data)
+    except Exception:  # a torn or foreign file: a miss, rewritten below
+        return None
+    if key != entry[1] or not isinstance(module, ir.Module) or any(d.is_error for d in diagnostics):
+        return None
+    return module, tuple(diagnostics)
+
+
+def _ir_cache_store(entry: tuple[Path, bytes], value: tuple) -> None:
+    import pickle
+
+    from cuvil_dsl.compile.cache import atomic_write
+
+    try:
+        data = pickle.dumps((entry[1], *value), protocol=pickle.HIGHEST_PROTOCOL)
+        entry[0].parent.mkdir(mode=0o700, exist_ok=True)
+        atomic_write(entry[0], data, durable=False)
+    except Exception:  # an unpicklable value or an unwritable folder: no entry, nothing else changes
+        pass
 
 
 @dataclass(frozen=True)
@@ -155,7 +245,7 @@ class CompiledPipeline:
         self.target = target
         self.shapes = shapes
         self.hooks: HostHooks | None = HostHooks()  # host statements run on every call; None skips them
-        self.graphs = GraphCache()
+        self._graphs = None  # the CUDA backend's graph cache, made on first use (not imported for cpu)
         self._overrides = kernels
         self._copy_device = device_inputs == "copy"
         self._plan: FusionPlan | None = None
@@ -168,6 +258,15 @@ class CompiledPipeline:
     @property
     def backend(self) -> str:
         return self.target.backend
+
+    @property
+    def graphs(self):
+        """The :class:`~cuvil_dsl.runtime.graphs.GraphCache` the CUDA executors share."""
+        if self._graphs is None:
+            from cuvil_dsl.runtime.graphs import GraphCache
+
+            self._graphs = GraphCache()
+        return self._graphs
 
     @property
     def plan(self) -> FusionPlan:

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 
-from cuvil_dsl import frontend
 from cuvil_dsl.check import Comparison, compare
 from cuvil_dsl.diagnostics import Diagnostic, Span, UserError, error, raise_if_errors
 from cuvil_dsl.ir.nodes import Pipeline
@@ -80,10 +79,10 @@ def resolve_arch(loaded: LoadedSpec, backend: str, cli_arch: str | None, device:
 
 
 def load_pipeline(loaded: LoadedSpec) -> tuple[Pipeline, tuple[Diagnostic, ...]]:
-    checked = frontend.check_file(loaded.pipeline_path)
-    raise_if_errors(checked.diagnostics)
-    assert checked.module is not None
-    return select_pipeline(loaded, checked.module), checked.diagnostics
+    from cuvil_dsl.api import checked_module  # from the IR cache when nothing changed
+
+    module, diagnostics = checked_module(Path(loaded.pipeline_path))
+    return select_pipeline(loaded, module), diagnostics
 
 
 def open_spec(path: str | Path, backend: str | None = None, arch: str | None = None) -> Session:

@@ -6,10 +6,18 @@ with no driver and release the GIL, so threads compile in parallel.
 
 We always build CUBIN (``-arch=sm_XX``), never PTX for the driver to JIT: PTX from a newer
 NVRTC than the driver fails to load (CUDA_ERROR_UNSUPPORTED_PTX_VERSION), SASS does not.
+
+Cancellation: CuPy does not bind ``nvrtcSetFlowCallback`` (NVRTC 12.8+), but the program
+handle its ``createProgram`` returns is the raw ``nvrtcProgram`` pointer, so the function is
+bound with ctypes from the libnvrtc CuPy already loaded (:func:`flow_callbacks`). Each
+compile can carry a :class:`Cancel`; NVRTC polls it through the callback and stops with
+NVRTC_ERROR_CANCELLED once it is set. With an older NVRTC, or if the binding fails, compiles
+simply cannot be cancelled (the service then abandons them, as it did before).
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 import re
@@ -77,8 +85,12 @@ RESULT_CODES: dict[int, NvrtcResultInfo] = {
                         "drop --pch from the options or raise the PCH heap; nvcc is tried", "resource"),
         NvrtcResultInfo(15, "NVRTC_ERROR_PCH_CREATE", "precompiled header creation failed",
                         "drop --pch from the options; nvcc is tried", "resource"),
+        # Only cuvil-dsl's own flow callback cancels, when a compile runs past its limit; the
+        # service reports that as a timeout (E602). Kind "source": never retried with nvcc, and
+        # not a sign that NVRTC is unhealthy (the breaker does not count it).
         NvrtcResultInfo(16, "NVRTC_ERROR_CANCELLED", "the compile was cancelled by a flow callback",
-                        "nothing cancels compiles in cuvil-dsl; nvcc is tried", "resource"),
+                        "cuvil-dsl cancels compiles that run past CUVIL_COMPILE_TIMEOUT; "
+                        "raise the limit or split the kernel", "source"),
         NvrtcResultInfo(17, "NVRTC_ERROR_TIME_TRACE_FILE_WRITE_FAILED", "the time-trace file could not be written",
                         "check space and permissions where --fdevice-time-trace points; nvcc is tried", "resource"),
         NvrtcResultInfo(18, "NVRTC_ERROR_BUSY", "another process holds NVRTC's bundled-header lock",
@@ -182,14 +194,109 @@ def header_dir() -> str | None:
     return found or None
 
 
-def _compile(source: str, program_name: str, options: tuple[str, ...]) -> tuple[ModuleType, object, str]:
-    """Create and compile a program; the caller owns (and must destroy) the returned program."""
+# ------------------------------------------------------------------------------ cancellation
+_FLOW_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+_FLOW_MIN_VERSION = (12, 8)
+
+
+class Cancel:
+    """A cancel request for one compile, read by NVRTC's flow callback.
+
+    NVRTC calls the callback from the compiling thread a few times a second (about 60 calls
+    in a 4 s compile here); it answers 1 once :meth:`set` was called, and NVRTC then stops
+    with NVRTC_ERROR_CANCELLED (within about 2.5 s on a slow machine: some phases do not
+    poll). The callback is a ctypes function, so each poll takes the GIL briefly.
+    """
+
+    __slots__ = ("_flag", "callback")
+
+    def __init__(self) -> None:
+        self._flag = [0]
+        flag = self._flag
+        # The ctypes object must outlive every call NVRTC makes: it is kept here, and the
+        # Cancel is held by the compile until its program is destroyed.
+        self.callback = _FLOW_CALLBACK(lambda _payload, _reserved: flag[0])
+
+    def set(self) -> None:
+        self._flag[0] = 1
+
+    @property
+    def requested(self) -> bool:
+        return bool(self._flag[0])
+
+
+def _loaded_libnvrtc_path() -> str | None:
+    """The libnvrtc file this process has mapped (CuPy's), from /proc/self/maps."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                fields = line.split(None, 5)
+                path = fields[5].strip() if len(fields) == 6 else ""
+                if re.fullmatch(r"libnvrtc\.so(\.\d+)*", os.path.basename(path)):
+                    return path
+    except OSError:
+        return None
+    return None
+
+
+@functools.cache
+def _flow_api() -> tuple[object | None, str]:
+    """(``nvrtcSetFlowCallback`` bound with ctypes, "") or (None, why compiles cannot be cancelled)."""
+    try:
+        library()
+    except NvrtcUnavailable as exc:
+        return None, str(exc)
+    path = _loaded_libnvrtc_path()
+    if path is None:
+        return None, "the loaded libnvrtc was not found in /proc/self/maps"
+    try:
+        # RTLD_NOLOAD: the very library CuPy loaded, never a second copy from elsewhere.
+        lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LOCAL)
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        if lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor)) != 0:
+            return None, "nvrtcVersion failed"
+        if (major.value, minor.value) < _FLOW_MIN_VERSION:
+            return None, f"NVRTC {major.value}.{minor.value} has no flow callback (12.8 or newer has)"
+        if (major.value, minor.value) != tuple(library().getVersion()):
+            return None, f"{path} is not the libnvrtc CuPy uses"
+        setter = lib.nvrtcSetFlowCallback
+    except (OSError, AttributeError) as exc:
+        return None, f"nvrtcSetFlowCallback could not be bound: {exc}"
+    setter.argtypes = [ctypes.c_void_p, _FLOW_CALLBACK, ctypes.c_void_p]
+    setter.restype = ctypes.c_int
+    return setter, ""
+
+
+def flow_callbacks() -> bool:
+    """True when compiles can be cancelled (NVRTC 12.8+ and its flow callback bound)."""
+    return _flow_api()[0] is not None
+
+
+def cannot_cancel_reason() -> str:
+    return _flow_api()[1]
+
+
+def _install(prog: object, cancel: Cancel | None) -> None:
+    if cancel is None or not isinstance(prog, int):
+        return
+    setter = _flow_api()[0]
+    if setter is not None:
+        setter(prog, cancel.callback, None)  # a failure only means this compile cannot be cancelled
+
+
+def _compile(source: str, program_name: str, options: tuple[str, ...],
+             cancel: Cancel | None = None) -> tuple[ModuleType, object, str]:
+    """Create and compile a program; the caller owns (and must destroy) the returned program.
+
+    ``cancel`` (see :class:`Cancel`) must stay referenced until the program is destroyed.
+    """
     lib = library()
     try:
         prog = lib.createProgram(source, program_name, (), ())
     except lib.NVRTCError as exc:  # out of memory before there is a program (and a log)
         raise NvrtcFailure(int(exc.status), "", options) from None
     try:
+        _install(prog, cancel)
         lib.compileProgram(prog, [*options, *_NVRTC_ONLY_OPTIONS])
     except lib.NVRTCError as exc:
         log = _read_log(lib, prog)
@@ -208,13 +315,16 @@ def _read_log(lib: ModuleType, prog: object) -> str:
         return f"(the program log could not be read: {exc})\n"
 
 
-def compile_cubin(source: str, program_name: str, options: tuple[str, ...]) -> tuple[bytes, str]:
+def compile_cubin(source: str, program_name: str, options: tuple[str, ...],
+                  cancel: Cancel | None = None) -> tuple[bytes, str]:
     """CUBIN bytes and the full log (warnings and the ptxas report), or :class:`NvrtcFailure`.
 
-    CuPy's ``getCUBIN`` drops the cubin's last byte ("strip the trailing NULL"); the driver
-    tolerates that but cuobjdump and nvdisasm do not, so it is padded back here.
+    ``cancel.set()`` from another thread stops the compile (NVRTC_ERROR_CANCELLED) when
+    :func:`flow_callbacks` is true. CuPy's ``getCUBIN`` drops the cubin's last byte ("strip
+    the trailing NULL"); the driver tolerates that but cuobjdump and nvdisasm do not, so it is
+    padded back here.
     """
-    lib, prog, log = _compile(source, program_name, options)
+    lib, prog, log = _compile(source, program_name, options, cancel)
     try:
         cubin = lib.getCUBIN(prog) + b"\x00"
     finally:

@@ -152,37 +152,63 @@ _FLIGHTS = _SingleFlight()
 _abandoned_lock = threading.Lock()
 _abandoned: list[threading.Thread] = []
 
+# How long a timed-out NVRTC compile may take to stop once cancelled. NVRTC polls its flow
+# callback a few times a second but not in every phase: a cancel took up to 2.5 s here.
+CANCEL_GRACE = 10.0
 
-def _with_timeout(work: Callable[[], tuple[bytes, str]], timeout: float) -> tuple[bytes, str]:
-    """Run an NVRTC compile on its own daemon thread and wait at most ``timeout`` seconds.
 
-    NVRTC cannot be interrupted through CuPy's binding, so a compile past the limit is
-    abandoned, not stopped: its thread keeps one core busy until NVRTC returns, then its
-    result is dropped and its program destroyed. The thread must not still be inside libnvrtc
-    when the process exits: interpreter teardown and libnvrtc's own destructors would run
-    beside it (the process then aborted with "munmap_chunk(): invalid pointer" instead of
-    exiting 2). So abandoned threads are recorded: at exit the interpreter waits for them
-    (:func:`_join_abandoned_at_exit`), and the command line, which has already reported the
-    timeout, ends the process at once instead (:func:`abandoned_compiles`).
+class CompileTimeout(concurrent.futures.TimeoutError):
+    """An NVRTC compile ran past CUVIL_COMPILE_TIMEOUT; ``stopped``: it was cancelled and has ended."""
+
+    def __init__(self, stopped: bool):
+        self.stopped = stopped
+        super().__init__("cancelled" if stopped else "abandoned")
+
+
+def _with_timeout(work: Callable[[nvrtc.Cancel], tuple[bytes, str]], timeout: float) -> tuple[bytes, str]:
+    """Run an NVRTC compile on its own thread and wait at most ``timeout`` seconds.
+
+    Past the limit the compile is cancelled through NVRTC's flow callback
+    (:class:`nvrtc.Cancel`): the thread destroys its program and ends, normally within a
+    second or two, and :class:`CompileTimeout` (``stopped=True``) is raised once it has; its
+    result, even a late success, is dropped. A compile that cannot be cancelled (NVRTC older
+    than 12.8, the callback not bound) or that does not stop within :data:`CANCEL_GRACE` is
+    abandoned instead, as before flow callbacks: its thread keeps one core busy until NVRTC
+    returns. Such a thread must not still be inside libnvrtc when the process exits
+    (interpreter teardown and libnvrtc's destructors would run beside it: the process aborted
+    with "munmap_chunk(): invalid pointer" instead of exiting 2), so abandoned threads are
+    recorded: at exit the interpreter waits for them (:func:`_join_abandoned_at_exit`), and the
+    command line, which has already reported the timeout, ends the process at once instead
+    (:func:`abandoned_compiles`).
     """
     box: Future = Future()
+    cancel = nvrtc.Cancel()
 
     def run() -> None:
         try:
-            box.set_result(work())
+            box.set_result(work(cancel))
         except BaseException as exc:
             box.set_exception(exc)
 
     thread = threading.Thread(target=run, name="cuvil-nvrtc", daemon=True)
     thread.start()
     try:
-        return box.result(timeout=timeout)
-    except concurrent.futures.TimeoutError:
-        with _abandoned_lock:
-            if not _abandoned:
-                atexit.register(_join_abandoned_at_exit)
-            _abandoned.append(thread)
+        concurrent.futures.wait([box], timeout=timeout)
+    except BaseException:  # KeyboardInterrupt while waiting: stop the compile too
+        cancel.set()
         raise
+    if box.done():
+        return box.result()
+    cancel.set()
+    if nvrtc.flow_callbacks():
+        thread.join(CANCEL_GRACE)
+        if not thread.is_alive():
+            raise CompileTimeout(stopped=True)
+    with _abandoned_lock:
+        if not _abandoned:
+            atexit.register(_join_abandoned_at_exit)
+        _abandoned.append(thread)
+    raise CompileTimeout(stopped=False)
 
 
 def abandoned_compiles() -> list[threading.Thread]:
@@ -249,10 +275,15 @@ def _build(unit: CompileUnit, key: str, plan: _Plan) -> BuildArtifact:
     try:
         if use_nvrtc:
             try:
-                cubin, text = _with_timeout(lambda: nvrtc.compile_cubin(unit.source, program, options), plan.timeout)
+                cubin, text = _with_timeout(
+                    lambda cancel: nvrtc.compile_cubin(unit.source, program, options, cancel), plan.timeout)
                 return _artifact(unit, cubin, text, "nvrtc", plan.version, started, 0, None)
-            except concurrent.futures.TimeoutError:
-                outcome = f"did not finish within {plan.timeout:g} s (CUVIL_COMPILE_TIMEOUT); the thread was abandoned"
+            except CompileTimeout as late:
+                nvrtc_code = 16 if late.stopped else None
+                fate = ("it was cancelled" if late.stopped else
+                        "it could not be cancelled and was abandoned: " + (nvrtc.cannot_cancel_reason() or
+                                                                           f"it did not stop within {CANCEL_GRACE:g} s"))
+                outcome = f"did not finish within {plan.timeout:g} s (CUVIL_COMPILE_TIMEOUT); {fate}"
                 attempts.append(Attempt("nvrtc", plan.version, outcome, ""))
                 raise compile_error(unit, plan.arch, key, options, attempts, failed_dir,
                                     "raise CUVIL_COMPILE_TIMEOUT or split the kernel") from None
@@ -372,8 +403,8 @@ def compile_units(
     """Compile every unit for ``arch`` (``sm_90``); results come back in input order.
 
     Every unit is attempted; all E602 failures are raised together as one :class:`UserError`.
-    A compile running past ``CUVIL_COMPILE_TIMEOUT`` is one of them (NVRTC's thread is
-    abandoned, nvcc's process group killed). ``progress(done, total, unit_name, cache_hit)``
+    A compile running past ``CUVIL_COMPILE_TIMEOUT`` is one of them (NVRTC's compile is
+    cancelled through its flow callback, nvcc's process group killed). ``progress(done, total, unit_name, cache_hit)``
     is called on this thread after each unit.
     """
     units = list(units)

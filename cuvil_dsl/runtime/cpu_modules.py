@@ -69,6 +69,7 @@ def load_module(module: CpuModule, directory: Path) -> LoadedModule:
     data = module.source.encode("utf-8")
     if not path.is_file() or path.read_bytes() != data:
         atomic_write(path, data, durable=False)  # a torn file is caught by the comparison above
+    _load_caches_lightly()
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     code = importlib.util.module_from_spec(spec)
@@ -90,3 +91,39 @@ def _from_cache(code, name: str) -> bool:
 
     jitted = [v for v in vars(code).values() if isinstance(v, Dispatcher) and v.py_func.__module__ == name]
     return bool(jitted) and all(sum(f.stats.cache_hits.values()) and not f.stats.cache_misses for f in jitted)
+
+
+_light = False
+
+
+def _load_caches_lightly() -> None:
+    """Let numba load our generated functions from its cache without initialising its compiler.
+
+    numba's ``Cache.load_overload`` first calls ``target_context.refresh()``, which imports
+    and installs every typing and lowering registry numba has (about 250 modules' worth of
+    declarations: 0.3-0.5 s, most of a warm start). Rebuilding a cached function needs none of
+    them: it links the cached object code (NRT, the helper library and the threading layer
+    provide its symbols; the NRT is initialised here, the threading layer by the function's own
+    ``reload_init``) and wraps the entry point. A miss still compiles as before: numba's
+    compiler refreshes both contexts itself before it types anything. Only the functions of
+    our generated modules (``cuvil_dsl_cpu_*``) take this path.
+    """
+    global _light
+    if _light:
+        return
+    from numba.core import caching
+    from numba.core.runtime import rtsys
+
+    load_overload = caching.Cache.load_overload
+
+    def light_load_overload(self, sig, target_context):
+        module = getattr(getattr(self, "_py_func", None), "__module__", None) or ""
+        if not module.startswith(MODULE_PREFIX):
+            return load_overload(self, sig, target_context)
+        rtsys.initialize(target_context)
+        with self._guard_against_spurious_io_errors():
+            return self._load_overload(sig, target_context)
+
+    light_load_overload.__wrapped__ = load_overload
+    caching.Cache.load_overload = light_load_overload
+    _light = True

@@ -182,6 +182,33 @@ def test_breaker_counts_only_within_window(monkeypatch):
 
 
 def test_nvrtc_timeout_is_e602_naming_unit_and_limit(cache_dir, monkeypatch):
+    """A compile that honours its cancel request: reported as a timeout, stopped, not abandoned."""
+    seen = []
+
+    def slow(source, name, options, cancel):
+        seen.append(cancel)
+        while not cancel.requested:
+            time.sleep(0.01)
+        raise nvrtc_mod.NvrtcFailure(16, "", options)  # what NVRTC answers to a cancel
+
+    monkeypatch.setattr(nvrtc_mod, "compile_cubin", slow)
+    monkeypatch.setenv("CUVIL_COMPILE_TIMEOUT", "0.2")
+    started = time.perf_counter()
+    with pytest.raises(UserError) as info:
+        compile_units([unit("slow")], "sm_90")
+    assert time.perf_counter() - started < 5
+    message = info.value.diagnostics[0].message
+    assert "sum_slow" in message and "0.2 s" in message and "CUVIL_COMPILE_TIMEOUT" in message
+    assert "cancelled" in message and seen and seen[0].requested
+    assert not service.abandoned_compiles()
+    assert not [t for t in threading.enumerate() if t.name == "cuvil-nvrtc"]
+    assert not BREAKER.is_open()
+    assert not [p for p in cache_dir.rglob("*") if p.is_file() and p.parent.name == "cubin"]
+
+
+def test_nvrtc_timeout_that_cannot_be_cancelled_is_abandoned(cache_dir, monkeypatch):
+    """A compile deaf to its cancel request (or an NVRTC without flow callbacks) is abandoned
+    after the grace period, reported the same way, and recorded for the exit handling."""
     release = threading.Event()
 
     def stuck(*args):
@@ -189,16 +216,63 @@ def test_nvrtc_timeout_is_e602_naming_unit_and_limit(cache_dir, monkeypatch):
         raise RuntimeError("abandoned compile finished")
 
     monkeypatch.setattr(nvrtc_mod, "compile_cubin", stuck)
+    monkeypatch.setattr(service, "CANCEL_GRACE", 0.1)
     monkeypatch.setenv("CUVIL_COMPILE_TIMEOUT", "0.2")
     started = time.perf_counter()
     try:
         with pytest.raises(UserError) as info:
-            compile_units([unit("slow")], "sm_90")
+            compile_units([unit("deaf")], "sm_90")
+        assert service.abandoned_compiles()
     finally:
         release.set()
     assert time.perf_counter() - started < 5
     message = info.value.diagnostics[0].message
-    assert "sum_slow" in message and "0.2 s" in message and "CUVIL_COMPILE_TIMEOUT" in message
+    assert "sum_deaf" in message and "CUVIL_COMPILE_TIMEOUT" in message and "abandoned" in message
+    for thread in service.abandoned_compiles():
+        thread.join(10)
+    assert not service.abandoned_compiles()
+
+
+# Takes NVRTC about 22 s on a slow two-core machine (deep template recursion inside a fully
+# unrolled loop, 8 instantiations); cancelled at 0.5 s it returns in about 1.5 s.
+SLOW_KERNELS = r"""
+template<int N> struct S { __device__ static float f(float x) { return S<N-1>::f(x) * 1.0001f + __sinf(x + N); } };
+template<> struct S<0> { __device__ static float f(float x) { return x; } };
+template<int K> __global__ void slow(float* y) {
+    float x = y[threadIdx.x];
+    #pragma unroll
+    for (int i = 0; i < 64; ++i) x = S<200>::f(x) + i * K;
+    y[threadIdx.x] = x;
+}
+""" + "".join(f"template __global__ void slow<{k}>(float*);\n" for k in range(1, 9))
+
+
+@pytest.mark.skipif(not nvrtc_mod.flow_callbacks(), reason="this NVRTC cannot cancel compiles (needs 12.8+)")
+def test_a_real_nvrtc_compile_past_the_timeout_is_cancelled_in_parallel(cache_dir, monkeypatch):
+    """Two slow units on two pool workers, a 0.5 s limit: both compiles are cancelled through
+    NVRTC's flow callback (seconds, not the 20 s and more they need), both are reported as
+    timeouts (E602 naming the limit; not retried with nvcc, not counted by the breaker), no
+    entry is cached and no compile thread is left running."""
+    monkeypatch.setenv("CUVIL_COMPILE_TIMEOUT", "0.5")
+    units = [CompileUnit(f"slow_{tag}", SLOW_KERNELS + f"// {tag}\n", ("slow",)) for tag in ("a", "b")]
+    records = []
+    monkeypatch.setattr(service.clog, "emit", records.append)
+    started = time.perf_counter()
+    with pytest.raises(UserError) as info:
+        compile_units(units, "sm_90", workers=2)
+    elapsed = time.perf_counter() - started
+    assert elapsed < 10, elapsed  # 2 s measured; the compiles would take over 20 s each
+    messages = [d.message for d in info.value.diagnostics]
+    assert len(messages) == 2
+    for tag, message in zip("ab", sorted(messages)):
+        assert f"slow_{tag}" in message and "0.5 s" in message and "CUVIL_COMPILE_TIMEOUT" in message
+        assert "was cancelled" in message and "nvcc" not in message
+    assert [r["nvrtc_result"]["name"] for r in records if r.get("error")] == ["NVRTC_ERROR_CANCELLED"] * 2
+    assert all(r["fallback"] is None for r in records)
+    assert not service.abandoned_compiles()
+    assert not [t.name for t in threading.enumerate() if t.name.startswith(("cuvil-nvrtc", "cuvil-compile"))]
+    assert not BREAKER.is_open()
+    assert not [p for p in cache_dir.rglob("*") if p.is_file() and p.parent.name == "cubin"]
 
 
 @needs_nvcc

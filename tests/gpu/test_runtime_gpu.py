@@ -367,7 +367,7 @@ def _hand_made_api(executor, device_inputs: str = "bind"):
     program = Program(Path(executor.pipeline.span.file), None, executor.pipeline)
     compiled = program.compile(backend="cuda", device_inputs=device_inputs)
     compiled._executors[tuple(sorted(executor.sizes.items()))] = executor
-    compiled.graphs = executor.graphs
+    compiled._graphs = executor.graphs
     return compiled
 
 

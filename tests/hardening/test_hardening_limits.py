@@ -9,7 +9,7 @@ The limits (docs/design.md, "Hardening"):
   sizes, before any input is generated;
 - source: nesting deeper than ``parser.MAX_NESTING`` (200) and more than ``lower.MAX_OPS``
   (4,096) operations in one file are E100; error recovery stops after
-  ``parser.MAX_RECOVERY_CHARS`` of reparsing; a kernel holds at most ``fusion.MAX_ROW_OPS`` row
+  reparsing about the file's size again (``parser.recovery_budget``); a kernel holds at most ``fusion.MAX_ROW_OPS`` row
   operations;
 - runs: ``run.warmup`` / ``run.iterations`` / ``--iterations`` at most 1,000,000;
 - compiles: ``CUVIL_COMPILE_TIMEOUT`` seconds each (E602 naming the unit and the limit).
@@ -271,6 +271,62 @@ def test_every_error_of_a_small_file_is_still_reported(tmp_path):
     assert codes(robust(["check", prog, "--format", "json"])) == ["E100"] * 40
 
 
+def _far_errors(count: int, gap_lines: int) -> str:
+    return HEADER + "".join("".join(f"    b{k}_{i} = x\n" for i in range(gap_lines)) + f"    bad{k} = x + * x\n"
+                            for k in range(count)) + "    y = x\n}\n"
+
+
+def test_recovery_reads_a_file_about_twice_at_most(monkeypatch):
+    """Structural, not timed: with errors far apart, the reparses together read at most about
+    the file's own size again (the fixed 2,000,000-character budget read a 250 KB file eight
+    times, 14 s), so checking stays linear in the file's size."""
+    monkeypatch.setattr(parser_mod, "MIN_RECOVERY_CHARS", 10_000)
+    real = parser_mod.make_parser()
+    read = []
+
+    class Counting:
+        def parse(self, text):
+            try:
+                return real.parse(text)
+            except Exception as exc:
+                read.append(parser_mod._error_pos(text, exc))
+                raise
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+    monkeypatch.setattr(parser_mod, "make_parser", lambda strict=False: Counting())
+    for count in (20, 40):
+        read.clear()
+        text = _far_errors(count, 100)  # errors about 1.5 KB apart
+        result = parser_mod.parse_source(text, "far.cuvil")
+        assert 3 <= len(result.diagnostics) < count
+        assert sum(read) <= 2 * len(text) + 2_000, (count, len(text), sum(read), len(read))
+
+
+def test_checking_time_grows_linearly_with_the_file():
+    """Twice the source takes about twice as long (a quadratic stage would take four times):
+    valid statements, and an error on every line. Best of two runs; the bound is generous."""
+    from cuvil_dsl.frontend import check_source
+
+    def best(text: str) -> float:
+        times = []
+        for _ in range(2):
+            started = time.perf_counter()
+            check_source(text, "scale.cuvil")
+            times.append(time.perf_counter() - started)
+        return min(times)
+
+    shapes = {
+        "statements": lambda n: HEADER + "    a0 = x\n" + "".join(f"    a{i} = a{i - 1} * 1.0001 + x\n" for i in range(1, n)) + "    y = a1\n}\n",
+        "undefined names": lambda n: HEADER + "".join(f"    a{i} = x + z{i}\n" for i in range(n)) + "    y = x\n}\n",
+    }
+    check_source(shapes["statements"](10), "warm.cuvil")
+    for name, make in shapes.items():
+        small, large = best(make(1_500)), best(make(3_000))
+        assert large / small < 3.0, (name, small, large)
+
+
 # ---------------------------------------------------------------------------- compile timeout
 GEMM = "pipeline g(a: f32[M, K], b: f32[K, N], bias: f32[N]) -> y: f32[M, N] {\n" \
        "    kernel gemm_epilogue {\n        y = gelu(a @ b + bias)\n    }\n}\n"
@@ -280,9 +336,10 @@ GEMM = "pipeline g(a: f32[M, K], b: f32[K, N], bias: f32[N]) -> y: f32[M, N] {\n
 def test_compile_past_the_timeout_is_reported_and_the_process_exits_cleanly(tmp_path):
     """A real NVRTC compile (a GEMM with an epilogue takes about a second) under a 0.05 s limit.
 
-    The CLI must report E602 naming the unit and the limit, exit 2, and not abort: the
+    The CLI must report E602 naming the unit and the limit, exit 2, and not abort: an
     abandoned NVRTC thread was still inside libnvrtc at exit, and the process died with
-    "munmap_chunk(): invalid pointer" (status 134) until the CLI learnt to end at once.
+    "munmap_chunk(): invalid pointer" (status 134) until the CLI learnt to end at once. With
+    NVRTC 12.8+ the compile is cancelled through its flow callback instead, and says so.
     """
     (tmp_path / "gemm.cuvil").write_text(GEMM)
     (tmp_path / "spec.yaml").write_text("pipeline: gemm.cuvil\nshapes: {M: 256, K: 256, N: 256}\n")
@@ -295,6 +352,10 @@ def test_compile_past_the_timeout_is_reported_and_the_process_exits_cleanly(tmp_
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
     assert "error[E602]" in proc.stderr and "gemm_epilogue" in proc.stderr
     assert "0.05 s" in proc.stderr and "CUVIL_COMPILE_TIMEOUT" in proc.stderr
+    from cuvil_dsl.compile import nvrtc
+
+    if nvrtc.flow_callbacks():
+        assert "it was cancelled" in proc.stderr
     for bad in ("Traceback", "munmap", "Aborted", "internal error"):
         assert bad not in proc.stderr
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.cubin"))
