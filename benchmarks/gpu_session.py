@@ -74,8 +74,17 @@ def device_info() -> dict:
     return info
 
 
+def plugin_option() -> list[str]:
+    """``-p cuvil_dsl.testing.plugin`` unless the installed package registers it (entry point)."""
+    from importlib.metadata import entry_points
+
+    if any(e.value == "cuvil_dsl.testing.plugin" for e in entry_points(group="pytest11")):
+        return []
+    return ["-p", "cuvil_dsl.testing.plugin"]
+
+
 def run_tests(out: Path, log) -> dict:
-    rc, text = sh([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "tests",
+    rc, text = sh([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", *plugin_option(), "tests",
                    "regression", "-o", "addopts=-ra"], log, timeout=300)
     (out / "gpu-tests.log").write_text(text)
     tail = [ln for ln in text.splitlines() if ln.strip()][-1:] or ["(no output)"]
@@ -118,12 +127,21 @@ def run_record(out: Path, log) -> dict:
     rc, text = sh([sys.executable, "regression/record_all.py", "--backend", "cuda", "--dest", str(dest)], log,
                   timeout=300)
     (out / "record.log").write_text(text)
-    replay_rc, replay = sh([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(dest),
-                            "--rootdir", str(ROOT), "-o", "addopts=-ra"], log, timeout=300)
+    # The plugin is named explicitly: on the GPU machine the package is on PYTHONPATH, not installed,
+    # so its pytest11 entry point is not registered.
+    replay_rc, replay = sh([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugin_option(),
+                            str(dest), "-o", "addopts=-ra"], log, timeout=300)
     (out / "replay.log").write_text(replay)
     tail = [ln for ln in replay.splitlines() if ln.strip()][-1:] or ["(no output)"]
-    return {"rc": rc, "cases": sorted(p.name for p in dest.iterdir()) if dest.is_dir() else [],
-            "replay_rc": replay_rc, "replay": tail[0]}
+    cases = sorted(p.name for p in dest.iterdir()) if dest.is_dir() else []
+    if dest.is_dir():  # one archive: the device tool brings back a limited number of files
+        import shutil
+        import tarfile
+
+        with tarfile.open(out / "regression-cuda.tar.gz", "w:gz") as tar:
+            tar.add(dest, arcname="cuda")
+        shutil.rmtree(out / "regression")
+    return {"rc": rc, "cases": cases, "replay_rc": replay_rc, "replay": tail[0]}
 
 
 def run_extras(out: Path, log, names: list[str], timeout: float) -> dict:

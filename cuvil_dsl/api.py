@@ -213,6 +213,7 @@ class _Call:
     on_device: bool  # some input or the results live on the device
     cacheable: bool  # every input is an array object whose changes the fingerprints see
     copied: set[str] = field(default_factory=set)  # device inputs copied into the arena: again on every call
+    rebind: bool = True  # a repeat call must bind inputs again (some are copied, not bound by pointer)
 
     def matches(self, args: tuple, named: dict) -> bool:
         if len(args) != len(self.args) or tuple(named) != self.named:
@@ -364,14 +365,17 @@ class CompiledPipeline:
         with executor.device:
             # Device callers: work on their stream, so results are ordered with their work for free.
             executor.use_stream(caller_stream(call.kind) if call.on_device else executor.stream)
-            for name, item in call.inputs.items():
-                if not item.on_device:
-                    executor.bind_host(name, item.array)  # host data may have changed in place: copy every call
-                elif fresh:
-                    if not executor.bind_device(name, item.array, copy=self._copy_device):
-                        call.copied.add(name)
-                elif name in call.copied:
-                    executor.bind_device(name, item.array, copy=True)
+            if fresh or call.rebind:
+                for name, item in call.inputs.items():
+                    if not item.on_device:
+                        executor.bind_host(name, item.array)  # host data may have changed in place: copy every call
+                    elif fresh:
+                        if not executor.bind_device(name, item.array, copy=self._copy_device):
+                            call.copied.add(name)
+                    elif name in call.copied:
+                        executor.bind_device(name, item.array, copy=True)
+                # A repeat call binds again only when some input is copied (host data, unbindable arrays).
+                call.rebind = bool(call.copied) or not all(i.on_device for i in call.inputs.values())
             executor.set_params(call.params)
             executor.execute(self.hooks)
             if call.kind in HOST_KINDS:

@@ -295,10 +295,14 @@ class CudaExecutor(Executor):
         import cupy
 
         source = self._current[name]
-        with self._work:
-            out = cupy.empty(source.shape, dtype=source.dtype)
+        work = self._work
+        if cupy.cuda.get_current_stream().ptr == work.ptr:  # the API's device callers: already current
+            out = cupy.ndarray(source.shape, source.dtype)
+        else:
+            with work:
+                out = cupy.ndarray(source.shape, source.dtype)
         cupy.cuda.runtime.memcpyAsync(out.data.ptr, source.data.ptr, source.nbytes,
-                                      cupy.cuda.runtime.memcpyDeviceToDevice, self._work.ptr)
+                                      cupy.cuda.runtime.memcpyDeviceToDevice, work.ptr)
         return out
 
     def synchronize(self) -> None:
