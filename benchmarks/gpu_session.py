@@ -85,7 +85,7 @@ def plugin_option() -> list[str]:
 
 def run_tests(out: Path, log) -> dict:
     rc, text = sh([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", *plugin_option(), "tests",
-                   "regression", "-o", "addopts=-ra"], log, timeout=300)
+                   "regression", "-o", "addopts=-rA"], log, timeout=300)
     (out / "gpu-tests.log").write_text(text)
     tail = [ln for ln in text.splitlines() if ln.strip()][-1:] or ["(no output)"]
     return {"rc": rc, "summary": tail[0]}

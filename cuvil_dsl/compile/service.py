@@ -48,15 +48,33 @@ class _Plan:
     version: str  # what people read: "13.0" or "13.0.88"
     fallback: Literal["nvcc", "none"]
     route_reason: str | None
-    options: tuple[str, ...]
+    options: tuple[str, ...]  # everything but ``-arch=``, which is per unit (see :func:`unit_arch`)
     timeout: float
     disk: DiskCache | None
+    supported: tuple[int, ...] = ()
+    who: str = ""
+
+    def arch_for(self, unit: CompileUnit) -> str:
+        return unit_arch(unit, self.arch)
 
     def options_for(self, unit: CompileUnit) -> tuple[str, ...]:
-        return self.options + unit.options
+        own = tuple(o for o in unit.options if not o.startswith(ARCH_OPTION))
+        return (f"{ARCH_OPTION}{self.arch_for(unit)}",) + self.options + own
 
     def key_for(self, unit: CompileUnit) -> str:
-        return cache_key(unit, self.arch, self.compiler, self.key_version, self.options_for(unit))
+        return cache_key(unit, self.arch_for(unit), self.compiler, self.key_version, self.options_for(unit))
+
+
+ARCH_OPTION = "-arch="
+
+
+def unit_arch(unit: CompileUnit, arch: str) -> str:
+    """The arch ``unit`` is built for: the batch's, unless the unit names its own with an
+    ``-arch=`` option. A kernel that needs arch-specific features (wgmma: ``sm_90a``) does so;
+    its option replaces the batch's ``-arch`` (a CUBIN for sm_90a loads on every sm_90 device),
+    and the arch is part of its cache key like any other."""
+    own = [o[len(ARCH_OPTION):] for o in unit.options if o.startswith(ARCH_OPTION)]
+    return own[-1] if own else arch
 
 
 def _unavailable(message: str, hint: str) -> UserError:
@@ -103,7 +121,7 @@ def _plan(arch: str, compiler: str, fallback: str, fast_math: bool, options: Ite
             raise _unavailable(f"no compiler available: {exc}", hint) from None
         who = f"nvcc {version}"
     _validate_arch(arch, supported, who)
-    base = [f"-arch={arch}", "-std=c++17", "-Xptxas=-v"]
+    base = ["-std=c++17", "-Xptxas=-v"]
     headers = nvrtc.header_dir()
     if headers:
         base.append(f"-I{headers}")
@@ -112,7 +130,7 @@ def _plan(arch: str, compiler: str, fallback: str, fast_math: bool, options: Ite
     if knobs.values.lineinfo:
         base.append("-lineinfo")
     return _Plan(arch, compiler, key_version, version, fallback, route_reason,  # type: ignore[arg-type]
-                 tuple(base) + tuple(options), knobs.values.compile_timeout, disk_cache())
+                 tuple(base) + tuple(options), knobs.values.compile_timeout, disk_cache(), supported, who)
 
 
 class _SingleFlight:
@@ -239,7 +257,7 @@ def _record(unit: CompileUnit, plan: _Plan, key: str, duration_ms: float, cache:
             version: str, nvrtc_code: int | None, fallback: str | None, failure: str | None = None) -> None:
     clog.emit({
         "stage": "cubin", "unit": unit.name, "kernels": list(unit.kernels), "compiler": compiler,
-        "compiler_version": version, "arch": plan.arch, "duration_ms": round(duration_ms, 3), "cache": cache,
+        "compiler_version": version, "arch": plan.arch_for(unit), "duration_ms": round(duration_ms, 3), "cache": cache,
         "nvrtc_result": _nvrtc_fields(nvrtc_code), "fallback": fallback, "key": key, "error": failure,
     })
 
@@ -285,7 +303,7 @@ def _build(unit: CompileUnit, key: str, plan: _Plan) -> BuildArtifact:
                                                                            f"it did not stop within {CANCEL_GRACE:g} s"))
                 outcome = f"did not finish within {plan.timeout:g} s (CUVIL_COMPILE_TIMEOUT); {fate}"
                 attempts.append(Attempt("nvrtc", plan.version, outcome, ""))
-                raise compile_error(unit, plan.arch, key, options, attempts, failed_dir,
+                raise compile_error(unit, plan.arch_for(unit), key, options, attempts, failed_dir,
                                     "raise CUVIL_COMPILE_TIMEOUT or split the kernel") from None
             except nvrtc.NvrtcFailure as failure:
                 nvrtc_code = failure.info.code
@@ -294,7 +312,7 @@ def _build(unit: CompileUnit, key: str, plan: _Plan) -> BuildArtifact:
                 if failure.kind == "api":
                     raise InternalError(f"NVRTC rejected cuvil-dsl's call for unit {unit.name!r}: {outcome}") from None
                 if failure.kind == "source" or plan.fallback == "none":
-                    raise compile_error(unit, plan.arch, key, options, attempts, failed_dir) from None
+                    raise compile_error(unit, plan.arch_for(unit), key, options, attempts, failed_dir) from None
                 if failure.nvrtc_unhealthy:
                     BREAKER.record_failure()
                     reason = f"nvrtc {failure.info.name}"
@@ -316,13 +334,13 @@ def _build_nvcc(unit: CompileUnit, key: str, plan: _Plan, options: tuple[str, ..
         version = nvcc.version(path)
     except nvcc.NvccUnavailable as exc:
         attempts.append(Attempt("nvcc", "", f"fallback impossible: {exc}", ""))
-        raise compile_error(unit, plan.arch, key, options, attempts, failed_dir) from None
+        raise compile_error(unit, plan.arch_for(unit), key, options, attempts, failed_dir) from None
     try:
         cubin, text = nvcc.compile_cubin(unit.source, f"{unit.name}.cu", options, plan.timeout)
     except nvcc.NvccFailure as failure:
         attempts.append(Attempt("nvcc", version, str(failure), failure.log))
         hint = "raise CUVIL_COMPILE_TIMEOUT or split the kernel" if failure.timed_out else None
-        raise compile_error(unit, plan.arch, key, options, attempts, failed_dir, hint) from None
+        raise compile_error(unit, plan.arch_for(unit), key, options, attempts, failed_dir, hint) from None
     return _artifact(unit, cubin, text, "nvcc", version, started, nvrtc_code, reason)
 
 
@@ -362,7 +380,7 @@ def _compile_one(unit: CompileUnit, plan: _Plan, key: str | None = None) -> Comp
     _record(unit, plan, key, elapsed, outcome, artifact.compiler, artifact.compiler_version,
             artifact.nvrtc_result, artifact.fallback)
     return CompiledUnit(
-        unit=unit, arch=plan.arch, cubin=artifact.cubin, resources=dict(artifact.resources),
+        unit=unit, arch=plan.arch_for(unit), cubin=artifact.cubin, resources=dict(artifact.resources),
         compiler=artifact.compiler, compiler_version=artifact.compiler_version, cache_hit=outcome != "miss",
         compile_ms=elapsed, log=artifact.log, key=key, cache=outcome, fallback=artifact.fallback,
     )
@@ -411,6 +429,8 @@ def compile_units(
     if not units:
         return []
     plan = _plan(arch, compiler, fallback, fast_math, options)
+    for own in sorted({plan.arch_for(u) for u in units} - {arch}):
+        _validate_arch(own, plan.supported, plan.who)
     results: list[CompiledUnit | None] = [None] * len(units)
     failures: list[UserError] = []
     _progress_state.started = time.perf_counter()
@@ -469,6 +489,7 @@ def emit_ptx(unit: CompileUnit, arch: str, *, fast_math: bool = False, options: 
     except nvrtc.NvrtcUnavailable as exc:
         raise _unavailable(str(exc), "PTX output needs NVRTC") from None
     version = nvrtc.version()
+    arch = unit_arch(unit, arch)
     _validate_arch(arch, nvrtc.supported_archs(), f"NVRTC {version}")
     opts = [f"-arch={arch.replace('sm_', 'compute_', 1)}", "-std=c++17"]
     headers = nvrtc.header_dir()
@@ -478,7 +499,7 @@ def emit_ptx(unit: CompileUnit, arch: str, *, fast_math: bool = False, options: 
         opts.append("--use_fast_math")
     if knobs.values.lineinfo:
         opts.append("-lineinfo")
-    full = tuple(opts) + tuple(options) + unit.options
+    full = tuple(opts) + tuple(options) + tuple(o for o in unit.options if not o.startswith(ARCH_OPTION))
     try:
         ptx, _ = nvrtc.compile_ptx(unit.source, f"{unit.name}.cu", full)
     except nvrtc.NvrtcFailure as failure:
