@@ -43,6 +43,19 @@ check: {rtol: 1.6e-2, atol: 1.6e-2}
 """
 
 
+# Row-band variants timed on the first case (attention_f16) next to the default and the generic
+# template: (label, cuda_matmul.ROW_BAND_TUNING). See ROW_BAND_TUNING for the keys.
+VARIANTS = [
+    ("before fold/stream (185 us on 2026-11-29)", {"fold": False, "stream": False}),
+    ("fold only", {"stream": False}),
+    ("stream only", {"fold": False}),
+    ("3 blocks/SM of 256 (80 regs)", {"min_blocks": 3}),
+    ("32-row warps, blocks of 128, 4/SM", {"tile": (128, 64, 128), "min_blocks": 4}),
+    ("32-row warps, blocks of 128, 3/SM", {"tile": (128, 64, 128), "min_blocks": 3}),
+    ("64-row blocks of 128, 6/SM", {"tile": (64, 64, 128), "min_blocks": 6}),
+]
+
+
 def cases(tmp: Path) -> list[tuple[str, Path]]:
     (tmp / "attn_bf16_odd.cuvil").write_text(ODD_BF16)
     (tmp / "attn_bf16_odd.yaml").write_text(ODD_BF16_SPEC)
@@ -96,7 +109,7 @@ def matches(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> tupl
 class Built:
     """One case rendered with one template, compiled, loaded and bound to device buffers."""
 
-    def __init__(self, loaded, pipeline, binding, host: dict, row_band: bool, arch: str):
+    def __init__(self, loaded, pipeline, binding, host: dict, row_band: bool, arch: str, tuning: dict | None = None):
         import cupy
         from cupy_backends.cuda.api import driver
 
@@ -108,6 +121,8 @@ class Built:
 
         tf32 = loaded.spec.target.tf32
         cuda_matmul.ROW_BAND = row_band
+        cuda_matmul.ROW_BAND_TUNING.clear()
+        cuda_matmul.ROW_BAND_TUNING.update(tuning or {})
         try:
             plan, diags = plan_pipeline(pipeline, dict(loaded.spec.kernels), arch)
             assert not [d for d in diags if d.is_error], diags
@@ -115,6 +130,7 @@ class Built:
             rendered = render_cuda(plan, sizes, arch, tf32=tf32)
         finally:
             cuda_matmul.ROW_BAND = True
+            cuda_matmul.ROW_BAND_TUNING.clear()
         units = compile_units([CompileUnit(k.entry, k.source, (k.entry,), k.options) for k in rendered], arch)
         self.pipeline, self.dtypes = pipeline, {}
 
@@ -230,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.perf_counter()
     flush = cupy.empty(256 << 20, dtype=np.uint8)
-    rows, notes, ok_all = [], [], True
+    rows, notes, ok_all, variant_rows = [], [], True, []
     with tempfile.TemporaryDirectory() as tmp:
         for label, path in cases(Path(tmp)):
             loaded, pipeline, binding = load(path)
@@ -238,8 +254,11 @@ def main(argv: list[str] | None = None) -> int:
             batch = next((a.shape[0] for a in host.values() if a.ndim == 3), 1)
             want, first = reference(pipeline, host, binding.params, batch)
             timing, errors = {}, {}
-            for band in (True, False):
-                built = Built(loaded, pipeline, binding, host, band, arch)
+            runs = [(True, None, "row band"), (False, None, "generic")]
+            if not rows:  # the first case: every variant too
+                runs += [(True, tuning, name) for name, tuning in VARIANTS]
+            for band, tuning, name in runs:
+                built = Built(loaded, pipeline, binding, host, band, arch, tuning)
                 built.run()
                 got = built.results()
                 worst = 0.0
@@ -250,11 +269,15 @@ def main(argv: list[str] | None = None) -> int:
                     worst = max(worst, err)
                     if not good:
                         ok_all = False
-                        notes.append(f"- MISMATCH {label} ({'row band' if band else 'generic'}) {r.name}: "
+                        notes.append(f"- MISMATCH {label} ({name}) {r.name}: "
                                      f"worst error {err:.3g} x tolerance")
-                errors[band] = worst
-                timing[band] = built.time_us(samples, flush)
-                notes.append(f"- {label}, {'row band' if band else 'generic'}: " + "; ".join(built.resources))
+                key = band if tuning is None else name
+                errors[key] = worst
+                timing[key] = built.time_us(samples, flush)
+                notes.append(f"- {label}, {name}: " + "; ".join(built.resources))
+                if tuning is not None:
+                    variant_rows.append((name, tuning, timing[key], worst, "; ".join(built.resources)))
+                del built
             rows.append((label, timing[True], timing[False], errors[True], errors[False]))
             print(f"{label}: row band {timing[True]:.1f} us, generic {timing[False]:.1f} us", file=sys.stderr)
 
@@ -268,6 +291,13 @@ def main(argv: list[str] | None = None) -> int:
              "|---|---|---|---|---|---|"]
     for label, new, old, e_new, e_old in rows:
         lines.append(f"| {label} | {new:.1f} | {old:.1f} | {old / new:.2f}x | {e_new:.3f} | {e_old:.3f} |")
+    if variant_rows:
+        label, default, generic = rows[0][0], rows[0][1], rows[0][2]
+        lines += ["", f"Row-band variants on {label} (ROW_BAND_TUNING; default = {{}}):", "",
+                  "| variant | tuning | us | vs default | vs generic | error | resources |", "|---|---|---|---|---|---|---|",
+                  f"| default | {{}} | {default:.1f} | 1.00x | {generic / default:.2f}x | {rows[0][3]:.3f} | |"]
+        for name, tuning, us, err, res in variant_rows:
+            lines.append(f"| {name} | {tuning} | {us:.1f} | {default / us:.2f}x | {generic / us:.2f}x | {err:.3f} | {res} |")
     lines += ["", *notes, "", f"total {time.perf_counter() - t0:.1f} s"]
     text = "\n".join(lines) + "\n"
     print(text)

@@ -135,6 +135,8 @@ __device__ __forceinline__ void cvl_mma(float (&d)[4], const unsigned (&a)[4], c
 class MmaEngine:
     """Tensor-core tiles; each warp owns a warp_m x warp_n block of the BM x BN tile."""
 
+    options: tuple[str, ...] = ()  # compiler options a kernel with this engine needs
+
     def __init__(self, k: CudaKernel, a: Operand, b: Operand):
         c = k.config
         self.k, self.a, self.b = k, a, b
@@ -308,6 +310,8 @@ class MmaEngine:
 
 class SimtEngine:
     """CUDA-core tiles: each thread a TM x TN block strided by (TY, TX) over the BM x BN tile."""
+
+    options: tuple[str, ...] = ()  # compiler options a kernel with this engine needs
 
     def __init__(self, k: CudaKernel, a: Operand, b: Operand):
         c = k.config

@@ -39,7 +39,9 @@ nothing and leaves the running maximum unscaled.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
+from cuvil_dsl.codegen import cuda_wgmma
 from cuvil_dsl.codegen.base import rounds
 from cuvil_dsl.codegen.cuda import CudaKernel, Emitted, element_count, indent
 from cuvil_dsl.codegen.cuda_gemm import MmaEngine, batch_offset, engine, operand
@@ -59,6 +61,31 @@ __device__ __forceinline__ float cvl_ex2(float x) {
     return y;
 }
 """
+BAND_STREAM_HELPER = r"""
+// cp.async of 16 bytes to a shared address, no zero fill (the row band's unguarded B tiles)
+__device__ __forceinline__ void cvl_cp_async16_at(unsigned dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cvl_ldsm_x4_at(unsigned (&r)[4], unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+}
+"""
+# Tuning of the row-band template, for A/B runs (benchmarks/ab_attention.py). Every key changes the
+# generated source (the compile cache key); defaults apply when a key is absent:
+#   "fold": when the softmax's argument is the unrounded GEMM value times a uniform (or the GEMM value
+#           itself) and no column is masked: the statistics pass takes the maximum of the raw
+#           accumulators (of their negations when the uniform is negative) and scales it once, both
+#           passes take exp as one ``fma(acc, u * log2(e), -base)``, and for a 16-bit softmax the
+#           write pass adds ``log2(sum)`` to the base instead of multiplying by ``1 / sum``
+#           (relative error below 2^-24 * |max * log2(e)| * ln 2: 5e-6 for logits up to 64).
+#           Default True.
+#   "stream": B tiles loaded through per-thread pointers and shared addresses advanced per tile (no
+#           bounds tests when the tiles divide N and K is a multiple of 16), and the staged
+#           stores through one row pointer per tile. Default True.
+#   "tile": (rows per block, columns per tile, threads) instead of the ladder (a spec's tile wins).
+#   "min_blocks": __launch_bounds__ minimum blocks per multiprocessor (a spec's launch_bounds wins).
+ROW_BAND_TUNING: dict = {}
 
 
 class _GemmKernel:
@@ -74,8 +101,8 @@ class _GemmKernel:
         tensor_cores = configs.uses_tensor_cores(self.a.dtype, k.arch, k.tf32)
         band = None
         if ROW_BAND and self.softmax is not None and tensor_cores and self.a.dtype.itemsize == 2:
-            band = configs.row_band_config(k.config, self.a.depth, self.a.k_major, self.b.k_major, k.arch,
-                                           lambda bm: self.batch * -(-self.M // bm), k.sm_count)
+            band = configs.row_band_config(_band_tuned(k.config), self.a.depth, self.a.k_major, self.b.k_major,
+                                           k.arch, lambda bm: self.batch * -(-self.M // bm), k.sm_count)
         self.band = band is not None
         if band is not None:
             k.config, stages = band
@@ -85,8 +112,13 @@ class _GemmKernel:
             eng.mi, eng.ni = eng.w.warp_m // 16, eng.w.warp_n // 8
             eng.slots, eng.warps_n, eng.stages = eng.mi * 2, 1, stages
         else:
-            k.config = configs.sized_tiles(k.config, kind, tensor_cores, self.blocks, k.sm_count, self.a.depth)
-            self.eng = engine(k, self.a, self.b)
+            wgmma = cuda_wgmma.plain_engine(k, self.a, self.b, self.blocks) if self.softmax is None else None
+            if wgmma is not None:  # Hopper: sm_90a's wgmma (see cuda_wgmma.plain_engine for the rule)
+                k.config = replace(k.config, tile_m=wgmma.bm, tile_n=wgmma.bn, tile_k=wgmma.bk, block=wgmma.threads)
+                self.eng = wgmma
+            else:
+                k.config = configs.sized_tiles(k.config, kind, tensor_cores, self.blocks, k.sm_count, self.a.depth)
+                self.eng = engine(k, self.a, self.b)
         self.mt = -(-self.M // self.eng.bm)
         self.nt = -(-self.N // self.eng.bn)
         self.kt = -(-self.a.depth // self.eng.bk)
@@ -118,7 +150,9 @@ class _GemmKernel:
                 x = holder["w"].value(self.softmax.args[0], m)
                 mx, total = f"{stats[0]}[slot]", f"{stats[1]}[slot]"
                 exp, log = k.lang.function("exp", self.dtype), k.lang.function("log", self.dtype)
-                if self.band:
+                if self.band and self.fold is not None:  # row_base holds log2(sum) too when fold_log
+                    expr = f"cvl_ex2(fmaf(ACC, band_c, -row_base[slot]))" + ("" if self.fold_log else f" * {total}")
+                elif self.band:
                     expr = (f"cvl_ex2(fmaf({x}, {LOG2E}, -row_base[slot])) * {total}" if self.softmax.op == "softmax"
                             else f"({x} - {mx}) - {total}")
                 elif self.softmax.op == "softmax":
@@ -169,7 +203,7 @@ class _GemmKernel:
         body += eng.elements("m0", "n0", self.store_body(None))
         lines = [*self.k.signature(entry, eng.threads), *indent(body), "}"]
         return Emitted(lines, (self.batch * self.mt * self.nt, 1, 1), (eng.threads, 1, 1), eng.shared_bytes,
-                       eng.helpers())
+                       eng.helpers(), eng.options)
 
     def render_softmax(self, entry: str) -> Emitted:
         k, eng = self.k, self.eng
@@ -258,6 +292,25 @@ class _GemmKernel:
             return None
         return s if all(st % 8 == 0 for d, (st, _size) in axes.items() if d != rank - 1) else None
 
+    def band_fold(self) -> str | None:
+        """ROW_BAND_TUNING "fold": the uniform ``u`` when the softmax's argument is ``GEMM * u`` ("" for the
+        GEMM value itself), neither rounded, and no column is masked (N a multiple of the tile); else None."""
+        if not ROW_BAND_TUNING.get("fold", True) or self.softmax.op != "softmax" or self.N % self.eng.bn:
+            return None
+        ops = self.k.p.ops
+        if rounds(ops[self.matmul]):
+            return None
+        arg = self.softmax.args[0]
+        if arg == self.matmul:
+            return ""
+        op = ops.get(arg)
+        if op is None or op.op != "mul" or rounds(op) or len(op.args) != 2 or self.matmul not in op.args:
+            return None
+        other = op.args[1] if op.args[0] == self.matmul else op.args[0]
+        if other == self.matmul or other not in self.k.uniform_names or self.k.dtype(other) is DType.BOOL:
+            return None
+        return self.k.uniform_names[other]
+
     def band_guard(self) -> str | None:
         """The bounds test an accumulator element needs (none when the tiles divide M and N)."""
         tests = [f"m < {self.M}"] if self.M % self.eng.bm else []
@@ -273,8 +326,14 @@ class _GemmKernel:
         nt, S, mi, st = self.nt, eng.stages, eng.mi, eng.storage
         ks = eng.bk // 16
         steps = 2 * nt
+        self.fold = self.band_fold()
+        self.fold_log = self.fold is not None and k.dtype(self.softmax.out) in (DType.F16, DType.BF16)
+        per_row_b = eng.bk // 8  # 16-byte chunks of a B row (all of K)
+        stream = (ROW_BAND_TUNING.get("stream", True) and b.k_major and b.depth == eng.bk and b.stride_k == 1
+                  and self.N % eng.bn == 0 and eng.threads % per_row_b == 0
+                  and (eng.bn * per_row_b) % eng.threads == 0)
+        self.stream = bool(ROW_BAND_TUNING.get("stream", True))
         band_elems = max(eng.tile_elems(a), eng.bm * (eng.bn + 8))
-        b_elems = eng.tile_elems(b)
         neg_inf = k.lang.literal(-math.inf, self.dtype)
         body = [
             "extern __shared__ __align__(16) unsigned char cvl_smem[];",
@@ -299,9 +358,31 @@ class _GemmKernel:
                  f"float row_max[{eng.slots}], row_sum[{eng.slots}], row_base[{eng.slots}], row_norm[{eng.slots}];",
                  "#pragma unroll", f"for (int r = 0; r < {eng.slots}; ++r) {{",
                  f"    row_max[r] = {neg_inf};", "    row_sum[r] = 0.0f;", "}"]
+        if self.fold is not None:
+            u = self.fold or "1.0f"
+            body += [f"const float band_c = {u} * {LOG2E};  // exp(acc * u) = 2^(acc * band_c)",
+                     f"const float band_abs = fabsf({u});", f"const bool band_flip = {u} < 0.0f;"]
+        b_elems = eng.tile_elems(b)
+        if stream:
+            rows_per = eng.threads // per_row_b  # B rows one pass of the block's threads covers
+            body += [f"const {st}* b_src = pb + threadIdx.x / {per_row_b} * {k.stride_literal(b.stride_mn)}"
+                     f" + threadIdx.x % {per_row_b} * 8;  // this thread's chunks of the next B tile",
+                     f"const unsigned b_dst = cvl_smem_addr(sb + threadIdx.x / {per_row_b} * {eng.ld(b)}"
+                     f" + threadIdx.x % {per_row_b} * 8);",
+                     "unsigned b_stage = 0;  // byte offset of the stage the next load fills",
+                     "unsigned c_stage = 0;  // byte offset of the stage the next step reads"]
 
-        def load_b(stage: str, step: str) -> list[str]:
-            return eng.load(b, stage, f"({step}) % {nt} * {eng.bn}", "0", "pb")
+            def load_b(stage: str, step: str) -> list[str]:
+                return ["#pragma unroll", f"for (int i = 0; i < {eng.bn * per_row_b // eng.threads}; ++i)",
+                        f"    cvl_cp_async16_at(b_dst + b_stage + i * {rows_per * eng.ld(b) * 2}, "
+                        f"b_src + i * {rows_per * b.stride_mn});",
+                        f"b_src += {eng.bn * b.stride_mn};",
+                        f"if (++b_tile == {nt}) {{ b_tile = 0; b_src -= {nt * eng.bn * b.stride_mn}; }}",
+                        f"b_stage = b_stage == {(S - 1) * b_elems * 2} ? 0 : b_stage + {b_elems * 2};"]
+            body.append("int b_tile = 0;  // column tile of the next load")
+        else:
+            def load_b(stage: str, step: str) -> list[str]:
+                return eng.load(b, stage, f"({step}) % {nt} * {eng.bn}", "0", "pb")
 
         body += eng.load(a, "0", "m0", "0", "pa") + ["cvl_cp_commit();"]
         for i in range(S - 1):
@@ -310,9 +391,22 @@ class _GemmKernel:
         body += [f"cvl_cp_wait<{S - 1}>();", "__syncthreads();",
                  "#pragma unroll", f"for (int mi = 0; mi < {mi}; ++mi)",
                  "#pragma unroll", f"    for (int kq = 0; kq < {ks}; ++kq) {load_a}(af[mi][kq], {a_addr});"]
-        compute = [f"const {st}* tb = sb + (step % {S}) * {b_elems};",
+        if stream:  # ldmatrix addresses: this lane's offset (set once) + the stage + constants
+            ldb = eng.ld(b)
+            body.append(f"const unsigned b_frag = cvl_smem_addr(sb) + ((lane / 16 * 8 + lane % 8) * {ldb}"
+                        " + (lane / 8) % 2 * 8) * 2;")
+            read_stage = ["const unsigned tb = b_frag + c_stage;",
+                          f"c_stage = c_stage == {(S - 1) * b_elems * 2} ? 0 : c_stage + {b_elems * 2};"]
+            fragments = ["#pragma unroll", f"for (int nj = 0; nj < {eng.ni // 2}; ++nj) {{",
+                         "    unsigned r[4];", f"    cvl_ldsm_x4_at(r, tb + (nj * {16 * ldb} + kq * 16) * 2);",
+                         "    bf[2 * nj][0] = r[0]; bf[2 * nj][1] = r[1];",
+                         "    bf[2 * nj + 1][0] = r[2]; bf[2 * nj + 1][1] = r[3];", "}"]
+        else:
+            read_stage = [f"const {st}* tb = sb + (step % {S}) * {b_elems};"]
+            fragments = eng.b_fragments("tb", "kq * 16")
+        compute = [*read_stage,
                    "#pragma unroll", f"for (int kq = 0; kq < {ks}; ++kq) {{", f"    unsigned bf[{eng.ni}][2];",
-                   *indent(eng.b_fragments("tb", "kq * 16")),
+                   *indent(fragments),
                    "#pragma unroll", f"    for (int mi = 0; mi < {mi}; ++mi)", "#pragma unroll",
                    f"        for (int ni = 0; ni < {eng.ni}; ++ni) cvl_mma(acc[mi][ni], af[mi][kq], bf[ni]);", "}"]
         epilogue = [f"const int n0 = step % {nt} * {eng.bn};",
@@ -326,12 +420,14 @@ class _GemmKernel:
         lines = [*k.signature(entry, eng.threads), *indent(body), "}"]
         shared = 2 * (band_elems + S * b_elems)
         return Emitted(lines, (self.batch * self.mt, 1, 1), (eng.threads, 1, 1), shared,
-                       eng.helpers() + BAND_HELPERS)
+                       eng.helpers() + BAND_HELPERS + (BAND_STREAM_HELPER if stream else ""))
 
     def band_statistics(self, neg_inf: str) -> list[str]:
         """Per thread: the tile's maximum of each row slot, the running sum rescaled when the
         maximum grows, then the tile's exponentials added (no shuffles)."""
         eng = self.eng
+        if self.fold is not None:
+            return self.band_folded_statistics(neg_inf)
         pre: list[str] = []
         w = self.walk(pre)
         x = w.value(self.softmax.args[0], self.p.layout.maps[self.softmax.args[0]])
@@ -352,6 +448,30 @@ class _GemmKernel:
             *eng.elements("m0", "n0", [f"row_sum[slot] += cvl_ex2(fmaf(ACC, {LOG2E}, -base[slot]));"]),
         ]
 
+    def band_folded_statistics(self, neg_inf: str) -> list[str]:
+        """``band_statistics`` for ``softmax(acc * u)``: max(acc * u) is |u| * max(acc) (of -acc when u < 0;
+        rounding is monotonic, so it is the maximum of the rounded products), and the exponent is one FMA."""
+        eng = self.eng
+
+        def tile_max(sign: str) -> list[str]:
+            return eng.elements("m0", "n0", [f"tile_max[slot] = fmaxf(tile_max[slot], {sign}ACC);"])
+
+        scan = tile_max("") if not self.fold else [
+            "if (band_flip) {", *indent(tile_max("-")), "} else {", *indent(tile_max("")), "}"]
+        return [
+            f"float tile_max[{eng.slots}], base[{eng.slots}];",
+            "#pragma unroll", f"for (int r = 0; r < {eng.slots}; ++r) tile_max[r] = {neg_inf};",
+            *scan,
+            "#pragma unroll", f"for (int r = 0; r < {eng.slots}; ++r) {{",
+            "    const float top = fmaxf(row_max[r], band_abs * tile_max[r]);",
+            f"    const float bl = __fmul_rn(top, {LOG2E});",
+            f"    if (row_max[r] != top) row_sum[r] *= cvl_ex2(__fmul_rn(row_max[r], {LOG2E}) - bl);",
+            "    row_max[r] = top;",
+            f"    base[r] = top == {neg_inf} ? 0.0f : bl;",
+            "}",
+            *eng.elements("m0", "n0", ["row_sum[slot] += cvl_ex2(fmaf(ACC, band_c, -base[slot]));"]),
+        ]
+
     def band_merge(self) -> list[str]:
         """After the last column tile: the four lanes of each row merge maxima and sums."""
         eng = self.eng
@@ -360,6 +480,9 @@ class _GemmKernel:
         log = self.k.lang.function("log", self.dtype)
         norm = ("1.0f / total" if self.softmax.op == "softmax"
                 else f"{log}(total) - fmaf(top, {LOG2E}, -row_base[r]) * 0.6931471805599453f")
+        # fold_log: 2^(acc * c - base - log2(sum)) is the softmax value; row_norm is unused
+        last = (["    row_base[r] = __fadd_rn(row_base[r], log2f(total));"] if self.fold_log
+                else [f"    row_norm[r] = {norm};"])
         return [
             "#pragma unroll", f"for (int r = 0; r < {eng.slots}; ++r) {{",
             f"    const float top = cvl_warp_max(row_max[r], {eng.row_lanes});",
@@ -367,7 +490,7 @@ class _GemmKernel:
             "    const float part = row_max[r] == top ? row_sum[r]",
             f"                       : row_sum[r] * cvl_ex2(__fmul_rn(row_max[r], {LOG2E}) - row_base[r]);",
             f"    const float total = cvl_warp_sum(part, {eng.row_lanes});",
-            "    row_max[r] = top;", f"    row_norm[r] = {norm};", "}",
+            "    row_max[r] = top;", *last, "}",
         ]
 
     def band_write(self) -> list[str]:
@@ -392,6 +515,23 @@ class _GemmKernel:
         store = (f"__stcs(reinterpret_cast<uint4*>(&{target}), "
                  f"*reinterpret_cast<const uint4*>(so + (wm + r) * {lds} + c % {per_row} * 8));")
         guard = " && ".join(([f"m < {self.M}"] if self.M % eng.bm else []) + ([f"n < {self.N}"] if self.N % eng.bn else []))
+        if self.stream:  # one output pointer per tile, the rows of later chunks at constant offsets
+            rows = 32 // per_row
+            rank = len(self.p.domain)
+            st_m = next((st for d, st in zip(staged.map, self.p.strides(staged.value)) if d == rank - 2), 0)
+            tests = ([f"m + i * {rows} < {self.M}"] if self.M % eng.bm else []) + ([f"n < {self.N}"] if self.N % eng.bn else [])
+            store = (f"__stcs(reinterpret_cast<uint4*>(orow + i * {rows * st_m}), "
+                     f"*reinterpret_cast<const uint4*>(srow + i * {rows * lds}));")
+            copy = [f"const int m = m0 + wm + lane / {per_row};", f"const int n = n0 + lane % {per_row} * 8;",
+                    f"{ost}* const orow = &{target};",
+                    f"const {ost}* const srow = so + (wm + lane / {per_row}) * {lds} + lane % {per_row} * 8;",
+                    "#pragma unroll", f"for (int i = 0; i < {iters}; ++i)",
+                    f"    {'if (' + ' && '.join(tests) + ') ' if tests else ''}{store}"]
+        else:
+            copy = ["#pragma unroll", f"for (int i = 0; i < {iters}; ++i) {{",
+                    "    const int c = i * 32 + lane;", f"    const int r = c / {per_row};",
+                    "    const int m = m0 + wm + r;", f"    const int n = n0 + c % {per_row} * 8;",
+                    *(indent([f"if ({guard}) {store}"]) if guard else indent([store])), "}"]
         return [
             *eng.elements("m0", "n0", self.guarded([*pre, f"ACC = {value};"])),
             f"{ost}* const so = reinterpret_cast<{ost}*>(cvl_smem);  // the warp's rows of the band",
@@ -402,11 +542,22 @@ class _GemmKernel:
             f"    *reinterpret_cast<{pair}*>(so + (wm + mi * 16 + h * 8 + lane / 4) * {lds} + ni * 8 + lane % 4 * 2) =",
             f"        {pack}(acc[mi][ni][h * 2], acc[mi][ni][h * 2 + 1]);",
             "__syncwarp();",
-            "#pragma unroll", f"for (int i = 0; i < {iters}; ++i) {{",
-            "    const int c = i * 32 + lane;", f"    const int r = c / {per_row};",
-            "    const int m = m0 + wm + r;", f"    const int n = n0 + c % {per_row} * 8;",
-            *(indent([f"if ({guard}) {store}"]) if guard else indent([store])), "}",
+            *copy,
         ]
+
+
+def _band_tuned(config):
+    """``config`` with :data:`ROW_BAND_TUNING`'s tile and launch bounds (a spec's own settings win)."""
+    from dataclasses import replace as _replace
+
+    over = set(config.overridden)
+    if "tile" in ROW_BAND_TUNING and not over & {"tile", "block"}:
+        bm, bn, threads = ROW_BAND_TUNING["tile"]
+        config = _replace(config, tile_m=bm, tile_n=bn, block=threads, overridden=(*config.overridden, "tile"))
+    if "min_blocks" in ROW_BAND_TUNING and "launch_bounds" not in over:
+        config = _replace(config, min_blocks=int(ROW_BAND_TUNING["min_blocks"]),
+                          overridden=(*config.overridden, "launch_bounds"))
+    return config
 
 
 def render(k: CudaKernel, entry: str) -> Emitted:

@@ -56,6 +56,14 @@ StepExpr = Callable[[str], str]
 
 _SWIZZLE_128B = 1
 
+# Render plain GEMMs (``@`` + epilogue, batched too) with this engine on sm_90/sm_90a when
+# :func:`plain_engine` allows; False keeps them on ``mma.sync`` (benchmarks/ab_wgmma.py compares).
+WGMMA = True
+WGMMA_ARCHS = ("sm_90", "sm_90a")  # targets whose GEMMs may be built for sm_90a
+ARCH = "sm_90a"  # what such a kernel is compiled for (wgmma is an arch-specific feature)
+# spec `kernels:` keys that keep a GEMM on the mma.sync template (whose tiles they describe)
+_OVERRIDES = frozenset(("tile", "block", "launch_bounds", "max_registers"))
+
 
 @dataclass(frozen=True)
 class WgmmaOperand:
@@ -88,6 +96,33 @@ def supported(a, b, bm: int, bn: int, bk: int = 64) -> str | None:
         if unit != 1 or contiguous % 8 or other % 8:
             return f"wgmma engine: operand {o.role} rows are not 16-byte aligned"
     return None
+
+
+def plain_engine(k, a, b, blocks: Callable[[int, int], int]) -> "WgmmaEngine | None":
+    """The wgmma engine for a plain GEMM of :class:`~cuvil_dsl.codegen.cuda.CudaKernel` ``k``, or
+    None (then ``mma.sync`` or SIMT runs it). ``blocks(bm, bn)``: blocks a launch with that tile takes.
+
+    Rule: target sm_90 or sm_90a, f16/bf16 operands whose rows (and batch strides) keep 16-byte
+    alignment (:func:`supported`), and no spec override of the tile, block, launch bounds or
+    registers (those describe the mma.sync template and are checked against it). Tile: 128 x 256
+    with 4 stages and one wgmma group in flight when the launch gives at least two blocks per SM;
+    else 128 x 128, with 3 stages and none in flight (99 KiB: two blocks resident per SM) when
+    there is more than one wave, or 4 stages and one in flight when one wave covers the launch
+    (H200, gelu(A @ B + bias) f16: 4096^3 253 us for 128x256 vs 274/307 us for 128x128 s3/s4
+    and 581 us for mma.sync; 1024 x 2048 x 512 16.3 us for 128x128 s4 vs 25.1 us for 128x256)."""
+    if not WGMMA or k.arch not in WGMMA_ARCHS or _OVERRIDES & set(k.config.overridden):
+        return None
+    if any(stride % 8 for o in (a, b) for _axis, stride in getattr(o, "batch", ())):
+        return None  # a batch's operand would not start 16-byte aligned
+    if blocks(128, 256) >= 2 * k.sm_count:
+        bm, bn, stages, pending = 128, 256, 4, 1
+    elif blocks(128, 128) > k.sm_count:
+        bm, bn, stages, pending = 128, 128, 3, 0
+    else:
+        bm, bn, stages, pending = 128, 128, 4, 1
+    if supported(a, b, bm, bn) is not None:
+        return None
+    return WgmmaEngine(a, b, bm=bm, bn=bn, stages=stages, pending=pending, index_t=k.index_t)
 
 
 HELPERS = r"""
@@ -147,6 +182,7 @@ class WgmmaEngine:
         self.slots = 2  # row slots per thread (h)
         self.row_lanes = 4  # lanes that share a row
         self.warps_n = 1  # a warp owns whole rows of the tile
+        self.options = (f"-arch={ARCH}",)  # compiler options a kernel with this engine needs
 
     # ------------------------------------------------------------------ shared memory
     def tile_bytes(self, o) -> int:

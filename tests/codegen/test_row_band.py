@@ -33,7 +33,16 @@ def test_attention_benchmark_takes_the_row_band():
     assert "__launch_bounds__(256, 2)" in body
     assert body.count("__syncthreads()") == 2  # the A band, then one per column tile
     assert "__stcs(reinterpret_cast<uint4*>" in body  # staged 16-byte streaming stores
-    assert "* row_norm[slot]" in body and "/ row_" not in body  # the write pass multiplies by 1 / sum
+    # the scale folded into one FMA, log2(sum) into the base: no multiply or division per element
+    assert "cvl_ex2(fmaf(ACC, band_c, -row_base[slot]));" in body and "log2f(total)" in body
+    assert "/ row_" not in body and "* row_norm[slot]" not in body
+
+
+def test_unfolded_write_pass_multiplies_by_the_reciprocal(monkeypatch):
+    monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", {"fold": False, "stream": False})
+    (k,) = _render(BENCH)
+    body = k.source.split('extern "C"')[1]
+    assert "* row_norm[slot]" in body and "/ row_" not in body and "band_c" not in body
 
 
 def test_switch_and_deep_k_use_the_generic_template(monkeypatch):

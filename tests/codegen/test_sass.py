@@ -30,9 +30,45 @@ def barriers(sass: str) -> int:
 ])
 def test_half_and_tf32_matmuls_run_on_tensor_cores(built, arch, case, kernel):
     sass = sass_of(built, arch, case, kernel)
+    if arch == "sm_90" and (case, kernel) in WGMMA_GEMMS:
+        assert count_instructions(sass, "HGMMA") > 0 and count_instructions(sass, "HMMA") == 0
+        return
     assert count_instructions(sass, "HMMA") > 0
     if "tf32" not in case:
         assert count_instructions(sass, "LDSM") > 0  # fragments by ldmatrix
+
+
+# plain f16/bf16 GEMMs (batched, ragged M and N, epilogues) that run wgmma on sm_90: built for sm_90a
+WGMMA_GEMMS = [
+    ("programs/gemm_bf16", "main_k1"),  # silu epilogue, M = 200, N = 136
+    ("programs/gemm_f16_layouts", "main_k2"),  # batched (G = 3), M = 130, N = 96, * 0.5
+    ("specs/multi_pipeline", "ffn_k1"),
+    ("programs/gemm_wgmma", "main_k1"),  # 128 x 128, 4 stages; gelu(a @ b + bias), K = 520
+    ("programs/gemm_wgmma", "main_k2"),  # 128 x 256, batched, B stored N x K, K = 72
+    ("programs/gemm_wgmma", "main_k3"),  # 128 x 128, 3 stages
+]
+
+
+@pytest.mark.parametrize("case,kernel", WGMMA_GEMMS)
+def test_hopper_plain_gemms_run_wgmma(built, case, kernel):
+    b = built("sm_90")[(case, kernel)]
+    assert b.unit.arch == "sm_90a" and "-arch=sm_90a" in b.kernel.options
+    assert "wgmma.mma_async" in b.kernel.source and b.kernel.block == (256, 1, 1)
+    sass = sass_of(built, "sm_90", case, kernel)
+    assert count_instructions(sass, "HGMMA") > 0
+    assert count_instructions(sass, "HMMA") == 0 and count_instructions(sass, "LDSM") == 0
+    assert count_instructions(sass, "LDGSTS") > 0
+    r = b.unit.resources[b.kernel.entry]
+    assert r.spill_bytes == 0 and r.stack_bytes == 0, r
+    # the same kernels stay on mma.sync for sm_80, built for sm_80
+    old = built("sm_80")[(case, kernel)]
+    assert old.unit.arch == "sm_80" and "wgmma.mma_async" not in old.kernel.source
+    assert count_instructions(sass_of(built, "sm_80", case, kernel), "HMMA") > 0
+
+
+def test_overridden_gemm_tile_stays_on_mma_sync(built):
+    b = built("sm_90")[("specs/gemm_bias_gelu", "gemm_epilogue")]  # the spec sets tile and block
+    assert b.unit.arch == "sm_90" and "wgmma.mma_async" not in b.kernel.source
 
 
 @pytest.mark.parametrize("case,kernel,fma", [

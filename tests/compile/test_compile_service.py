@@ -418,3 +418,32 @@ def test_doctor_rows_and_render(cache_dir):
     assert checks["compile cache"].value == str(cache_dir) and "1 entries" in checks["compile cache"].detail
     text = render_doctor(rows)
     assert text.splitlines()[0].startswith("check") and "NVRTC" in text
+
+
+WGMMA_FENCE = r"""
+extern "C" __global__ void fenced(float* y) {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");  // sm_90a only
+  y[threadIdx.x] = 1.0f;
+}
+"""
+
+
+def test_a_unit_may_name_its_own_arch(cache_dir):
+    """A kernel that needs arch-specific features (wgmma) carries ``-arch=sm_90a`` in its options:
+    it replaces the batch's ``-arch`` (one ``-arch`` reaches the compiler), keys the cache apart,
+    and the result says what it was built for; the other units keep the batch's arch."""
+    own = CompileUnit("fenced", WGMMA_FENCE, ("fenced",), ("-arch=sm_90a",))
+    plain = CompileUnit("fenced_plain", WGMMA_FENCE, ("fenced",))
+    plan = service._plan("sm_90", "nvrtc", "none", False, ())
+    options = plan.options_for(own)
+    assert [o for o in options if o.startswith("-arch=")] == ["-arch=sm_90a"] and options[0] == "-arch=sm_90a"
+    assert plan.options_for(plain)[0] == "-arch=sm_90"
+    assert plan.key_for(own) != plan.key_for(CompileUnit("fenced", WGMMA_FENCE, ("fenced",), ("-arch=sm_90",)))
+    built, other = compile_units([own, unit("beside")], "sm_90", fallback="none")
+    assert built.arch == "sm_90a" and built.cubin.startswith(b"\x7fELF") and other.arch == "sm_90"
+    with pytest.raises(UserError) as info:  # without it, wgmma does not build for plain sm_90
+        compile_units([plain], "sm_90", fallback="none")
+    assert info.value.diagnostics[0].code == "E602"
+    with pytest.raises(UserError) as info:
+        compile_units([CompileUnit("fenced_bad", WGMMA_FENCE, ("fenced",), ("-arch=sm_9x",))], "sm_90")
+    assert info.value.diagnostics[0].code == "E504"

@@ -78,198 +78,190 @@ template <typename T> __device__ __forceinline__ T cvl_warp_min(T v, int width) 
 __device__ __forceinline__ unsigned cvl_smem_addr(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
-// 16 bytes global -> shared, bypassing L1; zero-filled when !valid (src is then not read).
-__device__ __forceinline__ void cvl_cp_async16(void* dst, const void* src, bool valid) {
+// 16 bytes global -> shared (a shared-window address), bypassing L1; zero-filled when !valid.
+__device__ __forceinline__ void cvl_cp_async16s(unsigned dst, const void* src, bool valid) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                 :: "r"(cvl_smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0) : "memory");
+                 :: "r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
 }
 __device__ __forceinline__ void cvl_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cvl_cp_wait() {
     asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
 }
-__device__ __forceinline__ void cvl_ldsm_x4(unsigned (&r)[4], const void* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(cvl_smem_addr(p)) : "memory");
+// cp.async wrote through the generic proxy; wgmma reads through the async proxy.
+__device__ __forceinline__ void cvl_fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
-__device__ __forceinline__ void cvl_ldsm_x4_trans(unsigned (&r)[4], const void* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(cvl_smem_addr(p)) : "memory");
+__device__ __forceinline__ void cvl_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void cvl_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cvl_wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
 }
-__device__ __forceinline__ unsigned cvl_tf32(float x) {
-    unsigned r;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-    return r;
-}
-
-__device__ __forceinline__ void cvl_mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+// Matrix descriptor: start >> 4 (bits 0-13), LBO >> 4 (16-29), SBO >> 4 (32-45), swizzle (62-63).
+__device__ __forceinline__ unsigned long long cvl_wgmma_desc(unsigned addr, unsigned lbo, unsigned sbo) {
+    return (unsigned long long)((addr & 0x3FFFF) >> 4)
+         | ((unsigned long long)((lbo & 0x3FFFF) >> 4) << 16)
+         | ((unsigned long long)((sbo & 0x3FFFF) >> 4) << 32)
+         | ((unsigned long long)1 << 62);
 }
 
-extern "C" __global__ void __launch_bounds__(128, 1) cvl_main_k1(
+// D (64 x 128, f32) += A (64 x 16, descriptor) * B (16 x 128, descriptor); trans-a 0, trans-b 1
+__device__ __forceinline__ void cvl_wgmma(float (&d)[64], unsigned long long da, unsigned long long db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db), "n"(1));
+}
+// Pins the accumulators between wgmma's asynchronous writes and ordinary reads or writes.
+__device__ __forceinline__ void cvl_wgmma_pin(float (&d)[64]) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
     const __nv_bfloat16* __restrict__ b0,  // x: bf16[T, D] input
     const __nv_bfloat16* __restrict__ b1,  // w: bf16[D, F] input
     __nv_bfloat16* __restrict__ b2  // y: bf16[T, F] output
 ) {
-    extern __shared__ __align__(16) unsigned char cvl_smem[];
-    __nv_bfloat16* const sa = reinterpret_cast<__nv_bfloat16*>(cvl_smem);
-    __nv_bfloat16* const sb = sa + 10240;
+    extern __shared__ __align__(1024) unsigned char cvl_smem[];
+    const unsigned smem0 = (cvl_smem_addr(cvl_smem) + 1023u) & ~1023u;
+    const unsigned sa = smem0;
+    const unsigned sb = smem0 + 65536u;
     const int lane = threadIdx.x % 32;
-    const int wm = (threadIdx.x / 32) / 2 * 32;
-    const int wn = (threadIdx.x / 32) % 2 * 16;
-    float acc[2][2][4];
-    const int nt = blockIdx.x % 5;
-    const int mt = blockIdx.x / 5 % 4;
-    const int bz = blockIdx.x / 20;
-    const int m0 = mt * 64;
+    const int wg = threadIdx.x / 128;
+    const int wl = (threadIdx.x / 32) % 4;
+    const unsigned long long desc_a = cvl_wgmma_desc(sa + wg * 8192u, 16u, 1024u);
+    const unsigned long long desc_b = cvl_wgmma_desc(sb, 8192u, 1024u);
+    float acc[64];
+    const int nt = blockIdx.x % 2;
+    const int mt = blockIdx.x / 2 % 2;
+    const int bz = blockIdx.x / 4;
+    const int m0 = mt * 128;
     const __nv_bfloat16* pa = b0 + 0;
     const __nv_bfloat16* pb = b1 + 0;
     #pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
-    #pragma unroll
-        for (int ni = 0; ni < 2; ++ni)
-    #pragma unroll
-            for (int q = 0; q < 4; ++q) acc[mi][ni][q] = 0.0f;
-    const int n0 = nt * 32;
-    if (0 < 8) {
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    const int n0 = nt * 128;
+    cvl_wgmma_pin(acc);
+    if (0 < 4) {
+        {
+            const int r0 = (int)(threadIdx.x / 8u);
+            const int cc = (int)(threadIdx.x % 8u) * 8;
         #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const int c = i * 128 + threadIdx.x;
-            const int r = c / 4;
-            const int cc = c % 4 * 8;
-            const int gmn = m0 + r;
-            const int gk = (0) * 32 + cc;
-            const bool ok = gmn < 200 && gk < 256;
-            __nv_bfloat16* dst = sa + (0) * 2560 + r * 40 + cc;
-            cvl_cp_async16(dst, ok ? pa + (int)gmn * 256 + (int)gk * 1 : pa, ok);
-        }
-        #pragma unroll
-        for (int i = 0; i < 1; ++i) {
-            const int c = i * 128 + threadIdx.x;
-            const int r = c / 4;
-            const int cc = c % 4 * 8;
-            const int gmn = n0 + cc;
-            const int gk = (0) * 32 + r;
-            const bool ok = gmn < 136 && gk < 256;
-            __nv_bfloat16* dst = sb + (0) * 1280 + r * 40 + cc;
-            cvl_cp_async16(dst, ok ? pb + (int)gmn * 1 + (int)gk * 136 : pb, ok);
-        }
-    }
-    cvl_cp_commit();
-    if (1 < 8) {
-        #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const int c = i * 128 + threadIdx.x;
-            const int r = c / 4;
-            const int cc = c % 4 * 8;
-            const int gmn = m0 + r;
-            const int gk = (1) * 32 + cc;
-            const bool ok = gmn < 200 && gk < 256;
-            __nv_bfloat16* dst = sa + (1) * 2560 + r * 40 + cc;
-            cvl_cp_async16(dst, ok ? pa + (int)gmn * 256 + (int)gk * 1 : pa, ok);
-        }
-        #pragma unroll
-        for (int i = 0; i < 1; ++i) {
-            const int c = i * 128 + threadIdx.x;
-            const int r = c / 4;
-            const int cc = c % 4 * 8;
-            const int gmn = n0 + cc;
-            const int gk = (1) * 32 + r;
-            const bool ok = gmn < 136 && gk < 256;
-            __nv_bfloat16* dst = sb + (1) * 1280 + r * 40 + cc;
-            cvl_cp_async16(dst, ok ? pb + (int)gmn * 1 + (int)gk * 136 : pb, ok);
-        }
-    }
-    cvl_cp_commit();
-    if (2 < 8) {
-        #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const int c = i * 128 + threadIdx.x;
-            const int r = c / 4;
-            const int cc = c % 4 * 8;
-            const int gmn = m0 + r;
-            const int gk = (2) * 32 + cc;
-            const bool ok = gmn < 200 && gk < 256;
-            __nv_bfloat16* dst = sa + (2) * 2560 + r * 40 + cc;
-            cvl_cp_async16(dst, ok ? pa + (int)gmn * 256 + (int)gk * 1 : pa, ok);
-        }
-        #pragma unroll
-        for (int i = 0; i < 1; ++i) {
-            const int c = i * 128 + threadIdx.x;
-            const int r = c / 4;
-            const int cc = c % 4 * 8;
-            const int gmn = n0 + cc;
-            const int gk = (2) * 32 + r;
-            const bool ok = gmn < 136 && gk < 256;
-            __nv_bfloat16* dst = sb + (2) * 1280 + r * 40 + cc;
-            cvl_cp_async16(dst, ok ? pb + (int)gmn * 1 + (int)gk * 136 : pb, ok);
-        }
-    }
-    cvl_cp_commit();
-    for (int step = 0; step < 8; ++step) {
-        cvl_cp_wait<2>();
-        __syncthreads();
-        if (step + 3 < 8) {
-            #pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                const int c = i * 128 + threadIdx.x;
-                const int r = c / 4;
-                const int cc = c % 4 * 8;
+            for (int i = 0; i < 4; ++i) {
+                const int r = r0 + i * 32;
                 const int gmn = m0 + r;
-                const int gk = ((step + 3)) * 32 + cc;
-                const bool ok = gmn < 200 && gk < 256;
-                __nv_bfloat16* dst = sa + ((step + 3) % 4) * 2560 + r * 40 + cc;
-                cvl_cp_async16(dst, ok ? pa + (int)gmn * 256 + (int)gk * 1 : pa, ok);
+                const int gk = (0) * 64 + cc;
+                const bool ok = gmn < 200;
+                const unsigned dst = sa + (0) * 16384u + ((r) * 128 + ((((cc) >> 3) ^ (r0 & 7)) << 4));
+                const __nv_bfloat16* src = pa + (int)gmn * 256 + (int)gk * 1;
+                cvl_cp_async16s(dst, ok ? src : pa, ok);
             }
-            #pragma unroll
-            for (int i = 0; i < 1; ++i) {
-                const int c = i * 128 + threadIdx.x;
-                const int r = c / 4;
-                const int cc = c % 4 * 8;
+        }
+        {
+            const int r0 = (int)(threadIdx.x / 16u);
+            const int cc = (int)(threadIdx.x % 16u) * 8;
+        #pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int r = r0 + i * 16;
                 const int gmn = n0 + cc;
-                const int gk = ((step + 3)) * 32 + r;
-                const bool ok = gmn < 136 && gk < 256;
-                __nv_bfloat16* dst = sb + ((step + 3) % 4) * 1280 + r * 40 + cc;
-                cvl_cp_async16(dst, ok ? pb + (int)gmn * 1 + (int)gk * 136 : pb, ok);
+                const int gk = (0) * 64 + r;
+                const bool ok = gmn < 136;
+                const unsigned dst = sb + (0) * 16384u + (((cc) >> 6) * 8192 + (r) * 128 + (((((cc) & 63) >> 3) ^ (r0 & 7)) << 4));
+                const __nv_bfloat16* src = pb + (int)gmn * 1 + (int)gk * 136;
+                cvl_cp_async16s(dst, ok ? src : pb, ok);
+            }
+        }
+    }
+    cvl_cp_commit();
+    if (1 < 4) {
+        {
+            const int r0 = (int)(threadIdx.x / 8u);
+            const int cc = (int)(threadIdx.x % 8u) * 8;
+        #pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int r = r0 + i * 32;
+                const int gmn = m0 + r;
+                const int gk = (1) * 64 + cc;
+                const bool ok = gmn < 200;
+                const unsigned dst = sa + (1) * 16384u + ((r) * 128 + ((((cc) >> 3) ^ (r0 & 7)) << 4));
+                const __nv_bfloat16* src = pa + (int)gmn * 256 + (int)gk * 1;
+                cvl_cp_async16s(dst, ok ? src : pa, ok);
+            }
+        }
+        {
+            const int r0 = (int)(threadIdx.x / 16u);
+            const int cc = (int)(threadIdx.x % 16u) * 8;
+        #pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int r = r0 + i * 16;
+                const int gmn = n0 + cc;
+                const int gk = (1) * 64 + r;
+                const bool ok = gmn < 136;
+                const unsigned dst = sb + (1) * 16384u + (((cc) >> 6) * 8192 + (r) * 128 + (((((cc) & 63) >> 3) ^ (r0 & 7)) << 4));
+                const __nv_bfloat16* src = pb + (int)gmn * 1 + (int)gk * 136;
+                cvl_cp_async16s(dst, ok ? src : pb, ok);
+            }
+        }
+    }
+    cvl_cp_commit();
+    #pragma unroll 1
+    for (int step = 0; step < 4; ++step) {
+        cvl_cp_wait<1>();
+        cvl_fence_proxy_async();
+        __syncthreads();
+        if (step + 2 < 4) {
+            {
+                const int r0 = (int)(threadIdx.x / 8u);
+                const int cc = (int)(threadIdx.x % 8u) * 8;
+            #pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int r = r0 + i * 32;
+                    const int gmn = m0 + r;
+                    const int gk = ((step + 2)) * 64 + cc;
+                    const bool ok = gmn < 200;
+                    const unsigned dst = sa + ((step + 2) % 4) * 16384u + ((r) * 128 + ((((cc) >> 3) ^ (r0 & 7)) << 4));
+                    const __nv_bfloat16* src = pa + (int)gmn * 256 + (int)gk * 1;
+                    cvl_cp_async16s(dst, ok ? src : pa, ok);
+                }
+            }
+            {
+                const int r0 = (int)(threadIdx.x / 16u);
+                const int cc = (int)(threadIdx.x % 16u) * 8;
+            #pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int r = r0 + i * 16;
+                    const int gmn = n0 + cc;
+                    const int gk = ((step + 2)) * 64 + r;
+                    const bool ok = gmn < 136;
+                    const unsigned dst = sb + ((step + 2) % 4) * 16384u + (((cc) >> 6) * 8192 + (r) * 128 + (((((cc) & 63) >> 3) ^ (r0 & 7)) << 4));
+                    const __nv_bfloat16* src = pb + (int)gmn * 1 + (int)gk * 136;
+                    cvl_cp_async16s(dst, ok ? src : pb, ok);
+                }
             }
         }
         cvl_cp_commit();
-        {
-            const __nv_bfloat16* ta = sa + (step % 4) * 2560;
-            const __nv_bfloat16* tb = sb + (step % 4) * 1280;
-            #pragma unroll
-            for (int kk = 0; kk < 32; kk += 16) {
-                unsigned af[2][4];
-                unsigned bf[2][2];
-                #pragma unroll
-                for (int mi = 0; mi < 2; ++mi) cvl_ldsm_x4(af[mi], ta + (wm + mi * 16 + (lane / 8) % 2 * 8 + lane % 8) * 40 + kk + lane / 16 * 8);
-                #pragma unroll
-                for (int nj = 0; nj < 1; ++nj) {
-                    unsigned r[4];
-                    cvl_ldsm_x4_trans(r, tb + (kk + (lane / 8) % 2 * 8 + lane % 8) * 40 + wn + nj * 16 + lane / 16 * 8);
-                    bf[2 * nj][0] = r[0]; bf[2 * nj][1] = r[1];
-                    bf[2 * nj + 1][0] = r[2]; bf[2 * nj + 1][1] = r[3];
-                }
-            #pragma unroll
-                for (int mi = 0; mi < 2; ++mi)
-            #pragma unroll
-                    for (int ni = 0; ni < 2; ++ni) cvl_mma(acc[mi][ni], af[mi], bf[ni]);
-            }
+        cvl_wgmma_fence();
+        #pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            const unsigned long long da = desc_a + (((step % 4) * 16384 + kk * 32) >> 4);
+            const unsigned long long db = desc_b + (((step % 4) * 16384 + kk * 2048) >> 4);
+            cvl_wgmma(acc, da, db);
         }
+        cvl_wgmma_commit();
+        cvl_wgmma_wait<1>();
     }
+    cvl_wgmma_wait<0>();
+    cvl_wgmma_pin(acc);
     #pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
-    #pragma unroll
-    for (int ni = 0; ni < 2; ++ni)
+    for (int ni = 0; ni < 16; ++ni)
     #pragma unroll
     for (int h = 0; h < 2; ++h)
     #pragma unroll
     for (int q = 0; q < 2; ++q) {
-        const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
-        const int n = n0 + wn + ni * 8 + lane % 4 * 2 + q;
-        const int slot = mi * 2 + h;
-        float& ACC = acc[mi][ni][h * 2 + q];
+        const int m = m0 + wg * 64 + wl * 16 + lane / 4 + h * 8;
+        const int n = n0 + ni * 8 + lane % 4 * 2 + q;
+        const int slot = h;
+        float& ACC = acc[ni * 4 + h * 2 + q];
         if (m < 200 && n < 136) {
             const float t1 = ACC;
             const float t2 = cvl_bf16(cvl_silu(t1));
