@@ -82,8 +82,10 @@ def _coords(k: CudaKernel, base: str, tag: str = "") -> list[str]:
 
 def _streaming(k: CudaKernel, total: int, accesses: list) -> bool:
     """Evict-first (``.cs``) accesses: the data a kernel streams is far larger than the L2."""
-    if "streaming" in TUNING:
-        return bool(TUNING["streaming"])
+    # Off by default: on the H200 the .cs hints made the f32 chain slower (140.3 us against
+    # 133.1 us without them, 2^26 elements, benchmarks/ab_rows.py, 2026-11-29).
+    if not TUNING.get("streaming", False):
+        return False
     moved = sum(k.p.size(v) * k.p.types[v].dtype.itemsize for v, m in dict.fromkeys(accesses))
     return moved >= STREAMING_BYTES
 

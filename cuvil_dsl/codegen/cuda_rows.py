@@ -41,7 +41,10 @@ REGISTER_FILE = 65536  # 32-bit registers per multiprocessor
 # the generated source (which is the compile cache key), and the defaults below apply when a key
 # is absent:
 #   "threads": threads per row of a block-per-row kernel (rows over 1024 elements); a spec's
-#              `block` override wins. Default: L/16 rounded to a power of two in [128, 1024].
+#              `block` override wins. Default: four 16-byte vectors of the row's widest data
+#              type per thread, rounded to a power of two in [128, 1024] (f16 rows of 4096: 128
+#              threads; layernorm 132.4 us against 139.3 us with 256, softmax 134.7 against 135.0;
+#              f32 rows of 4096 keep 256; H200, benchmarks/ab_rows.py, 2026-11-29).
 #   "min_blocks": __launch_bounds__ minimum blocks per multiprocessor (a spec's launch_bounds
 #              wins). Default: as many as the estimated registers allow, up to full occupancy.
 #   "fast": row-level strength reductions (see ``_RowKernel.fast``). Default True.
@@ -309,6 +312,9 @@ class _RowKernel:
     def render_contiguous(self, entry: str) -> Emitted:
         k, p = self.k, self.p
         self.acc_names = {r.op.out: str(i) for i, r in enumerate(p.reductions)}
+        all_leaves = [x for i in [*range(p.phases), None] for x in self.row_leaves(i)]
+        stores = [(s.value, s.map) for s in p.stores if self.a in s.map]
+        vectorizable = [v for v, m in all_leaves + stores if k.contiguous_axis(v, m, self.a)]
         warp_mode = self.L <= WARP_ROW_LIMIT
         if warp_mode:
             tpr, threads = 32, k.config.block
@@ -316,11 +322,10 @@ class _RowKernel:
             if "block" in k.config.overridden:
                 tpr = k.config.block
             else:
-                tpr = int(TUNING.get("threads") or min(1024, max(128, _pow2_ceil(self.L // 16))))
+                # four 16-byte vectors of the narrowest row data per thread (see TUNING)
+                per_vector = 16 // min((k.dtype(v).itemsize for v in vectorizable), default=4)
+                tpr = int(TUNING.get("threads") or min(1024, max(128, _pow2_ceil(self.L // (4 * per_vector)))))
             threads = tpr
-        all_leaves = [x for i in [*range(p.phases), None] for x in self.row_leaves(i)]
-        stores = [(s.value, s.map) for s in p.stores if self.a in s.map]
-        vectorizable = [v for v, m in all_leaves + stores if k.contiguous_axis(v, m, self.a)]
         vec = min(MAX_VEC, 16 // min(k.dtype(v).itemsize for v in vectorizable)) if vectorizable else 1
         while self.L % vec:
             vec //= 2

@@ -164,8 +164,10 @@ def sized_tiles(config: KernelConfig, kind: str, tensor_cores: bool, blocks: Cal
 
 # The row-band GEMM + softmax kernel (16-bit operands, K of at most ROW_BAND_MAX_DEPTH): one warp
 # per 16 rows and all columns, the A band held in registers, B streamed in one k step per column
-# tile. Tiles from largest to smallest (rows per block, threads), chosen like TILE_LADDER.
-ROW_BAND_LADDER = ((128, 256), (64, 128), (32, 64), (16, 32))
+# tile. Tiles from largest to smallest (rows per block, threads), chosen like TILE_LADDER. The
+# first has 32-row warps, 4 blocks per SM: 148.6 us on attention_f16 against 171.0 us for
+# 16-row warps in blocks of 256 (H200, 2026-11-29, benchmarks/ab_attention.py).
+ROW_BAND_LADDER = ((128, 128), (64, 128), (32, 64), (16, 32))
 ROW_BAND_N = 64  # columns per tile
 ROW_BAND_MAX_DEPTH = 128
 ROW_BAND_MAX_ACC = 2048  # accumulators per warp (64 a thread: the A band and statistics need the rest)

@@ -93,9 +93,12 @@ class CaseFile(pytest.File):
         benchmarking = _benchmarks_active(self.config)
         for name in checks:
             if name == "time" and benchmarking:
-                yield _time_function(self, backend)
+                item = _time_function(self, backend)
             else:
-                yield CheckItem.from_parent(self, name=name)
+                item = CheckItem.from_parent(self, name=name)
+            if backend == "cuda":  # `pytest -m gpu` selects the cases that replay on the GPU
+                item.add_marker(pytest.mark.gpu)
+            yield item
 
     def replay(self):
         """The case's replay report, made on first use; raises ``Skipped`` where it cannot run here."""

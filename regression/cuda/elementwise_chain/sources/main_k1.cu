@@ -1,0 +1,171 @@
+// cuvil-dsl kernel main_k1 (elementwise) of pipeline elementwise_chain, domain [32768]
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+// NumPy semantics: maximum/minimum/relu propagate NaN (fmaxf would drop it).
+__device__ __forceinline__ float cvl_max(float a, float b) { return (a > b || a != a) ? a : b; }
+__device__ __forceinline__ double cvl_max(double a, double b) { return (a > b || a != a) ? a : b; }
+__device__ __forceinline__ int cvl_max(int a, int b) { return a > b ? a : b; }
+__device__ __forceinline__ float cvl_min(float a, float b) { return (a < b || a != a) ? a : b; }
+__device__ __forceinline__ double cvl_min(double a, double b) { return (a < b || a != a) ? a : b; }
+__device__ __forceinline__ int cvl_min(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ float cvl_relu(float x) { return cvl_max(x, 0.0f); }
+__device__ __forceinline__ double cvl_relu(double x) { return cvl_max(x, 0.0); }
+__device__ __forceinline__ int cvl_relu(int x) { return x > 0 ? x : 0; }
+
+// i32 wraps modulo 2^32: compute in unsigned, where overflow is defined.
+__device__ __forceinline__ int cvl_wrap_add(int a, int b) { return (int)((unsigned)a + (unsigned)b); }
+__device__ __forceinline__ int cvl_wrap_sub(int a, int b) { return (int)((unsigned)a - (unsigned)b); }
+__device__ __forceinline__ int cvl_wrap_mul(int a, int b) { return (int)((unsigned)a * (unsigned)b); }
+__device__ __forceinline__ int cvl_wrap_neg(int a) { return (int)(0u - (unsigned)a); }
+__device__ __forceinline__ int cvl_abs(int a) { return a < 0 ? cvl_wrap_neg(a) : a; }
+
+// The language's formulas (LANGUAGE.md section 5), in the compute type.
+__device__ __forceinline__ float cvl_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ double cvl_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+__device__ __forceinline__ float cvl_silu(float x) { return x * cvl_sigmoid(x); }
+__device__ __forceinline__ double cvl_silu(double x) { return x * cvl_sigmoid(x); }
+__device__ __forceinline__ float cvl_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); }
+__device__ __forceinline__ double cvl_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.7071067811865476)); }
+__device__ __forceinline__ float cvl_gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+__device__ __forceinline__ double cvl_gelu_tanh(double x) {
+    return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+// Rounding to a half type and back, round to nearest even, from any compute type.
+__device__ __forceinline__ float cvl_f16(float x) { return __half2float(__float2half_rn(x)); }
+__device__ __forceinline__ float cvl_f16(double x) { return __half2float(__double2half(x)); }
+__device__ __forceinline__ float cvl_f16(int x) { return __half2float(__int2half_rn(x)); }
+__device__ __forceinline__ float cvl_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+__device__ __forceinline__ float cvl_bf16(double x) { return __bfloat162float(__double2bfloat16(x)); }
+__device__ __forceinline__ float cvl_bf16(int x) { return __bfloat162float(__int2bfloat16_rn(x)); }
+
+// Vector access: N elements as 16-byte (or narrower) transactions; both sides aligned.
+template <int BYTES> struct cvl_word;
+template <> struct cvl_word<16> { typedef uint4 type; };
+template <> struct cvl_word<8> { typedef uint2 type; };
+template <> struct cvl_word<4> { typedef unsigned int type; };
+template <> struct cvl_word<2> { typedef unsigned short type; };
+template <typename T, int N>
+__device__ __forceinline__ void cvl_copy_vec(T* dst, const T* src) {
+    constexpr int BYTES = N * (int)sizeof(T);
+    constexpr int CHUNK = BYTES >= 16 ? 16 : BYTES;
+    typedef typename cvl_word<CHUNK>::type W;
+#pragma unroll
+    for (int c = 0; c < BYTES / CHUNK; ++c) reinterpret_cast<W*>(dst)[c] = reinterpret_cast<const W*>(src)[c];
+}
+
+// Warp reductions by butterfly shuffles: every lane ends with the result.
+template <typename T> __device__ __forceinline__ T cvl_warp_sum(T v, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) v = v + __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ int cvl_warp_sum(int v, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) v = cvl_wrap_add(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+template <typename T> __device__ __forceinline__ T cvl_warp_max(T v, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) v = cvl_max(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+template <typename T> __device__ __forceinline__ T cvl_warp_min(T v, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) v = cvl_min(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// elementwise template: 256 threads, 4-element vectors, 4 per step, 8 blocks, streaming 0
+extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
+    const float* __restrict__ b0,  // x: f32[N] input
+    float* __restrict__ b1,  // y: f32[N] output
+    float u0,  // %1: f32[] scalar
+    float u1,  // %4: f32[] scalar
+    float u2,  // %8: f32[] scalar
+    float u3  // %11: f32[] scalar
+) {
+    const int stride = (int)gridDim.x * 256;
+    int v = (int)blockIdx.x * 256 + threadIdx.x;
+    for (; v < 8192 - 3 * stride; v += 4 * stride) {
+        const int i0_0 = v * 4;
+        __align__(16) float in6[4];
+        cvl_copy_vec<float, 4>(in6, b0 + i0_0);
+        const int i0_1 = (v + 1 * stride) * 4;
+        __align__(16) float in13[4];
+        cvl_copy_vec<float, 4>(in13, b0 + i0_1);
+        const int i0_2 = (v + 2 * stride) * 4;
+        __align__(16) float in20[4];
+        cvl_copy_vec<float, 4>(in20, b0 + i0_2);
+        const int i0_3 = (v + 3 * stride) * 4;
+        __align__(16) float in27[4];
+        cvl_copy_vec<float, 4>(in27, b0 + i0_3);
+        {
+            __align__(16) float out7[4];
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float t8 = (in6[e] * u0);
+                const float t9 = (t8 + u1);
+                const float t10 = cvl_relu(t9);
+                const float t11 = (t10 * u2);
+                const float t12 = (t11 - u3);
+                out7[e] = t12;
+            }
+            cvl_copy_vec<float, 4>(b1 + i0_0, out7);
+        }
+        {
+            __align__(16) float out14[4];
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float t15 = (in13[e] * u0);
+                const float t16 = (t15 + u1);
+                const float t17 = cvl_relu(t16);
+                const float t18 = (t17 * u2);
+                const float t19 = (t18 - u3);
+                out14[e] = t19;
+            }
+            cvl_copy_vec<float, 4>(b1 + i0_1, out14);
+        }
+        {
+            __align__(16) float out21[4];
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float t22 = (in20[e] * u0);
+                const float t23 = (t22 + u1);
+                const float t24 = cvl_relu(t23);
+                const float t25 = (t24 * u2);
+                const float t26 = (t25 - u3);
+                out21[e] = t26;
+            }
+            cvl_copy_vec<float, 4>(b1 + i0_2, out21);
+        }
+        {
+            __align__(16) float out28[4];
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float t29 = (in27[e] * u0);
+                const float t30 = (t29 + u1);
+                const float t31 = cvl_relu(t30);
+                const float t32 = (t31 * u2);
+                const float t33 = (t32 - u3);
+                out28[e] = t33;
+            }
+            cvl_copy_vec<float, 4>(b1 + i0_3, out28);
+        }
+    }
+    for (; v < 8192; v += stride) {
+        const int i0 = v * 4;
+        __align__(16) float in34[4];
+        cvl_copy_vec<float, 4>(in34, b0 + i0);
+        __align__(16) float out35[4];
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float t36 = (in34[e] * u0);
+            const float t37 = (t36 + u1);
+            const float t38 = cvl_relu(t37);
+            const float t39 = (t38 * u2);
+            const float t40 = (t39 - u3);
+            out35[e] = t40;
+        }
+        cvl_copy_vec<float, 4>(b1 + i0, out35);
+    }
+}

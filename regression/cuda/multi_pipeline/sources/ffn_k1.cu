@@ -1,0 +1,270 @@
+// cuvil-dsl kernel ffn_k1 (matmul) of pipeline swiglu, domain [128, 256]
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+// NumPy semantics: maximum/minimum/relu propagate NaN (fmaxf would drop it).
+__device__ __forceinline__ float cvl_max(float a, float b) { return (a > b || a != a) ? a : b; }
+__device__ __forceinline__ double cvl_max(double a, double b) { return (a > b || a != a) ? a : b; }
+__device__ __forceinline__ int cvl_max(int a, int b) { return a > b ? a : b; }
+__device__ __forceinline__ float cvl_min(float a, float b) { return (a < b || a != a) ? a : b; }
+__device__ __forceinline__ double cvl_min(double a, double b) { return (a < b || a != a) ? a : b; }
+__device__ __forceinline__ int cvl_min(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ float cvl_relu(float x) { return cvl_max(x, 0.0f); }
+__device__ __forceinline__ double cvl_relu(double x) { return cvl_max(x, 0.0); }
+__device__ __forceinline__ int cvl_relu(int x) { return x > 0 ? x : 0; }
+
+// i32 wraps modulo 2^32: compute in unsigned, where overflow is defined.
+__device__ __forceinline__ int cvl_wrap_add(int a, int b) { return (int)((unsigned)a + (unsigned)b); }
+__device__ __forceinline__ int cvl_wrap_sub(int a, int b) { return (int)((unsigned)a - (unsigned)b); }
+__device__ __forceinline__ int cvl_wrap_mul(int a, int b) { return (int)((unsigned)a * (unsigned)b); }
+__device__ __forceinline__ int cvl_wrap_neg(int a) { return (int)(0u - (unsigned)a); }
+__device__ __forceinline__ int cvl_abs(int a) { return a < 0 ? cvl_wrap_neg(a) : a; }
+
+// The language's formulas (LANGUAGE.md section 5), in the compute type.
+__device__ __forceinline__ float cvl_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ double cvl_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+__device__ __forceinline__ float cvl_silu(float x) { return x * cvl_sigmoid(x); }
+__device__ __forceinline__ double cvl_silu(double x) { return x * cvl_sigmoid(x); }
+__device__ __forceinline__ float cvl_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); }
+__device__ __forceinline__ double cvl_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.7071067811865476)); }
+__device__ __forceinline__ float cvl_gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+__device__ __forceinline__ double cvl_gelu_tanh(double x) {
+    return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+// Rounding to a half type and back, round to nearest even, from any compute type.
+__device__ __forceinline__ float cvl_f16(float x) { return __half2float(__float2half_rn(x)); }
+__device__ __forceinline__ float cvl_f16(double x) { return __half2float(__double2half(x)); }
+__device__ __forceinline__ float cvl_f16(int x) { return __half2float(__int2half_rn(x)); }
+__device__ __forceinline__ float cvl_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+__device__ __forceinline__ float cvl_bf16(double x) { return __bfloat162float(__double2bfloat16(x)); }
+__device__ __forceinline__ float cvl_bf16(int x) { return __bfloat162float(__int2bfloat16_rn(x)); }
+
+// Vector access: N elements as 16-byte (or narrower) transactions; both sides aligned.
+template <int BYTES> struct cvl_word;
+template <> struct cvl_word<16> { typedef uint4 type; };
+template <> struct cvl_word<8> { typedef uint2 type; };
+template <> struct cvl_word<4> { typedef unsigned int type; };
+template <> struct cvl_word<2> { typedef unsigned short type; };
+template <typename T, int N>
+__device__ __forceinline__ void cvl_copy_vec(T* dst, const T* src) {
+    constexpr int BYTES = N * (int)sizeof(T);
+    constexpr int CHUNK = BYTES >= 16 ? 16 : BYTES;
+    typedef typename cvl_word<CHUNK>::type W;
+#pragma unroll
+    for (int c = 0; c < BYTES / CHUNK; ++c) reinterpret_cast<W*>(dst)[c] = reinterpret_cast<const W*>(src)[c];
+}
+
+// Warp reductions by butterfly shuffles: every lane ends with the result.
+template <typename T> __device__ __forceinline__ T cvl_warp_sum(T v, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) v = v + __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ int cvl_warp_sum(int v, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) v = cvl_wrap_add(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+template <typename T> __device__ __forceinline__ T cvl_warp_max(T v, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) v = cvl_max(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+template <typename T> __device__ __forceinline__ T cvl_warp_min(T v, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) v = cvl_min(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ unsigned cvl_smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+// 16 bytes global -> shared (a shared-window address), bypassing L1; zero-filled when !valid.
+__device__ __forceinline__ void cvl_cp_async16s(unsigned dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cvl_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cvl_cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
+}
+// cp.async wrote through the generic proxy; wgmma reads through the async proxy.
+__device__ __forceinline__ void cvl_fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void cvl_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void cvl_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cvl_wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
+}
+// Matrix descriptor: start >> 4 (bits 0-13), LBO >> 4 (16-29), SBO >> 4 (32-45), swizzle (62-63).
+__device__ __forceinline__ unsigned long long cvl_wgmma_desc(unsigned addr, unsigned lbo, unsigned sbo) {
+    return (unsigned long long)((addr & 0x3FFFF) >> 4)
+         | ((unsigned long long)((lbo & 0x3FFFF) >> 4) << 16)
+         | ((unsigned long long)((sbo & 0x3FFFF) >> 4) << 32)
+         | ((unsigned long long)1 << 62);
+}
+
+// D (64 x 128, f32) += A (64 x 16, descriptor) * B (16 x 128, descriptor); trans-a 0, trans-b 1
+__device__ __forceinline__ void cvl_wgmma(float (&d)[64], unsigned long long da, unsigned long long db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db), "n"(1));
+}
+// Pins the accumulators between wgmma's asynchronous writes and ordinary reads or writes.
+__device__ __forceinline__ void cvl_wgmma_pin(float (&d)[64]) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1) cvl_ffn_k1(
+    const __nv_bfloat16* __restrict__ b0,  // x: bf16[T, D] input
+    const __nv_bfloat16* __restrict__ b1,  // w_gate: bf16[D, F] input
+    __nv_bfloat16* __restrict__ b2  // gate: bf16[T, F] output
+) {
+    extern __shared__ __align__(1024) unsigned char cvl_smem[];
+    const unsigned smem0 = (cvl_smem_addr(cvl_smem) + 1023u) & ~1023u;
+    const unsigned sa = smem0;
+    const unsigned sb = smem0 + 65536u;
+    const int lane = threadIdx.x % 32;
+    const int wg = threadIdx.x / 128;
+    const int wl = (threadIdx.x / 32) % 4;
+    const unsigned long long desc_a = cvl_wgmma_desc(sa + wg * 8192u, 16u, 1024u);
+    const unsigned long long desc_b = cvl_wgmma_desc(sb, 8192u, 1024u);
+    float acc[64];
+    const int nt = blockIdx.x % 2;
+    const int mt = blockIdx.x / 2 % 1;
+    const int bz = blockIdx.x / 2;
+    const int m0 = mt * 128;
+    const __nv_bfloat16* pa = b0 + 0;
+    const __nv_bfloat16* pb = b1 + 0;
+    #pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    const int n0 = nt * 128;
+    cvl_wgmma_pin(acc);
+    if (0 < 2) {
+        {
+            const int r0 = (int)(threadIdx.x / 8u);
+            const int cc = (int)(threadIdx.x % 8u) * 8;
+        #pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int r = r0 + i * 32;
+                const int gmn = m0 + r;
+                const int gk = (0) * 64 + cc;
+                const bool ok = true;
+                const unsigned dst = sa + (0) * 16384u + ((r) * 128 + ((((cc) >> 3) ^ (r0 & 7)) << 4));
+                const __nv_bfloat16* src = pa + (int)gmn * 128 + (int)gk * 1;
+                cvl_cp_async16s(dst, ok ? src : pa, ok);
+            }
+        }
+        {
+            const int r0 = (int)(threadIdx.x / 16u);
+            const int cc = (int)(threadIdx.x % 16u) * 8;
+        #pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int r = r0 + i * 16;
+                const int gmn = n0 + cc;
+                const int gk = (0) * 64 + r;
+                const bool ok = true;
+                const unsigned dst = sb + (0) * 16384u + (((cc) >> 6) * 8192 + (r) * 128 + (((((cc) & 63) >> 3) ^ (r0 & 7)) << 4));
+                const __nv_bfloat16* src = pb + (int)gmn * 1 + (int)gk * 256;
+                cvl_cp_async16s(dst, ok ? src : pb, ok);
+            }
+        }
+    }
+    cvl_cp_commit();
+    if (1 < 2) {
+        {
+            const int r0 = (int)(threadIdx.x / 8u);
+            const int cc = (int)(threadIdx.x % 8u) * 8;
+        #pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int r = r0 + i * 32;
+                const int gmn = m0 + r;
+                const int gk = (1) * 64 + cc;
+                const bool ok = true;
+                const unsigned dst = sa + (1) * 16384u + ((r) * 128 + ((((cc) >> 3) ^ (r0 & 7)) << 4));
+                const __nv_bfloat16* src = pa + (int)gmn * 128 + (int)gk * 1;
+                cvl_cp_async16s(dst, ok ? src : pa, ok);
+            }
+        }
+        {
+            const int r0 = (int)(threadIdx.x / 16u);
+            const int cc = (int)(threadIdx.x % 16u) * 8;
+        #pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int r = r0 + i * 16;
+                const int gmn = n0 + cc;
+                const int gk = (1) * 64 + r;
+                const bool ok = true;
+                const unsigned dst = sb + (1) * 16384u + (((cc) >> 6) * 8192 + (r) * 128 + (((((cc) & 63) >> 3) ^ (r0 & 7)) << 4));
+                const __nv_bfloat16* src = pb + (int)gmn * 1 + (int)gk * 256;
+                cvl_cp_async16s(dst, ok ? src : pb, ok);
+            }
+        }
+    }
+    cvl_cp_commit();
+    #pragma unroll 1
+    for (int step = 0; step < 2; ++step) {
+        cvl_cp_wait<1>();
+        cvl_fence_proxy_async();
+        __syncthreads();
+        if (step + 2 < 2) {
+            {
+                const int r0 = (int)(threadIdx.x / 8u);
+                const int cc = (int)(threadIdx.x % 8u) * 8;
+            #pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int r = r0 + i * 32;
+                    const int gmn = m0 + r;
+                    const int gk = ((step + 2)) * 64 + cc;
+                    const bool ok = true;
+                    const unsigned dst = sa + ((step + 2) % 4) * 16384u + ((r) * 128 + ((((cc) >> 3) ^ (r0 & 7)) << 4));
+                    const __nv_bfloat16* src = pa + (int)gmn * 128 + (int)gk * 1;
+                    cvl_cp_async16s(dst, ok ? src : pa, ok);
+                }
+            }
+            {
+                const int r0 = (int)(threadIdx.x / 16u);
+                const int cc = (int)(threadIdx.x % 16u) * 8;
+            #pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int r = r0 + i * 16;
+                    const int gmn = n0 + cc;
+                    const int gk = ((step + 2)) * 64 + r;
+                    const bool ok = true;
+                    const unsigned dst = sb + ((step + 2) % 4) * 16384u + (((cc) >> 6) * 8192 + (r) * 128 + (((((cc) & 63) >> 3) ^ (r0 & 7)) << 4));
+                    const __nv_bfloat16* src = pb + (int)gmn * 1 + (int)gk * 256;
+                    cvl_cp_async16s(dst, ok ? src : pb, ok);
+                }
+            }
+        }
+        cvl_cp_commit();
+        cvl_wgmma_fence();
+        #pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            const unsigned long long da = desc_a + (((step % 4) * 16384 + kk * 32) >> 4);
+            const unsigned long long db = desc_b + (((step % 4) * 16384 + kk * 2048) >> 4);
+            cvl_wgmma(acc, da, db);
+        }
+        cvl_wgmma_commit();
+        cvl_wgmma_wait<1>();
+    }
+    cvl_wgmma_wait<0>();
+    cvl_wgmma_pin(acc);
+    #pragma unroll
+    for (int ni = 0; ni < 16; ++ni)
+    #pragma unroll
+    for (int h = 0; h < 2; ++h)
+    #pragma unroll
+    for (int q = 0; q < 2; ++q) {
+        const int m = m0 + wg * 64 + wl * 16 + lane / 4 + h * 8;
+        const int n = n0 + ni * 8 + lane % 4 * 2 + q;
+        const int slot = h;
+        float& ACC = acc[ni * 4 + h * 2 + q];
+        if (m < 128 && n < 256) {
+            const float t1 = cvl_bf16(ACC);
+            b2[m * 256 + n] = __float2bfloat16_rn(t1);
+        }
+    }
+}

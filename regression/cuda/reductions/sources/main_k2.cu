@@ -1,0 +1,136 @@
+// cuvil-dsl kernel main_k2 (reduce) of pipeline reductions, domain [128, 128]
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+// NumPy semantics: maximum/minimum/relu propagate NaN (fmaxf would drop it).
+__device__ __forceinline__ float cvl_max(float a, float b) { return (a > b || a != a) ? a : b; }
+__device__ __forceinline__ double cvl_max(double a, double b) { return (a > b || a != a) ? a : b; }
+__device__ __forceinline__ int cvl_max(int a, int b) { return a > b ? a : b; }
+__device__ __forceinline__ float cvl_min(float a, float b) { return (a < b || a != a) ? a : b; }
+__device__ __forceinline__ double cvl_min(double a, double b) { return (a < b || a != a) ? a : b; }
+__device__ __forceinline__ int cvl_min(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ float cvl_relu(float x) { return cvl_max(x, 0.0f); }
+__device__ __forceinline__ double cvl_relu(double x) { return cvl_max(x, 0.0); }
+__device__ __forceinline__ int cvl_relu(int x) { return x > 0 ? x : 0; }
+
+// i32 wraps modulo 2^32: compute in unsigned, where overflow is defined.
+__device__ __forceinline__ int cvl_wrap_add(int a, int b) { return (int)((unsigned)a + (unsigned)b); }
+__device__ __forceinline__ int cvl_wrap_sub(int a, int b) { return (int)((unsigned)a - (unsigned)b); }
+__device__ __forceinline__ int cvl_wrap_mul(int a, int b) { return (int)((unsigned)a * (unsigned)b); }
+__device__ __forceinline__ int cvl_wrap_neg(int a) { return (int)(0u - (unsigned)a); }
+__device__ __forceinline__ int cvl_abs(int a) { return a < 0 ? cvl_wrap_neg(a) : a; }
+
+// The language's formulas (LANGUAGE.md section 5), in the compute type.
+__device__ __forceinline__ float cvl_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ double cvl_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+__device__ __forceinline__ float cvl_silu(float x) { return x * cvl_sigmoid(x); }
+__device__ __forceinline__ double cvl_silu(double x) { return x * cvl_sigmoid(x); }
+__device__ __forceinline__ float cvl_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); }
+__device__ __forceinline__ double cvl_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.7071067811865476)); }
+__device__ __forceinline__ float cvl_gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+__device__ __forceinline__ double cvl_gelu_tanh(double x) {
+    return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+// Rounding to a half type and back, round to nearest even, from any compute type.
+__device__ __forceinline__ float cvl_f16(float x) { return __half2float(__float2half_rn(x)); }
+__device__ __forceinline__ float cvl_f16(double x) { return __half2float(__double2half(x)); }
+__device__ __forceinline__ float cvl_f16(int x) { return __half2float(__int2half_rn(x)); }
+__device__ __forceinline__ float cvl_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+__device__ __forceinline__ float cvl_bf16(double x) { return __bfloat162float(__double2bfloat16(x)); }
+__device__ __forceinline__ float cvl_bf16(int x) { return __bfloat162float(__int2bfloat16_rn(x)); }
+
+// Vector access: N elements as 16-byte (or narrower) transactions; both sides aligned.
+template <int BYTES> struct cvl_word;
+template <> struct cvl_word<16> { typedef uint4 type; };
+template <> struct cvl_word<8> { typedef uint2 type; };
+template <> struct cvl_word<4> { typedef unsigned int type; };
+template <> struct cvl_word<2> { typedef unsigned short type; };
+template <typename T, int N>
+__device__ __forceinline__ void cvl_copy_vec(T* dst, const T* src) {
+    constexpr int BYTES = N * (int)sizeof(T);
+    constexpr int CHUNK = BYTES >= 16 ? 16 : BYTES;
+    typedef typename cvl_word<CHUNK>::type W;
+#pragma unroll
+    for (int c = 0; c < BYTES / CHUNK; ++c) reinterpret_cast<W*>(dst)[c] = reinterpret_cast<const W*>(src)[c];
+}
+
+// Warp reductions by butterfly shuffles: every lane ends with the result.
+template <typename T> __device__ __forceinline__ T cvl_warp_sum(T v, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) v = v + __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ int cvl_warp_sum(int v, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) v = cvl_wrap_add(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+template <typename T> __device__ __forceinline__ T cvl_warp_max(T v, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) v = cvl_max(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+template <typename T> __device__ __forceinline__ T cvl_warp_min(T v, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) v = cvl_min(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// sm_90 thread-block clusters: a barrier over the cluster's blocks (release/acquire), and a
+// read of another block's shared memory (distributed shared memory).
+__device__ __forceinline__ void cvl_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ unsigned cvl_cluster_addr(const void* p, int rank) {
+    unsigned local = static_cast<unsigned>(__cvta_generic_to_shared(p)), remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+    return remote;
+}
+__device__ __forceinline__ float cvl_cluster_load(const float* p, int rank) {
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(cvl_cluster_addr(p, rank)) : "memory");
+    return v;
+}
+__device__ __forceinline__ double cvl_cluster_load(const double* p, int rank) {
+    double v;
+    asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(cvl_cluster_addr(p, rank)) : "memory");
+    return v;
+}
+__device__ __forceinline__ int cvl_cluster_load(const int* p, int rank) {
+    int v;
+    asm volatile("ld.shared::cluster.s32 %0, [%1];" : "=r"(v) : "r"(cvl_cluster_addr(p, rank)) : "memory");
+    return v;
+}
+
+extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(256, 1) cvl_main_k2(
+    const float* __restrict__ b0,  // x: f32[R, C] input
+    float* __restrict__ b1  // col_mean: f32[1, C] output
+) {
+    const int tx = threadIdx.x % 32;
+    const int ty = threadIdx.x / 32 + blockIdx.x % 8 * 8;
+    const int chunk = blockIdx.x / 8 % 4;
+    const int orow = blockIdx.x / 32;
+    const int inner = chunk * 32 + tx;
+    const int c1 = inner;
+    float acc_0 = (0.0f);
+    for (int l = ty; l < 128; l += 64) {
+        acc_0 = (acc_0 + b0[l * 128 + c1]);
+    }
+    __shared__ float red_0[8][32];
+    red_0[threadIdx.x / 32][tx] = acc_0;
+    __syncthreads();
+    float block_0 = red_0[0][tx];
+    #pragma unroll
+    for (int i = 1; i < 8; ++i) block_0 = (block_0 + red_0[i][tx]);
+    __shared__ float part_0[32];
+    if (threadIdx.x < 32) part_0[tx] = block_0;
+    cvl_cluster_sync();
+    float cluster_0 = cvl_cluster_load(&part_0[tx], 0);
+    #pragma unroll
+    for (int i = 1; i < 8; ++i) cluster_0 = (cluster_0 + cvl_cluster_load(&part_0[tx], i));
+    const float r_0 = cluster_0;
+    const float t1 = (r_0 / (128.0f));
+    for (int l = ty; l < 128; l += 64) {
+        if (l == 0) b1[c1] = t1;
+    }
+    cvl_cluster_sync();
+}
