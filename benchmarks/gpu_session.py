@@ -127,10 +127,11 @@ def run_record(out: Path, log) -> dict:
     rc, text = sh([sys.executable, "regression/record_all.py", "--backend", "cuda", "--dest", str(dest)], log,
                   timeout=300)
     (out / "record.log").write_text(text)
-    # The plugin is named explicitly: on the GPU machine the package is on PYTHONPATH, not installed,
+    # The rootdir is `out`, so the cases sit under a folder named regression below it (the plugin
+    # collects only those). The plugin is named explicitly: on the GPU machine the package is on PYTHONPATH, not installed,
     # so its pytest11 entry point is not registered.
     replay_rc, replay = sh([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugin_option(),
-                            str(dest), "-o", "addopts=-ra"], log, timeout=300)
+                            "--rootdir", str(out), str(dest), "-o", "addopts=-ra"], log, timeout=300)
     (out / "replay.log").write_text(replay)
     tail = [ln for ln in replay.splitlines() if ln.strip()][-1:] or ["(no output)"]
     cases = sorted(p.name for p in dest.iterdir()) if dest.is_dir() else []
