@@ -66,8 +66,30 @@ def sources_fingerprint() -> str:
     return digest.hexdigest()
 
 
+_KEYS: dict[tuple, str] = {}  # in-process memo of cache_key, by everything the key is made of
+_KEYS_LIMIT = 4096
+
+
 def cache_key(unit: CompileUnit, arch: str, compiler: str, compiler_version: str, options: tuple[str, ...]) -> str:
-    """The hex sha256 naming one binary. Every field is length-prefixed so no two field lists collide."""
+    """The hex sha256 naming one binary. Every field is length-prefixed so no two field lists collide.
+
+    Memoised in-process by the same fields (the knobs that affect the binary read now), so an
+    in-process hit does not hash the source again.
+    """
+    binary_knobs = tuple((name, repr(knob.get())) for name, knob in sorted(knobs.all_knobs().items())
+                         if knob.affects_binary)
+    memo = (unit, arch, compiler, compiler_version, tuple(options), binary_knobs)
+    key = _KEYS.get(memo)
+    if key is None:
+        key = _hash_key(unit, arch, compiler, compiler_version, options, binary_knobs)
+        if len(_KEYS) >= _KEYS_LIMIT:
+            _KEYS.clear()
+        _KEYS[memo] = key
+    return key
+
+
+def _hash_key(unit: CompileUnit, arch: str, compiler: str, compiler_version: str, options: tuple[str, ...],
+              binary_knobs: tuple[tuple[str, str], ...]) -> str:
     digest = hashlib.sha256()
 
     def part(label: str, value: str) -> None:
@@ -86,9 +108,8 @@ def cache_key(unit: CompileUnit, arch: str, compiler: str, compiler_version: str
     part("arch", arch)
     for option in options:
         part("option", option)
-    for name, knob in sorted(knobs.all_knobs().items()):
-        if knob.affects_binary:
-            part(f"knob:{name}", repr(knob.get()))
+    for name, value in binary_knobs:
+        part(f"knob:{name}", value)
     return digest.hexdigest()
 
 

@@ -164,14 +164,23 @@ def library() -> ModuleType:
         return _loaded
 
 
+_facts: dict[str, object] = {}  # what the loaded libnvrtc says of itself; it cannot change in a process
+
+
 def version() -> str:
     """``"13.0"``: part of every cache key, so a new NVRTC never reuses an old binary."""
-    major, minor = library().getVersion()
-    return f"{major}.{minor}"
+    found = _facts.get("version")
+    if found is None:
+        major, minor = library().getVersion()
+        found = _facts["version"] = f"{major}.{minor}"
+    return found  # type: ignore[return-value]
 
 
 def supported_archs() -> tuple[int, ...]:
-    return tuple(int(a) for a in library().getSupportedArchs())
+    found = _facts.get("archs")
+    if found is None:
+        found = _facts["archs"] = tuple(int(a) for a in library().getSupportedArchs())
+    return found  # type: ignore[return-value]
 
 
 def parse_arch(arch: str) -> tuple[int, str] | None:

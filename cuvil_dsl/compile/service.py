@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
+import functools
 import sys
 import threading
 import time
@@ -73,8 +74,13 @@ def unit_arch(unit: CompileUnit, arch: str) -> str:
     ``-arch=`` option. A kernel that needs arch-specific features (wgmma: ``sm_90a``) does so;
     its option replaces the batch's ``-arch`` (a CUBIN for sm_90a loads on every sm_90 device),
     and the arch is part of its cache key like any other."""
-    own = [o[len(ARCH_OPTION):] for o in unit.options if o.startswith(ARCH_OPTION)]
-    return own[-1] if own else arch
+    return _own_arch(unit.options) or arch
+
+
+@functools.lru_cache(maxsize=1024)
+def _own_arch(options: tuple[str, ...]) -> str | None:
+    own = [o[len(ARCH_OPTION):] for o in options if o.startswith(ARCH_OPTION)]
+    return own[-1] if own else None
 
 
 def _unavailable(message: str, hint: str) -> UserError:

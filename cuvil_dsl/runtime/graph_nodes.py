@@ -76,30 +76,32 @@ class KernelNodes:
 
     def __init__(self, api: _Driver, nodes: Sequence[tuple[int, KernelNodeParams, LoadedKernel]]):
         self._api = api
-        self._nodes = list(nodes)
-        self._seen = [kernel.argument_values() for _, _, kernel in self._nodes]
+        self._nodes = []
+        self._by_argument: dict[str, list[int]] = {}
+        for i, (node, params, kernel) in enumerate(nodes):
+            # The parameter array never moves (it points at the cells), so each node's new
+            # parameters are ready now: an update is one driver call per node.
+            params.kernelParams = ctypes.cast(kernel.parameter_array, ctypes.POINTER(ctypes.c_void_p))
+            self._nodes.append((node, params))
+            for name in dict.fromkeys(kernel.argument_names):
+                self._by_argument.setdefault(name, []).append(i)
 
     def __len__(self) -> int:
         return len(self._nodes)
 
-    def update(self, graph_exec: int) -> int | None:
-        """Give every node whose kernel's arguments changed its current values.
+    def update(self, graph_exec: int, changed: set[str]) -> int | None:
+        """Give every node that takes one of the ``changed`` arguments its current values.
 
         Returns how many nodes were rewritten, or None when the driver refused one (the caller
         then re-captures; nodes rewritten before the refusal are harmless, since the fallback
         replaces or updates every node).
         """
-        rewritten = 0
-        for i, (node, params, kernel) in enumerate(self._nodes):
-            values = kernel.argument_values()
-            if values == self._seen[i]:
-                continue
-            params.kernelParams = ctypes.cast(kernel.parameter_array, ctypes.POINTER(ctypes.c_void_p))
+        touched = sorted({i for name in changed for i in self._by_argument.get(name, ())})
+        for i in touched:
+            node, params = self._nodes[i]
             if self._api.exec_set_params(graph_exec, node, ctypes.byref(params)) != CUDA_SUCCESS:
                 return None
-            self._seen[i] = values
-            rewritten += 1
-        return rewritten
+        return len(touched)
 
 
 def kernel_nodes(graph: int, kernels: Sequence[LoadedKernel]) -> KernelNodes | None:

@@ -83,6 +83,11 @@ class GraphRunner:
     def captured(self) -> bool:
         return self.executable is not None
 
+    @property
+    def rewritable(self) -> bool:
+        """Whether an argument change is a kernel-node rewrite (cheap), not a re-capture."""
+        return self._nodes is not None
+
     def capture(self, stream) -> None:
         """Capture, instantiate, and upload on ``stream`` (after the executor's eager run of the kernels)."""
         graph = self._capture()
@@ -105,20 +110,22 @@ class GraphRunner:
         return tuple(k.argument_values() for k in self.kernels)
 
     def _refresh(self, stream) -> None:
-        values = self._signature()
-        if values != self._values:
-            if self._nodes is not None and self._nodes.update(self.executable.graphExec) is not None:
-                self._values = values
+        if self._nodes is not None:
+            changed = self._cells.changed_since(self._version)
+            if self._nodes.update(self.executable.graphExec, changed) is not None:
                 self.stats.node_updates += 1
+                self._version = self._cells.version
+                return
+            self._nodes = None  # refused once: from now on re-capture (nodes may be half updated)
+            self._values = ()  # and compare nothing with the values of the last capture
+        if self._signature() != self._values:
+            fresh = self._capture()
+            if exec_update(self.executable, fresh):
+                self._template = fresh
+                self.stats.updates += 1
             else:
-                self._nodes = None  # refused once: from now on re-capture (nodes may be half updated)
-                fresh = self._capture()
-                if exec_update(self.executable, fresh):
-                    self._template = fresh
-                    self.stats.updates += 1
-                else:
-                    fresh.upload(stream)
-                    self._install(fresh)
+                fresh.upload(stream)
+                self._install(fresh)
         self._version = self._cells.version
 
     def _capture(self):

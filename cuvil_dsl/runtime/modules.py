@@ -62,6 +62,7 @@ class ArgumentCells:
         self._pointers: dict[str, ctypes.c_void_p] = {}
         self._scalars: dict[tuple[str, type], ctypes._SimpleCData] = {}
         self.version = 0  # bumped whenever any cell's value changes
+        self._changed: dict[str, int] = {}  # argument name -> the version of its last change
 
     def pointer(self, name: str) -> ctypes.c_void_p:
         return self._pointers.setdefault(name, ctypes.c_void_p(0))
@@ -74,6 +75,11 @@ class ArgumentCells:
         if (cell.value or 0) != ptr:
             cell.value = ptr
             self.version += 1
+            self._changed[name] = self.version
+
+    def changed_since(self, version: int) -> set[str]:
+        """Names of the arguments whose value changed after ``version``."""
+        return {name for name, v in self._changed.items() if v > version}
 
     def set_uniforms(self, values: Mapping[str, object]) -> None:
         """Store every uniform a kernel takes from ``values`` (host-evaluated scalars)."""
@@ -84,6 +90,7 @@ class ArgumentCells:
             if bytes(fresh) != bytes(cell):  # bytes, so a NaN uniform does not count as changed every run
                 cell.value = fresh.value
                 self.version += 1
+                self._changed[name] = self.version
 
 
 def _python_value(value: object, ctype: type) -> float | int | bool:
@@ -121,6 +128,10 @@ class LoadedKernel:
     def function_handle(self) -> int:
         """The ``CUfunction`` launched (what a captured graph's kernel node records)."""
         return self._fn
+
+    @property
+    def argument_names(self) -> tuple[str, ...]:
+        return tuple(arg.name for arg in self.kernel.args)
 
     @property
     def parameter_array(self) -> ctypes.Array:
