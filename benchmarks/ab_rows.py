@@ -36,36 +36,39 @@ from cuvil_dsl.reference.executor import HostHooks  # noqa: E402
 OLD_ROWS = {"fast": False, "prefetch": False, "min_blocks": 1}
 OLD_EW = {"unroll": 1, "waves": 4, "streaming": False}
 
-# (label, rows TUNING, elementwise TUNING); the first is the baseline of the ratios
+# (label, rows TUNING, elementwise TUNING); the first is the baseline of the ratios. The first
+# round of this script (2026-11-29, benchmarks/results/2026-11-29-h200-ab_rows-*.md) chose the
+# defaults: 128 threads for f16 rows of 4096 (four 16-byte vectors a thread), no .cs hints on
+# elementwise kernels. This round looks around those defaults.
 ROW_VARIANTS = {
     "softmax_f16": [
         ("old", OLD_ROWS, {}),
-        ("new (default)", {}, {}),
-        ("new, min_blocks 1 (ptxas free)", {"min_blocks": 1}, {}),
-        ("new, 512 threads/row", {"threads": 512}, {}),
-        ("new, 128 threads/row", {"threads": 128}, {}),
-        ("old + 8 blocks/SM", {**OLD_ROWS, "min_blocks": 8}, {}),
+        ("default (128 threads/row)", {}, {}),
+        ("128 threads/row, min_blocks 1 (ptxas free)", {"min_blocks": 1}, {}),
+        ("256 threads/row, min_blocks 1", {"threads": 256, "min_blocks": 1}, {}),
+        ("128 threads/row, min_blocks 8", {"min_blocks": 8}, {}),
+        ("256 threads/row (previous default)", {"threads": 256}, {}),
     ],
     "softmax_f32": [
         ("old", OLD_ROWS, {}),
-        ("new (default)", {}, {}),
-        ("new, 512 threads/row", {"threads": 512}, {}),
+        ("default (256 threads/row)", {}, {}),
+        ("128 threads/row", {"threads": 128}, {}),
     ],
     "layernorm_f16": [
         ("old", OLD_ROWS, {}),
-        ("new (default: prefetch w,b)", {}, {}),
-        ("new, no prefetch", {"prefetch": False}, {}),
-        ("new, min_blocks 1", {"min_blocks": 1}, {}),
-        ("new, 512 threads/row", {"threads": 512}, {}),
-        ("new, 128 threads/row", {"threads": 128}, {}),
+        ("default (128 threads/row, prefetch w,b)", {}, {}),
+        ("128 threads/row, no prefetch", {"prefetch": False}, {}),
+        ("128 threads/row, min_blocks 1", {"min_blocks": 1}, {}),
+        ("256 threads/row (previous default)", {"threads": 256}, {}),
     ],
     "elementwise_f32": [
         ("old", {}, OLD_EW),
-        ("new (default: unroll 4, grid per chunk, .cs)", {}, {}),
-        ("unroll 4, no .cs", {}, {"streaming": False}),
+        ("default (unroll 4, grid per chunk, no .cs)", {}, {}),
+        ("unroll 8", {}, {"unroll": 8}),
         ("unroll 2", {}, {"unroll": 2}),
-        ("unroll 1, grid per chunk, .cs", {}, {"unroll": 1}),
-        ("unroll 4, 2 waves, 8 blocks/SM", {}, {"waves": 2, "min_blocks": 8}),
+        ("unroll 4, min 4 blocks/SM", {}, {"min_blocks": 4}),
+        ("unroll 4, 4 waves", {}, {"waves": 4}),
+        ("unroll 4, .cs", {}, {"streaming": True}),
     ],
 }
 
