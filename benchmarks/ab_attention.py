@@ -44,15 +44,55 @@ check: {rtol: 1.6e-2, atol: 1.6e-2}
 
 
 # Row-band variants timed on the first case (attention_f16) next to the default and the generic
-# template: (label, cuda_matmul.ROW_BAND_TUNING). See ROW_BAND_TUNING for the keys.
+# template: (label, cuda_matmul.ROW_BAND_TUNING). See ROW_BAND_TUNING for the keys. Earlier variants
+# and their times are in benchmarks/NOTES.md (attention_f16). Predictions (default 145.8 in bench,
+# 148.6 here) and sm_90 resources (ptxas, CPU) written before the GPU run of 2026-11-29, session 3:
 VARIANTS = [
-    ("before fold/stream (185 us on 2026-11-29)", {"fold": False, "stream": False}),
-    ("fold only", {"stream": False}),
-    ("stream only", {"fold": False}),
-    ("3 blocks/SM of 256 (80 regs)", {"min_blocks": 3}),
-    ("32-row warps, blocks of 128, 4/SM", {"tile": (128, 64, 128), "min_blocks": 4}),
-    ("32-row warps, blocks of 128, 3/SM", {"tile": (128, 64, 128), "min_blocks": 3}),
-    ("64-row blocks of 128, 6/SM", {"tile": (64, 64, 128), "min_blocks": 6}),
+    # exps on the FMA pipe: each moved exp is ~10 more issued instructions for 8 MUFU cycles saved;
+    # at 1184 SASS instructions a step pair the kernel is about as issue bound (74 us at full issue)
+    # as MUFU bound (68 us), so predicted no gain: (1, 1) 140-150, (2, 0) 142-152, (4, 0) 150-165
+    # (1504 instructions a step pair). 128 regs, 0 spills, 46 KB smem.
+    ("poly exp2 1/8 of both passes", {"poly": (1, 1)}),
+    ("poly exp2 1/4 of statistics", {"poly": (2, 0)}),
+    ("poly exp2 1/2 of statistics", {"poly": (4, 0)}),
+    # 128-column tiles (half the barriers and per-tile row updates), 16-row warps (64 accumulators):
+    # 992-1008 SASS instructions a step pair against 1184, 16 warps/SM as now, 126 regs, 0 spills;
+    # 53 KB (4/SM) and 106 KB (2/SM) smem. Predicted 125-140.
+    ("16-row warps, 128-col tiles, blocks of 128, 4/SM", {"tile": (64, 128, 128), "min_blocks": 4}),
+    ("16-row warps, 128-col tiles, blocks of 256, 2/SM", {"tile": (128, 128, 256), "min_blocks": 2}),
+    # 64-row warps: a B fragment serves 4 m16 tiles (half the ldmatrix per element of 32-row warps),
+    # but 32-column tiles (64 accumulators; 64 regs hold the A band): 201 regs, 0 spills, only 8
+    # warps/SM, 1568-1584 instructions a step pair. Predicted 160-180 (worse). 36 KB smem.
+    ("64-row warps, 32-col tiles, blocks of 64, 4/SM", {"tile": (128, 32, 64), "min_blocks": 4}),
+    # software pipelining across column tiles ("overlap"): the next tile's mma issued before this
+    # tile's exps and stores, so the tensor pipe (about 52 us of mma.sync for both passes) runs under
+    # the MUFU/FMA work instead of between it; needs two accumulator sets, so 16-row warps with 64
+    # columns (124 regs, 0 spills, 45 KB smem) or 32-row warps with 32 columns (128 regs, 36 KB).
+    # Per element about the default's instruction count (1152 a pair of 16 x 64 step pairs), but the
+    # 16-row warps' twice the ldmatrix per element that made them 171 us unpipelined. Predicted
+    # 120-150 for the 16-row ones, 125-150 for 32x32, 130-150 for 32x64 at 2/SM (239 regs, 8
+    # warps/SM); with poly a few us either way.
+    ("overlap, 16-row warps, blocks of 128, 4/SM", {"overlap": True, "tile": (64, 64, 128), "min_blocks": 4}),
+    ("overlap, 16-row warps, blocks of 256, 2/SM", {"overlap": True, "tile": (128, 64, 256), "min_blocks": 2}),
+    ("overlap, 32-row warps, 32-col tiles, 4/SM", {"overlap": True, "tile": (128, 32, 128), "min_blocks": 4}),
+    ("overlap, 32-row warps, 64-col tiles, 2/SM", {"overlap": True, "tile": (128, 64, 128), "min_blocks": 2}),
+    ("overlap 16-row 4/SM + poly 1/8 both passes",
+     {"overlap": True, "tile": (64, 64, 128), "min_blocks": 4, "poly": (1, 1)}),
+    ("overlap 16-row 4/SM + poly 1/4 of statistics",
+     {"overlap": True, "tile": (64, 64, 128), "min_blocks": 4, "poly": (2, 0)}),
+    # stmatrix.x4 staging of the output tile: 8 stores a write step instead of 32 (1168 instructions
+    # a step pair against 1184). Predicted 0-3 us less. 128 regs, 0 spills.
+    ("stmatrix staging", {"stsm": True}),
+]
+# Run on every case (checked against the reference, timed) so the masked (-inf), log_softmax, unfolded
+# and odd-size (unstreamed) paths of the new code meet the reference: every exp of both passes on the
+# FMA pipe (predicted on attention_f16: 190-230 us, 2048 instructions a step pair), and the overlapped
+# loop with stmatrix staging (predicted as the overlap above, 0-3 us less; with poly in the same build
+# the masked log_softmax program spills 40 bytes).
+CHECKED_VARIANTS = [
+    ("poly exp2 for every element (all cases)", {"poly": (8, 8)}),
+    ("overlap 16-row 4/SM + stmatrix (all cases)",
+     {"overlap": True, "tile": (64, 64, 128), "min_blocks": 4, "stsm": True}),
 ]
 
 
@@ -106,6 +146,33 @@ def matches(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> tupl
     return worst <= 1.0, worst
 
 
+def render(loaded, pipeline, binding, row_band: bool, arch: str, tuning: dict | None):
+    """The plan and its rendered kernels with the template switch and tuning set for this build only."""
+    from cuvil_dsl.codegen import cuda_matmul, render_cuda
+    from cuvil_dsl.passes import plan_pipeline
+
+    cuda_matmul.ROW_BAND = row_band
+    cuda_matmul.ROW_BAND_TUNING.clear()
+    cuda_matmul.ROW_BAND_TUNING.update(tuning or {})
+    try:
+        plan, diags = plan_pipeline(pipeline, dict(loaded.spec.kernels), arch)
+        assert not [d for d in diags if d.is_error], diags
+        return plan, render_cuda(plan, binding.sizes, arch, tf32=loaded.spec.target.tf32)
+    finally:
+        cuda_matmul.ROW_BAND = True
+        cuda_matmul.ROW_BAND_TUNING.clear()
+
+
+def prewarm(loaded, pipeline, binding, runs, arch: str) -> None:
+    """Compile every build of a case in one call (the compile service's worker threads), so each
+    Built below finds its units in the in-process cache: keeps the script well under 90 s."""
+    from cuvil_dsl.compile import CompileUnit, compile_units
+
+    units = [CompileUnit(k.entry, k.source, (k.entry,), k.options)
+             for band, tuning, _name in runs for k in render(loaded, pipeline, binding, band, arch, tuning)[1]]
+    compile_units(units, arch)
+
+
 class Built:
     """One case rendered with one template, compiled, loaded and bound to device buffers."""
 
@@ -113,24 +180,12 @@ class Built:
         import cupy
         from cupy_backends.cuda.api import driver
 
-        from cuvil_dsl.codegen import cuda_matmul, render_cuda
         from cuvil_dsl.compile import CompileUnit, compile_units
-        from cuvil_dsl.passes import plan_pipeline
         from cuvil_dsl.reference.executor import eval_op
         from cuvil_dsl.types import DType, concrete_shape
 
-        tf32 = loaded.spec.target.tf32
-        cuda_matmul.ROW_BAND = row_band
-        cuda_matmul.ROW_BAND_TUNING.clear()
-        cuda_matmul.ROW_BAND_TUNING.update(tuning or {})
-        try:
-            plan, diags = plan_pipeline(pipeline, dict(loaded.spec.kernels), arch)
-            assert not [d for d in diags if d.is_error], diags
-            sizes = binding.sizes
-            rendered = render_cuda(plan, sizes, arch, tf32=tf32)
-        finally:
-            cuda_matmul.ROW_BAND = True
-            cuda_matmul.ROW_BAND_TUNING.clear()
+        sizes = binding.sizes
+        plan, rendered = render(loaded, pipeline, binding, row_band, arch, tuning)
         units = compile_units([CompileUnit(k.entry, k.source, (k.entry,), k.options) for k in rendered], arch)
         self.pipeline, self.dtypes = pipeline, {}
 
@@ -257,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
             runs = [(True, None, "row band"), (False, None, "generic")]
             if not rows:  # the first case: every variant too
                 runs += [(True, tuning, name) for name, tuning in VARIANTS]
+            runs += [(True, tuning, name) for name, tuning in CHECKED_VARIANTS]
+            prewarm(loaded, pipeline, binding, runs, arch)
             for band, tuning, name in runs:
                 built = Built(loaded, pipeline, binding, host, band, arch, tuning)
                 built.run()
@@ -274,8 +331,8 @@ def main(argv: list[str] | None = None) -> int:
                 key = band if tuning is None else name
                 errors[key] = worst
                 timing[key] = built.time_us(samples, flush)
-                notes.append(f"- {label}, {name}: " + "; ".join(built.resources))
-                if tuning is not None:
+                notes.append(f"- {label}, {name}: {timing[key]:.1f} us, error {worst:.3f}; " + "; ".join(built.resources))
+                if tuning is not None and not rows:
                     variant_rows.append((name, tuning, timing[key], worst, "; ".join(built.resources)))
                 del built
             rows.append((label, timing[True], timing[False], errors[True], errors[False]))

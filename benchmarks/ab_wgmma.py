@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A/B: the sm_90a wgmma GEMM (cuvil_dsl.codegen.cuda_wgmma) against torch and cuBLAS.
 
-    python3 benchmarks/ab_wgmma.py [--samples 30] [--configs 128x256s4p1,128x128s4p1,128x128s3p0]
+    python3 benchmarks/ab_wgmma.py [--samples 30] [--configs 128x256s4p1,128x256s4p1-pers-h2,...]
 
 Builds ``y = gelu(a @ b + bias)`` (f16: a [M, K], b [K, N] row-major, bias [N]) with the wgmma
 engine for 4096^3 and 1024 x 2048 x 512 (plus two check-only cases: ragged sizes, and b stored
@@ -10,6 +10,14 @@ printed), checks every kernel against a float64 CuPy reference (|y - ref| <= 2e-
 and times the ones that pass with CUDA events (warm-up, L2 flushed before every sample, median)
 next to torch ``F.gelu(a @ b + bias)`` and ``cupy.matmul(a, b)``. A markdown table goes to stdout
 and to ``$OUT/ab_wgmma.md`` when OUT is set.
+
+A config is ``BMxBNsSTAGESpPENDING`` plus variant flags of ``cuda_wgmma.TUNING``, joined by ``-``:
+``rG`` (tiles walked in groups of G row tiles), ``pers`` (persistent grid of one block per SM,
+the next tile's loads in flight during the epilogue), ``ws`` (persistent and warp-specialised:
+a producer warpgroup, mbarriers, setmaxnreg), ``h2`` (f16x2 epilogue stores). The first
+config is the baseline (the library's default). Every config is also checked on ragged sizes
+(persistent ones on a grid of 5 blocks too, so each block walks several ragged tiles); the first
+with b stored [N, K].
 
 If a kernel's check fails, the same configuration is rebuilt with the LBO and SBO of the
 MN-major (b) descriptor exchanged and checked again, so one GPU run settles that encoding
@@ -27,6 +35,7 @@ import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -38,22 +47,53 @@ ARCH = "sm_90a"
 RTOL = ATOL = 2e-2
 TIMED = [(4096, 4096, 4096), (1024, 2048, 512)]
 CHECK_ONLY = [((1000, 1000, 520), False), ((1024, 2048, 512), True)]  # (sizes, b stored [N, K])
+RAGGED = (1000, 1000, 520)
 _CFG = re.compile(r"(\d+)x(\d+)s(\d+)p(\d+)")
+DEFAULT_CONFIGS = ",".join([
+    "128x256s4p1",  # the library's default for large GEMMs: the baseline
+    "128x256s4p0", "256x128s4p1", "128x256s4p1-h2", "128x256s4p1-r8",
+    "128x256s4p1-pers", "128x256s4p1-pers-h2", "128x256s4p1-pers-h2-r8", "256x128s4p1-pers-h2",
+    "192x256s4p1-h2", "192x256s4p1-pers-h2", "128x128s3p0",
+    # last: a deadlock in these traps (a CUDA error ends the run after the rows so far)
+    "128x256s4p1-ws-h2", "128x256s4p0-ws-h2", "128x256s4p1-ws-h2-r8", "256x128s4p1-ws-h2",
+])
 
 
 def parse_configs(text: str) -> list[dict]:
     out = []
     for item in text.split(","):
-        m = _CFG.fullmatch(item.strip())
+        head, *flags = item.strip().split("-")
+        m = _CFG.fullmatch(head)
         if not m:
-            raise SystemExit(f"bad config {item!r}: expected BMxBNsSTAGESpPENDING, e.g. 128x256s4p1")
+            raise SystemExit(f"bad config {item!r}: expected BMxBNsSTAGESpPENDING[-rG][-pers][-ws][-h2], "
+                             "e.g. 128x256s4p1")
         bm, bn, s, p = map(int, m.groups())
-        out.append(dict(bm=bm, bn=bn, stages=s, pending=p))
+        c = dict(bm=bm, bn=bn, stages=s, pending=p, raster=0, persistent=False, pack=False, ws=False)
+        for f in flags:
+            if re.fullmatch(r"r\d+", f):
+                c["raster"] = int(f[1:])
+            elif f == "pers":
+                c["persistent"] = True
+            elif f == "h2":
+                c["pack"] = True
+            elif f == "ws":
+                c["ws"] = True
+            else:
+                raise SystemExit(f"bad variant flag {f!r} in {item!r}: rG, pers, h2 or ws")
+        out.append(c)
     return out
 
 
 def cfg_name(c: dict) -> str:
-    return f"{c['bm']}x{c['bn']}s{c['stages']}p{c['pending']}"
+    flags = ([f"r{c['raster']}"] if c.get("raster") else []) + (["pers"] if c.get("persistent") else []) \
+        + (["ws"] if c.get("ws") else []) + (["h2"] if c.get("pack") else [])
+    return "-".join([f"{c['bm']}x{c['bn']}s{c['stages']}p{c['pending']}", *flags])
+
+
+def timed(sizes, c: dict, configs: list[dict]) -> bool:
+    """Every config is timed on the first (large) size; the smaller sizes time the baseline and
+    the 128 x 128 tiles only (the variants aim at the large one; this keeps the script short)."""
+    return sizes == TIMED[0] or c is configs[0] or (c["bm"], c["bn"]) == (128, 128)
 
 
 def build_all(configs: list[dict], swap: bool, sass: bool) -> dict:
@@ -61,29 +101,39 @@ def build_all(configs: list[dict], swap: bool, sass: bool) -> dict:
     jobs = []
     for c in configs:
         for sizes in TIMED:
-            jobs.append((sizes, c, False))
+            if timed(sizes, c, configs):
+                jobs.append((sizes, c, False))
+    for c in configs:
+        jobs.append((RAGGED, c, False))
     for sizes, kmaj in CHECK_ONLY:
-        jobs.append((sizes, configs[0], kmaj))
+        if kmaj:
+            jobs.append((sizes, configs[0], kmaj))
     kernels, units = [], []
     for i, (sizes, c, kmaj) in enumerate(jobs):
         k = gemm_bias_gelu_source(*sizes, b_k_major=kmaj, swap_mn_offsets=swap, **c)
         kernels.append(k)
         units.append(CompileUnit(f"ab_wgmma_{i}", k.source, (k.entry,)))
     t0 = time.perf_counter()
-    built = compile_units(units, ARCH, fallback="none", workers=min(8, os.cpu_count() or 2))
+    built = compile_units(units, ARCH, fallback="none", workers=min(16, os.cpu_count() or 2))
     print(f"compiled {len(units)} kernels for {ARCH} in {time.perf_counter() - t0:.1f} s"
           f"{' (LBO/SBO swapped for MN-major operands)' if swap else ''}", flush=True)
-    out = {}
-    for (sizes, c, kmaj), k, u in zip(jobs, kernels, built):
-        r = u.resources[k.entry]
-        hg = "?"
-        if sass:
-            try:
-                from cuvil_dsl.compile import count_instructions, disassemble
 
-                hg = count_instructions(disassemble(u.cubin), "HGMMA")
-            except Exception as exc:  # a missing disassembler is not a failure of the kernel
-                hg = f"n/a ({type(exc).__name__})"
+    def hgmma(job_unit) -> str:
+        (sizes, _c, _kmaj), u = job_unit
+        if not sass or sizes != TIMED[0]:
+            return "?"
+        try:
+            from cuvil_dsl.compile import count_instructions, disassemble
+
+            return str(count_instructions(disassemble(u.cubin), "HGMMA"))
+        except Exception as exc:  # a missing disassembler is not a failure of the kernel
+            return f"n/a ({type(exc).__name__})"
+
+    with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 2)) as pool:
+        counts = list(pool.map(hgmma, zip(jobs, built)))
+    out = {}
+    for (sizes, c, kmaj), k, u, hg in zip(jobs, kernels, built, counts):
+        r = u.resources[k.entry]
         print(f"  {sizes} {cfg_name(c)} b_k_major={kmaj}: {r.registers} regs, spills {r.spill_bytes} B, "
               f"stack {r.stack_bytes} B, smem {k.shared_bytes} B, HGMMA {hg}", flush=True)
         out[(sizes, cfg_name(c), kmaj, swap)] = (k, u)
@@ -162,7 +212,7 @@ def main() -> int:
     faulthandler.dump_traceback_later(58, exit=True)  # a hung kernel must not outlive the session
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=30)
-    ap.add_argument("--configs", default="128x256s4p1,128x128s4p1,128x128s3p0")
+    ap.add_argument("--configs", default=DEFAULT_CONFIGS)
     ap.add_argument("--no-sass", action="store_true", help="skip the cuobjdump HGMMA count")
     args = ap.parse_args()
     configs = parse_configs(args.configs)
@@ -176,6 +226,7 @@ def main() -> int:
             raise RuntimeError("no CUDA device")
         props = cp.cuda.runtime.getDeviceProperties(0)
         device = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+        sm_count = int(props["multiProcessorCount"])
         if (props["major"], props["minor"]) != (9, 0):
             raise RuntimeError(f"{device} is compute capability {props['major']}.{props['minor']}; sm_90a needs 9.0")
     except Exception as exc:
@@ -186,7 +237,7 @@ def main() -> int:
     failed = False
     need_swap = False  # set when only the swapped LBO/SBO encoding passed
     bench = Bench(args.samples)
-    print(f"device: {device}; torch: {'yes' if bench.torch is not None else 'no'}", flush=True)
+    print(f"device: {device} ({sm_count} SMs); torch: {'yes' if bench.torch is not None else 'no'}", flush=True)
 
     def emit():
         head = ["| M x N x K | implementation | us | TFLOP/s | vs torch | check (max abs err, max err/tol) |",
@@ -200,7 +251,7 @@ def main() -> int:
             Path(out, "ab_wgmma.md").write_text(text)
 
     try:
-        for M, N, K in TIMED:
+        for M, N, K in reversed(TIMED):  # the small size first: the risky variants come last of all
             flop = 2.0 * M * N * K
             a, b, _, bias = bench.inputs(M, N, K)
             ref = bench.reference(a, b, bias)
@@ -217,12 +268,14 @@ def main() -> int:
             rows.append(f"| {label} | cupy.matmul (cuBLAS, no epilogue) | {us:.1f} | {flop / us / 1e6:.0f} "
                         f"| {ratio} | |")
             for c in configs:
+                if not timed((M, N, K), c, configs):
+                    continue
                 name = cfg_name(c)
                 k, u = built[((M, N, K), name, False, False)]
                 y = cp.empty((M, N), dtype=cp.float16)
                 ok, err, rel = False, float("nan"), float("nan")
                 variant = "LBO=MN atom stride"
-                for swap in (False, True):
+                for swap in ((False, True) if c is configs[0] else (False,)):  # the encoding question: baseline only
                     if swap:
                         key = ((M, N, K), name, False, True)
                         if key not in built:
@@ -231,7 +284,8 @@ def main() -> int:
                         variant = "LBO/SBO swapped"
                     fn = bench.load(k, u)
                     y.fill(float("nan"))
-                    launch = (lambda fn=fn, k=k: fn(k.grid, k.block, (a, b, bias, y), shared_mem=k.shared_bytes))
+                    launch = (lambda fn=fn, k=k: fn(k.grid_for(sm_count), k.block, (a, b, bias, y),
+                                                    shared_mem=k.shared_bytes))
                     launch()
                     cp.cuda.runtime.deviceSynchronize()
                     ok, err, rel = bench.check(y, ref)
@@ -247,25 +301,31 @@ def main() -> int:
                     continue
                 us = bench.time(launch)
                 ratio = f"{base / us:.2f}" if base else ""
-                rows.append(f"| {label} | wgmma {name} (gelu fused) | {us:.1f} | {flop / us / 1e6:.0f} "
+                regs = u.resources[k.entry].registers
+                rows.append(f"| {label} | wgmma {name} (gelu fused, {k.block[0]} threads, {regs} regs, "
+                            f"{k.shared_bytes // 1024} KiB) | {us:.1f} | {flop / us / 1e6:.0f} "
                             f"| {ratio} | {cell} |")
             del a, b, bias, ref
-        for (M, N, K), kmaj in CHECK_ONLY:
+        checks = [(RAGGED, c, False) for c in configs]
+        checks += [(sizes, configs[0], True) for sizes, kmaj in CHECK_ONLY if kmaj]
+        for (M, N, K), c, kmaj in checks:
             a, b, b_dev, bias = bench.inputs(M, N, K, kmaj)
             ref = bench.reference(a, b, bias)
-            key = ((M, N, K), cfg_name(configs[0]), kmaj, need_swap)
+            key = ((M, N, K), cfg_name(c), kmaj, need_swap)
             if key not in built:
-                built.update(build_all([configs[0]], swap=need_swap, sass=False))
+                built.update(build_all([c], swap=need_swap, sass=False))
             k, u = built[key]
             fn = bench.load(k, u)
-            y = cp.full((M, N), float("nan"), dtype=cp.float16)
-            fn(k.grid, k.block, (a, b_dev, bias, y), shared_mem=k.shared_bytes)
-            cp.cuda.runtime.deviceSynchronize()
-            ok, err, rel = bench.check(y, ref)
-            failed |= not ok
             what = "b stored [N, K] (K-major, trans-b 0)" if kmaj else "ragged edges (zero-fill)"
-            rows.append(f"| {M} x {N} x {K} | wgmma {cfg_name(configs[0])}, {what} | | | | "
-                        f"{'ok' if ok else 'FAIL'} ({err:.2g}, {rel:.2g}) |")
+            grids = [k.grid_for(sm_count)] + ([(5, 1, 1)] if k.persistent else [])
+            for grid in grids:
+                y = cp.full((M, N), float("nan"), dtype=cp.float16)
+                fn(grid, k.block, (a, b_dev, bias, y), shared_mem=k.shared_bytes)
+                cp.cuda.runtime.deviceSynchronize()
+                ok, err, rel = bench.check(y, ref)
+                failed |= not ok
+                rows.append(f"| {M} x {N} x {K} | wgmma {cfg_name(c)}, {what}, grid {grid[0]} | | | | "
+                            f"{'ok' if ok else 'FAIL'} ({err:.2g}, {rel:.2g}) |")
     except Exception as exc:  # a CUDA error (illegal address, launch failure): report it, keep the rows so far
         print(f"ab_wgmma: CUDA failure: {type(exc).__name__}: {exc}", file=sys.stderr)
         rows.append(f"| | **aborted: {type(exc).__name__}: {str(exc)[:160]}** | | | | |")

@@ -61,6 +61,39 @@ __device__ __forceinline__ float cvl_ex2(float x) {
     return y;
 }
 """
+# 2^x on the FMA pipe (ROW_BAND_TUNING "poly"), as FlashAttention-3 moves part of its exps off the MUFU.
+# Cody-Waite: j = round(x) by the 1.5 * 2^23 addition (exact for |x| < 2^22), f = x - j in [-0.5, 0.5]
+# exactly, 2^f by a degree-5 polynomial with constant term 1, fitted for minimax relative error (Horner,
+# 5 FMAs; 9.2e-8 in exact arithmetic), times 2^j built from t's low bits: relative error below 2^-22
+# (1.7e-7, the largest over 3 M sampled points of [-126, 0.3] in f32 with the rounding of each step;
+# tests/codegen/test_row_band.py emulates it), below MUFU ex2.approx's 2^-21.
+# x is clamped to -127 first by max.NaN (NaN stays NaN): j = -127 makes the scale's bits 0, so every
+# x < -126.5 (and -inf) gives exactly +0, like ex2.approx.ftz; [-126.5, -126) gives a subnormal (0 under ftz).
+# Valid for x < 128 (the row band's arguments are x - max <= 0 up to rounding). 11 instructions
+# (FMNMX, 3 FADD, 5 FFMA, an integer shift-add, FMUL) against one MUFU.EX2 issue and 8 cycles of its pipe.
+BAND_POLY_HELPER = r"""
+__device__ __forceinline__ float cvl_ex2_fma(float x) {
+    float xc;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(xc) : "f"(x), "f"(-127.0f));
+    const float t = __fadd_rn(xc, 12582912.0f);  // round(xc) in the low mantissa bits
+    const float j = __fsub_rn(t, 12582912.0f);
+    const float f = __fsub_rn(xc, j);  // exact, in [-0.5, 0.5]
+    float p = 1.326471334e-03f;
+    p = fmaf(p, f, 9.671511129e-03f);
+    p = fmaf(p, f, 5.550733581e-02f);
+    p = fmaf(p, f, 2.402224243e-01f);
+    p = fmaf(p, f, 6.931470037e-01f);
+    p = fmaf(p, f, 1.0f);  // 2^0 = 1 exactly
+    // t's bits are 0x4B400000 + j: shifted left by 23 they are j << 23 (the high bits drop out)
+    const float scale = __int_as_float((__float_as_int(t) << 23) + 0x3F800000);  // 2^j; +0 for j = -127
+    return __fmul_rn(p, scale);  // NaN in, NaN out (p is NaN)
+}
+"""
+STSM_PACK = r"""
+template <typename T> __device__ __forceinline__ unsigned cvl_pack_bits(T v) {
+    return *reinterpret_cast<unsigned*>(&v);  // a __half2 / __nv_bfloat162 as its 32 bits
+}
+"""
 BAND_STREAM_HELPER = r"""
 // cp.async of 16 bytes to a shared address, no zero fill (the row band's unguarded B tiles)
 __device__ __forceinline__ void cvl_cp_async16_at(unsigned dst, const void* src) {
@@ -85,6 +118,14 @@ __device__ __forceinline__ void cvl_ldsm_x4_at(unsigned (&r)[4], unsigned addr) 
 #           stores through one row pointer per tile. Default True.
 #   "tile": (rows per block, columns per tile, threads) instead of the ladder (a spec's tile wins).
 #   "min_blocks": __launch_bounds__ minimum blocks per multiprocessor (a spec's launch_bounds wins).
+#   "overlap": two accumulator sets, the next column tile's mma issued before the current tile's
+#           statistics or output (software pipelining across tiles; twice the accumulator registers).
+#           Default False.
+#   "stsm": the write pass stages its output tile with stmatrix.x4 (sm_90+) instead of 4-byte stores.
+#           Default False.
+#   "poly": (statistics, write): in eighths, the share of each pass's per-element exps taken by
+#           ``cvl_ex2_fma`` (the FMA pipe) instead of the MUFU: elements whose index (ni * 2 + q) % 8 is
+#           below the number (spread over the tile so both pipes stay busy). Default (0, 0).
 ROW_BAND_TUNING: dict = {}
 
 
@@ -101,8 +142,12 @@ class _GemmKernel:
         tensor_cores = configs.uses_tensor_cores(self.a.dtype, k.arch, k.tf32)
         band = None
         if ROW_BAND and self.softmax is not None and tensor_cores and self.a.dtype.itemsize == 2:
-            band = configs.row_band_config(_band_tuned(k.config), self.a.depth, self.a.k_major, self.b.k_major,
-                                           k.arch, lambda bm: self.batch * -(-self.M // bm), k.sm_count)
+            tuned = _band_tuned(k.config)
+            # 64-row warps only for A/B tiles (their min_blocks set the registers), never a spec's tile
+            ab_tile = "tile" in ROW_BAND_TUNING and not set(k.config.overridden) & {"tile", "block"}
+            rows = (16, 32, 64) if ab_tile else (16, 32)
+            band = configs.row_band_config(tuned, self.a.depth, self.a.k_major, self.b.k_major,
+                                           k.arch, lambda bm: self.batch * -(-self.M // bm), k.sm_count, rows)
         self.band = band is not None
         if band is not None:
             k.config, stages = band
@@ -151,9 +196,9 @@ class _GemmKernel:
                 mx, total = f"{stats[0]}[slot]", f"{stats[1]}[slot]"
                 exp, log = k.lang.function("exp", self.dtype), k.lang.function("log", self.dtype)
                 if self.band and self.fold is not None:  # row_base holds log2(sum) too when fold_log
-                    expr = f"cvl_ex2(fmaf(ACC, band_c, -row_base[slot]))" + ("" if self.fold_log else f" * {total}")
+                    expr = self.band_ex2(1, "fmaf(ACC, band_c, -row_base[slot])") + ("" if self.fold_log else f" * {total}")
                 elif self.band:
-                    expr = (f"cvl_ex2(fmaf({x}, {LOG2E}, -row_base[slot])) * {total}" if self.softmax.op == "softmax"
+                    expr = (self.band_ex2(1, f"fmaf({x}, {LOG2E}, -row_base[slot])") + f" * {total}" if self.softmax.op == "softmax"
                             else f"({x} - {mx}) - {total}")
                 elif self.softmax.op == "softmax":
                     expr = f"{exp}({x} - {mx}) / {total}"
@@ -327,6 +372,7 @@ class _GemmKernel:
         ks = eng.bk // 16
         steps = 2 * nt
         self.fold = self.band_fold()
+        self.poly = tuple(ROW_BAND_TUNING.get("poly", (0, 0)))
         self.fold_log = self.fold is not None and k.dtype(self.softmax.out) in (DType.F16, DType.BF16)
         per_row_b = eng.bk // 8  # 16-byte chunks of a B row (all of K)
         stream = (ROW_BAND_TUNING.get("stream", True) and b.k_major and b.depth == eng.bk and b.stride_k == 1
@@ -413,14 +459,49 @@ class _GemmKernel:
                     f"if (step < {nt}) {{", *indent(self.band_statistics(neg_inf)),
                     f"    if (step == {nt - 1}) {{", *indent(self.band_merge(), 2), "    }",
                     "} else {", *indent(self.band_write()), "}"]
-        loop = [f"cvl_cp_wait<{S - 2}>();", "__syncthreads();",
-                f"if (step + {S - 1} < {steps}) {{", *indent(load_b(f"(step + {S - 1}) % {S}", f"step + {S - 1}")),
-                "}", "cvl_cp_commit();", *eng.zero(), "{", *indent(compute), "}", *epilogue]
-        body += [f"for (int step = 0; step < {steps}; ++step) {{", *indent(loop), "}"]
+        if ROW_BAND_TUNING.get("overlap", False):
+            body += self.band_overlapped(steps, S, load_b, compute, epilogue)
+        else:
+            loop = [f"cvl_cp_wait<{S - 2}>();", "__syncthreads();",
+                    f"if (step + {S - 1} < {steps}) {{", *indent(load_b(f"(step + {S - 1}) % {S}", f"step + {S - 1}")),
+                    "}", "cvl_cp_commit();", *eng.zero(), "{", *indent(compute), "}", *epilogue]
+            body += [f"for (int step = 0; step < {steps}; ++step) {{", *indent(loop), "}"]
         lines = [*k.signature(entry, eng.threads), *indent(body), "}"]
         shared = 2 * (band_elems + S * b_elems)
         return Emitted(lines, (self.batch * self.mt, 1, 1), (eng.threads, 1, 1), shared,
-                       eng.helpers() + BAND_HELPERS + (BAND_STREAM_HELPER if stream else ""))
+                       eng.helpers() + BAND_HELPERS + (BAND_STREAM_HELPER if stream else "")
+                       + (BAND_POLY_HELPER if any(self.poly) else "")
+                       + (_stsm_helper() + STSM_PACK if self.band_stsm() else ""))
+
+    def band_overlapped(self, steps: int, S: int, load_b, compute: list[str], epilogue: list[str]) -> list[str]:
+        """ROW_BAND_TUNING "overlap": two accumulator sets; the mma of column tile t + 1 is issued before
+        the exps and stores of tile t, so the tensor pipe runs while the MUFU and FMA pipes work on the
+        previous tile (mma.sync results are only waited for where they are read). Each tile's wait,
+        barrier and load come in the same order as in the plain loop (the stage a load overwrites was read
+        by the previous tile's mma, before the barrier), so the pipeline invariants are the plain loop's."""
+        eng = self.eng
+        shape = f"[{eng.mi}][{eng.ni}][4]"
+
+        def tile(t: str, buf: str) -> list[str]:  # tile t's GEMM into buf
+            inner = [f"cvl_cp_wait<{S - 2}>();", "__syncthreads();",
+                     f"if (step + {S - 1} < {steps}) {{", *indent(load_b(f"(step + {S - 1}) % {S}", f"step + {S - 1}")),
+                     "}", "cvl_cp_commit();", *eng.zero(), *compute]
+            return ["{", f"    float (&acc){shape} = {buf};", f"    const int step_t = {t};",
+                    "    {", "        const int step = step_t;", *indent(inner, 2), "    }", "}"]
+
+        def finish(t: str, buf: str) -> list[str]:  # tile t's statistics or output, from buf
+            return ["{", f"    float (&acc){shape} = {buf};", f"    const int step_t = {t};",
+                    "    {", "        const int step = step_t;", *indent(epilogue, 2), "    }", "}"]
+
+        return [f"float acc_odd{shape};  // odd column steps' accumulators",
+                f"float (&acc_even){shape} = acc;  // even steps' (the inner blocks' acc names one of them)",
+                *tile("0", "acc_even"),
+                f"for (int step = 0; step < {steps}; step += 2) {{",
+                *indent(tile("step + 1", "acc_odd")),
+                *indent(finish("step", "acc_even")),
+                f"    if (step + 2 < {steps}) {{", *indent(tile("step + 2", "acc_even"), 2), "    }",
+                *indent(finish("step + 1", "acc_odd")),
+                "}"]
 
     def band_statistics(self, neg_inf: str) -> list[str]:
         """Per thread: the tile's maximum of each row slot, the running sum rescaled when the
@@ -445,7 +526,7 @@ class _GemmKernel:
             "    row_max[r] = top;",
             f"    base[r] = top == {neg_inf} ? 0.0f : bl;  // a row all -inf so far adds exp(-inf) = 0",
             "}",
-            *eng.elements("m0", "n0", [f"row_sum[slot] += cvl_ex2(fmaf(ACC, {LOG2E}, -base[slot]));"]),
+            *eng.elements("m0", "n0", [f"row_sum[slot] += {self.band_ex2(0, f'fmaf(ACC, {LOG2E}, -base[slot])')};"]),
         ]
 
     def band_folded_statistics(self, neg_inf: str) -> list[str]:
@@ -469,8 +550,51 @@ class _GemmKernel:
             "    row_max[r] = top;",
             f"    base[r] = top == {neg_inf} ? 0.0f : bl;",
             "}",
-            *eng.elements("m0", "n0", ["row_sum[slot] += cvl_ex2(fmaf(ACC, band_c, -base[slot]));"]),
+            *eng.elements("m0", "n0", [f"row_sum[slot] += {self.band_ex2(0, 'fmaf(ACC, band_c, -base[slot])')};"]),
         ]
+
+    def band_stsm(self) -> bool:
+        """ROW_BAND_TUNING "stsm" (sm_90 and newer, an even number of n8 tiles a warp)."""
+        return (bool(ROW_BAND_TUNING.get("stsm", False)) and configs.arch_number(self.k.arch) >= 90
+                and self.eng.ni % 2 == 0)
+
+    def band_stage_tile(self, so: str, lds: int, pair: str, pack: str) -> list[str]:
+        """The warp's output tile (16-bit pairs of the accumulators) into its staging rows: a 4-byte
+        store per pair, or with "stsm" one stmatrix.x4 per two n8 tiles of an m16 tile (the two row
+        halves of each), a quarter of the store instructions."""
+        eng = self.eng
+        if not self.band_stsm():
+            return ["#pragma unroll", f"for (int mi = 0; mi < {eng.mi}; ++mi)",
+                    "#pragma unroll", f"for (int ni = 0; ni < {eng.ni}; ++ni)",
+                    "#pragma unroll", "for (int h = 0; h < 2; ++h)",
+                    f"    *reinterpret_cast<{pair}*>({so} + (wm + mi * 16 + h * 8 + lane / 4) * {lds} + ni * 8 + lane % 4 * 2) =",
+                    f"        {pack}(acc[mi][ni][h * 2], acc[mi][ni][h * 2 + 1]);"]
+
+        def word(ni: str, h: int) -> str:
+            return (f"cvl_pack_bits({pack}(acc[mi][{ni}][{h * 2}], acc[mi][{ni}][{h * 2 + 1}]))")
+
+        return [
+            "{",
+            f"    // matrix j = lane / 8: rows (j % 2) * 8 + lane % 8 of the m16 tile, columns of n8 tile 2 * nj + j / 2",
+            f"    const unsigned st_lane = cvl_smem_addr({so}) + ((wm + (lane / 8) % 2 * 8 + lane % 8) * {lds}"
+            " + lane / 16 * 8) * 2;",
+            "#pragma unroll", f"    for (int mi = 0; mi < {eng.mi}; ++mi)",
+            "#pragma unroll", f"    for (int nj = 0; nj < {eng.ni // 2}; ++nj)",
+            f"        cvl_stsm_x4(st_lane + (mi * 16 * {lds} + nj * 16) * 2, {word('2 * nj', 0)},",
+            f"                    {word('2 * nj', 1)}, {word('2 * nj + 1', 0)}, {word('2 * nj + 1', 1)});",
+            "}",
+        ]
+
+    def band_ex2(self, stage: int, x: str) -> str:
+        """2^x of one accumulator element in pass ``stage`` (0 statistics, 1 write): the MUFU, or for
+        ROW_BAND_TUNING "poly"'s share of the elements the FMA pipe (``ni`` and ``q`` are unrolled
+        constants, so the choice is made at compile time)."""
+        share = int(self.poly[stage])
+        if share <= 0:
+            return f"cvl_ex2({x})"
+        if share >= 8:
+            return f"cvl_ex2_fma({x})"
+        return f"((ni * 2 + q) % 8 < {share} ? cvl_ex2_fma({x}) : cvl_ex2({x}))"
 
     def band_merge(self) -> list[str]:
         """After the last column tile: the four lanes of each row merge maxima and sums."""
@@ -536,14 +660,22 @@ class _GemmKernel:
             *eng.elements("m0", "n0", self.guarded([*pre, f"ACC = {value};"])),
             f"{ost}* const so = reinterpret_cast<{ost}*>(cvl_smem);  // the warp's rows of the band",
             "__syncwarp();  // the warp's previous tile is out of the staging rows",
-            "#pragma unroll", f"for (int mi = 0; mi < {eng.mi}; ++mi)",
-            "#pragma unroll", f"for (int ni = 0; ni < {eng.ni}; ++ni)",
-            "#pragma unroll", "for (int h = 0; h < 2; ++h)",
-            f"    *reinterpret_cast<{pair}*>(so + (wm + mi * 16 + h * 8 + lane / 4) * {lds} + ni * 8 + lane % 4 * 2) =",
-            f"        {pack}(acc[mi][ni][h * 2], acc[mi][ni][h * 2 + 1]);",
+            *self.band_stage_tile(so="so", lds=lds, pair=pair, pack=pack),
             "__syncwarp();",
             *copy,
         ]
+
+
+def _stsm_helper() -> str:
+    return r"""
+// stmatrix: four 8x8 b16 matrices to shared memory, register i of every lane holding matrix i's
+// elements (row lane / 4, columns lane % 4 * 2, + 1), the layout of an mma C fragment; lane l gives
+// the address of row l % 8 of matrix l / 8 (sm_90)
+__device__ __forceinline__ void cvl_stsm_x4(unsigned addr, unsigned r0, unsigned r1, unsigned r2, unsigned r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
+                 :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+"""
 
 
 def _band_tuned(config):

@@ -278,14 +278,18 @@ __device__ __forceinline__ void cvl_wgmma_pin(float (&d)[{n}]) {{
         rows = self.bm if o.role == "a" else self.bn
         per_row = (self.bk if o.k_major else rows) // 8  # 16-byte chunks per contiguous row of the tile
         chunks = rows * self.bk // 8
-        assert chunks % self.threads == 0 and self.threads % per_row == 0, (chunks, self.threads, per_row)
+        assert self.threads % per_row == 0, (chunks, self.threads, per_row)
         rp = self.threads // per_row  # tile rows per pass of the block
+        passes = -(-chunks // self.threads)  # the last one partial when the block does not divide the tile
+        depth_rows = self.bk if not o.k_major else rows  # tile rows (r) of this operand
         smem = "sa" if o.role == "a" else "sb"
         it = self.index_t
         lines = ["{", f"    const int r0 = (int)(threadIdx.x / {per_row}u);",
                  f"    const int cc = (int)(threadIdx.x % {per_row}u) * 8;",
-                 "#pragma unroll", f"    for (int i = 0; i < {chunks // self.threads}; ++i) {{",
+                 "#pragma unroll", f"    for (int i = 0; i < {passes}; ++i) {{",
                  f"        const int r = r0 + i * {rp};"]
+        if chunks % self.threads:
+            lines.append(f"        if (r >= {depth_rows}) break;")
         mn, kk = ("r", "cc") if o.k_major else ("cc", "r")
         low3 = "(r0 & 7)" if rp % 8 == 0 else None
         offset = self._offset(o, mn, kk, low3)
@@ -362,6 +366,43 @@ def _indent(lines: Sequence[str], by: str = "    ") -> list[str]:
 
 
 # ---------------------------------------------------------------------- a standalone kernel
+# Variants of the standalone kernel (:func:`gemm_bias_gelu_source`) for benchmarks/ab_wgmma.py to
+# time side by side; an empty dict is the kernel the library renders. Keys (keyword arguments of
+# gemm_bias_gelu_source override them):
+#   "raster": 0 walks tiles row-major (the library's order); G > 0 walks groups of G row tiles
+#       column by column (the blocks in flight share fewer, hotter A and B panels in L2).
+#   "persistent": grid = min(SMs, tiles), block b takes tiles b, b + grid, ...; the cp.async stream
+#       runs across tile boundaries, so the first stages of the next tile are in flight while
+#       the gelu epilogue of the current one runs (and no block launch / prologue per tile).
+#   "pack": the epilogue converts and stores pairs of columns as one f16x2 (bf16x2) value
+#       with one paired bias load (N even), instead of one 2-byte store per element.
+#   "ws": warp specialisation (implies "persistent"): warpgroup 0 only loads (cp.async, completion
+#       signalled on a per-stage "full" mbarrier by cp.async.mbarrier.arrive), the BM / 64
+#       consumer warpgroups only multiply and run the epilogue, releasing each stage on an "empty"
+#       mbarrier once its wgmma retired; no block-wide barrier per k step, and the producer
+#       runs up to ``stages`` k tiles ahead (through the epilogue too). setmaxnreg moves registers
+#       from the producer to the consumers (:func:`ws_regs`). A barrier that does
+#       not complete within about a second traps (a CUDA error, not a hang).
+TUNING: dict = {}
+WS_PRODUCER_REGS = 56  # setmaxnreg of the producer; the consumers take what it gives back (at most 240)
+
+
+def ws_entry_regs(threads: int) -> int:
+    """Registers per thread a ``__launch_bounds__(threads, 1)`` kernel gets at entry (ptxas's cap,
+    which it allocates in full when the kernel uses setmaxnreg: tests check the report)."""
+    return min(255, 65536 // threads) // 8 * 8
+
+
+def ws_regs(consumer_threads: int) -> tuple[int, int]:
+    """setmaxnreg counts (producer, consumers), multiples of 8: the consumers' increase must be
+    covered by what the producer warpgroup releases (the block's pool is fixed at launch;
+    ``setmaxnreg.inc`` waits for registers, so asking for more would hang)."""
+    entry = ws_entry_regs(consumer_threads + 128)
+    freed = (entry - WS_PRODUCER_REGS) * 128
+    return WS_PRODUCER_REGS, min(240, (entry + freed // consumer_threads) // 8 * 8)
+SM_COUNT = 132  # H100/H200 SXM: the persistent grid when the caller does not say
+
+
 @dataclass(frozen=True)
 class StandaloneKernel:
     source: str
@@ -370,14 +411,75 @@ class StandaloneKernel:
     block: tuple[int, int, int]
     shared_bytes: int
     engine: WgmmaEngine
+    tiles: int = 0  # output tiles
+    persistent: bool = False  # grid may be any size from 1 to tiles (see grid_for)
+
+    def grid_for(self, sm_count: int) -> tuple[int, int, int]:
+        """The launch grid on a device with ``sm_count`` multiprocessors."""
+        return (min(self.tiles, sm_count), 1, 1) if self.persistent else self.grid
+
+
+def _tile_function(mt: int, nt: int, bm: int, bn: int, raster: int) -> str:
+    """``cvl_tile(t, m0, n0)``: the origin of output tile ``t`` in the chosen walk order."""
+    if raster <= 0 or raster >= mt:
+        body = [f"const int mi = t / {nt};", f"const int ni = t - mi * {nt};"]
+    else:
+        g = raster
+        body = [f"const int group = t / {g * nt};", f"const int first = group * {g};",
+                f"const int rows = min({mt} - first, {g});", f"const int r = t - group * {g * nt};",
+                "const int mi = first + r % rows;", "const int ni = r / rows;"]
+    return ("__device__ __forceinline__ void cvl_tile(int t, int& m0, int& n0) {\n"
+            + "".join(f"    {line}\n" for line in body)
+            + f"    m0 = mi * {bm};\n    n0 = ni * {bn};\n}}\n")
+
+
+def _epilogue(eng: WgmmaEngine, M: int, N: int, m0: str, n0: str, index_t: str, pack: bool) -> list[str]:
+    """y = gelu(acc + bias) for the tile at (m0, n0)."""
+    dtype = eng.dtype
+    to_f = "__half2float" if dtype is DType.F16 else "__bfloat162float"
+    from_f = "__float2half_rn" if dtype is DType.F16 else "__float2bfloat16_rn"
+    gelu = "0.5f * {x} * (1.0f + erff({x} * 0.70710678118654752f))"
+    if not pack or N % 2:
+        body = ["(void)slot;", f"if (m < {M} && n < {N}) {{",
+                f"    const float x = ACC + {to_f}(bias[n]);",
+                f"    const float g = {gelu.format(x='x')};",
+                f"    y[({index_t})m * {N} + n] = {from_f}(g);", "}"]
+        return eng.elements(m0, n0, body)
+    pair = "__half2" if dtype is DType.F16 else "__nv_bfloat162"
+    to_f2 = "__half22float2" if dtype is DType.F16 else "__bfloat1622float2"
+    from_f2 = "__floats2half2_rn" if dtype is DType.F16 else "__floats2bfloat162_rn"
+    # a pair (n, n + 1) with n even is all in or all out when N is even
+    return ["#pragma unroll", f"for (int ni = 0; ni < {eng.bn // 8}; ++ni) {{",
+            f"    const int n = {n0} + ni * 8 + lane % 4 * 2;",
+            f"    const float2 bv = n < {N} ? {to_f2}(*reinterpret_cast<const {pair}*>(bias + n)) "
+            ": make_float2(0.0f, 0.0f);",
+            "#pragma unroll", "    for (int h = 0; h < 2; ++h) {",
+            f"        const int m = {m0} + wg * 64 + wl * 16 + lane / 4 + h * 8;",
+            f"        if (m < {M} && n < {N}) {{",
+            "            const float x0 = acc[ni * 4 + h * 2] + bv.x;",
+            "            const float x1 = acc[ni * 4 + h * 2 + 1] + bv.y;",
+            f"            *reinterpret_cast<{pair}*>(y + ({index_t})m * {N} + n) = "
+            f"{from_f2}({gelu.format(x='x0')}, {gelu.format(x='x1')});",
+            "        }", "    }", "}"]
+
+
 
 
 def gemm_bias_gelu_source(M: int, N: int, K: int, *, entry: str = "gemm_bias_gelu_wgmma", bm: int = 128,
                           bn: int = 256, stages: int = 4, pending: int = 1, b_k_major: bool = False,
-                          swap_mn_offsets: bool = False, dtype: DType = DType.F16) -> StandaloneKernel:
+                          swap_mn_offsets: bool = False, dtype: DType = DType.F16, raster: int | None = None,
+                          persistent: bool | None = None, pack: bool | None = None, ws: bool | None = None,
+                          sm_count: int = SM_COUNT) -> StandaloneKernel:
     """``y = gelu(a @ b + bias)`` rounded to ``dtype``: a [M, K] row-major, b [K, N] row-major (or
     [N, K] when ``b_k_major``), bias [N]; the shape of the kernel ``_GemmKernel.render_plain`` makes,
-    with this engine in place of :class:`MmaEngine`."""
+    with this engine in place of :class:`MmaEngine`. ``raster``, ``persistent``, ``pack``: the
+    variants of :data:`TUNING` (None: take it from there). A persistent kernel runs on any grid
+    from 1 to ``tiles`` blocks (:meth:`StandaloneKernel.grid_for`); ``grid`` is the one for ``sm_count``."""
+    raster = int(TUNING.get("raster", 0) if raster is None else raster)
+    persistent = bool(TUNING.get("persistent", False) if persistent is None else persistent)
+    pack = bool(TUNING.get("pack", False) if pack is None else pack)
+    ws = bool(TUNING.get("ws", False) if ws is None else ws)
+    persistent = persistent or ws
     a = WgmmaOperand("a", "a", dtype, M, K, True, K, 1)
     b = (WgmmaOperand("b", "b", dtype, N, K, True, K, 1) if b_k_major
          else WgmmaOperand("b", "b", dtype, N, K, False, 1, N))
@@ -385,25 +487,162 @@ def gemm_bias_gelu_source(M: int, N: int, K: int, *, entry: str = "gemm_bias_gel
     eng = WgmmaEngine(a, b, bm=bm, bn=bn, stages=stages, pending=pending, index_t=index_t,
                       swap_mn_offsets=swap_mn_offsets)
     mt, nt, kt = -(-M // bm), -(-N // bn), -(-K // eng.bk)
+    tiles = mt * nt
     st = eng.storage
-    to_f = "__half2float" if dtype is DType.F16 else "__bfloat162float"
-    from_f = "__float2half_rn" if dtype is DType.F16 else "__float2bfloat16_rn"
-    body = ["(void)slot;", f"if (m < {M} && n < {N}) {{",
-            f"    const float x = ACC + {to_f}(bias[n]);",
-            "    const float g = 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));",
-            f"    y[({index_t})m * {N} + n] = {from_f}(g);", "}"]
+    threads = eng.threads + (128 if ws else 0)
     lines = [
-        f"extern \"C\" __global__ void __launch_bounds__({eng.threads}, 1)",
+        f"extern \"C\" __global__ void __launch_bounds__({threads}, 1)",
         f"{entry}(const {st}* __restrict__ a, const {st}* __restrict__ b, const {st}* __restrict__ bias,",
         f"    {st}* __restrict__ y) {{",
     ]
-    inner = eng.setup() + [
-        f"const int nt = blockIdx.x % {nt};", f"const int mt = blockIdx.x / {nt};",
-        f"const int m0 = mt * {bm};", f"const int n0 = nt * {bn};",
-    ] + eng.zero()
-    inner += eng.main_loop(kt, lambda s: f"({s}) * {eng.bk}", lambda s: "n0", "m0", ("a", "b"), [])
-    inner += eng.elements("m0", "n0", body)
+    inner = eng.setup() + eng.zero()
+    if ws:
+        inner = _specialised(eng, kt, tiles, _epilogue(eng, M, N, "em0", "en0", index_t, pack))
+        grid = (min(tiles, sm_count), 1, 1)
+    elif not persistent:
+        inner += ["int m0, n0;", "cvl_tile(blockIdx.x, m0, n0);"]
+        inner += eng.main_loop(kt, lambda s: f"({s}) * {eng.bk}", lambda s: "n0", "m0", ("a", "b"), [])
+        inner += _epilogue(eng, M, N, "m0", "n0", index_t, pack)
+        grid = (tiles, 1, 1)
+    else:
+        inner += _persistent_loop(eng, kt, tiles, _epilogue(eng, M, N, "em0", "en0", index_t, pack))
+        grid = (min(tiles, sm_count), 1, 1)
     lines += _indent(inner) + ["}"]
     header = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
-    source = header + eng.helpers() + "\n" + "\n".join(lines) + "\n"
-    return StandaloneKernel(source, entry, (mt * nt, 1, 1), (eng.threads, 1, 1), eng.shared_bytes, eng)
+    source = (header + eng.helpers() + (WS_HELPERS if ws else "") + _tile_function(mt, nt, bm, bn, raster) + "\n"
+              + "\n".join(lines) + "\n")
+    smem = eng.shared_bytes + (16 * eng.stages if ws else 0)
+    return StandaloneKernel(source, entry, grid, (threads, 1, 1), smem, eng, tiles, persistent)
+
+
+def _my_tiles(tiles: int) -> str:
+    """Tiles block ``blockIdx.x`` owns: ``blockIdx.x + i * gridDim.x`` below ``tiles``."""
+    return (f"const int my_tiles = ((int)blockIdx.x < {tiles}) ? "
+            f"({tiles} - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;")
+
+
+def _persistent_loop(eng: WgmmaEngine, kt: int, tiles: int, epilogue: Sequence[str]) -> list[str]:
+    """Tiles ``blockIdx.x + i * gridDim.x`` one after another as one stream of ``total`` k steps
+    (step g: tile g / kt, k tile g % kt), pipelined exactly like :meth:`WgmmaEngine.main_loop`:
+    the copies of step g + P are issued at step g whichever tile it belongs to, into the stage
+    step g - 1 - W used. After a tile's last step: wait for every wgmma, the epilogue (the next
+    tile's first P k tiles are in flight meanwhile), zero the accumulators."""
+    s, p, w = eng.stages, eng.ahead, eng.pending
+
+    def load(step: str) -> list[str]:
+        return ["{", f"    const int gl = {step};", f"    const int lt = gl / {kt};",
+                f"    const int lk = (gl - lt * {kt}) * {eng.bk};", "    int lm0, ln0;",
+                "    cvl_tile(blockIdx.x + lt * gridDim.x, lm0, ln0);",
+                *_indent(eng.load(eng.a, f"gl % {s}", "lm0", "lk", "a")),
+                *_indent(eng.load(eng.b, f"gl % {s}", "ln0", "lk", "b")), "}"]
+
+    out = [_my_tiles(tiles),
+           f"const int total = my_tiles * {kt};", "cvl_wgmma_pin(acc);"]
+    for i in range(p):
+        out += [f"if ({i} < total) {{", *_indent(load(str(i))), "}", "cvl_cp_commit();"]
+    body = [f"cvl_cp_wait<{p - 1}>();", "cvl_fence_proxy_async();", "__syncthreads();",
+            f"if (g + {p} < total) {{", *_indent(load(f"g + {p}")), "}",
+            "cvl_cp_commit();", *eng.compute(f"g % {s}"), f"cvl_wgmma_wait<{w}>();",
+            f"if (g % {kt} == {kt - 1}) {{",
+            "    cvl_wgmma_wait<0>();", "    cvl_wgmma_pin(acc);", "    int em0, en0;",
+            f"    cvl_tile(blockIdx.x + (g / {kt}) * gridDim.x, em0, en0);",
+            *_indent(list(epilogue)), *_indent(eng.zero()), "    cvl_wgmma_pin(acc);", "}"]
+    out += ["#pragma unroll 1", "for (int g = 0; g < total; ++g) {", *_indent(body), "}", "cvl_wgmma_wait<0>();"]
+    return out
+
+
+WS_HELPERS = r"""
+__device__ __forceinline__ void cvl_mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void cvl_mbar_arrive(unsigned bar) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" :: "r"(bar) : "memory");
+}
+// arrives on bar once every cp.async this thread issued so far has landed (no pending-count increment)
+__device__ __forceinline__ void cvl_cp_arrive(unsigned bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(bar) : "memory");
+}
+// waits until the phase of parity `parity` of bar completed; traps after about 2^31 cycles
+__device__ __forceinline__ void cvl_mbar_wait(unsigned bar, unsigned parity) {
+    unsigned done;
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    if (done) return;
+    const long long t0 = clock64();
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+        if (!done && clock64() - t0 > (1ll << 31)) __trap();
+    } while (!done);
+}
+"""
+
+
+def _specialised(eng: WgmmaEngine, kt: int, tiles: int, epilogue: Sequence[str]) -> list[str]:
+    """The body of the warp-specialised persistent kernel (TUNING "ws"): the k-step stream of
+    :func:`_persistent_loop`, with warpgroup 0 loading and warpgroups 1.. multiplying.
+
+    Stage ``g % S`` holds step g; its n-th use (n = g / S) completes phase n of ``full[stage]``
+    (128 producer arrivals, each when that thread's copies landed) and, once every consumer
+    thread has retired the wgmma that read it, phase n of ``empty[stage]``. The producer waits
+    for phase n - 1 of ``empty`` before refilling (parity (n - 1) & 1), the consumers for phase n
+    of ``full`` (parity n & 1). Consumer step g releases step g - W's stage after ``wait_group W``."""
+    import copy
+
+    s, w = eng.stages, eng.pending
+    regs = ws_regs(eng.threads)
+    prod = copy.copy(eng)
+    prod.threads = 128  # the producer warpgroup copies whole tiles alone
+    consumers = eng.threads
+    setup = [line.replace("const int wg = threadIdx.x / 128;", "const int wg = (int)(threadIdx.x / 128) - 1;")
+             for line in eng.setup()]
+    assert any("threadIdx.x / 128) - 1" in line for line in setup)
+    out = setup + [
+        f"const unsigned bars = smem0 + {eng.stages * eng.stage_bytes}u;  // full[s]: +8 s; empty[s]: +8 (S + s)",
+        _my_tiles(tiles),
+        f"const int total = my_tiles * {kt};",
+        "if (threadIdx.x == 0) {",
+        f"    for (int i = 0; i < {s}; ++i) {{",
+        "        cvl_mbar_init(bars + 8 * i, 128u);",
+        f"        cvl_mbar_init(bars + 8 * ({s} + i), {consumers}u);",
+        "    }",
+        "    asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");",
+        "}",
+        "__syncthreads();",
+    ]
+    load = ["const int lt = g / " + str(kt) + ";", f"const int lk = (g - lt * {kt}) * {eng.bk};",
+            "int lm0, ln0;", "cvl_tile(blockIdx.x + lt * gridDim.x, lm0, ln0);",
+            *prod.load(eng.a, "stage", "lm0", "lk", "a"), *prod.load(eng.b, "stage", "ln0", "lk", "b")]
+    producer = [
+        f"asm volatile(\"setmaxnreg.dec.sync.aligned.u32 {regs[0]};\\n\" ::: \"memory\");",
+        "#pragma unroll 1",
+        "for (int g = 0; g < total; ++g) {",
+        f"    const int stage = g % {s};",
+        f"    if (g >= {s}) cvl_mbar_wait(bars + 8 * ({s} + stage), ((g / {s}) - 1) & 1);",
+        *_indent(load),
+        "    cvl_cp_arrive(bars + 8 * stage);",
+        "}",
+        "cvl_cp_wait<0>();  // nothing outstanding at exit",
+    ]
+    consumer = [
+        f"asm volatile(\"setmaxnreg.inc.sync.aligned.u32 {regs[1]};\\n\" ::: \"memory\");",
+        *eng.zero(),
+        "cvl_wgmma_pin(acc);",
+        "#pragma unroll 1",
+        "for (int g = 0; g < total; ++g) {",
+        f"    const int stage = g % {s};",
+        f"    cvl_mbar_wait(bars + 8 * stage, (g / {s}) & 1);",
+        "    cvl_fence_proxy_async();  // copies land through the generic proxy, wgmma reads through the async one",
+        *_indent(eng.compute("stage")),
+        f"    cvl_wgmma_wait<{w}>();",
+        (f"    if (g >= {w}) cvl_mbar_arrive(bars + 8 * ({s} + (g - {w}) % {s}));" if w
+         else f"    cvl_mbar_arrive(bars + 8 * ({s} + stage));"),
+        f"    if (g % {kt} == {kt - 1}) {{",
+        "        cvl_wgmma_wait<0>();", "        cvl_wgmma_pin(acc);", "        int em0, en0;",
+        f"        cvl_tile(blockIdx.x + (g / {kt}) * gridDim.x, em0, en0);",
+        *_indent(list(epilogue), "        "), *_indent(eng.zero(), "        "), "        cvl_wgmma_pin(acc);",
+        "    }",
+        "}",
+        "cvl_wgmma_wait<0>();",
+    ]
+    return out + ["if (threadIdx.x < 128) {", *_indent(producer), "} else {", *_indent(consumer), "}"]

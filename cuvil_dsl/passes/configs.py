@@ -181,18 +181,21 @@ def row_band_smem(bm: int, bn: int, depth: int, stages: int, a_k_major: bool, b_
 
 
 def row_band_config(config: KernelConfig, depth: int, a_k_major: bool, b_k_major: bool, arch: str,
-                    blocks: Callable[[int], int], sm_count: int) -> tuple[KernelConfig, int] | None:
+                    blocks: Callable[[int], int], sm_count: int,
+                    warp_rows: tuple[int, ...] = (16, 32)) -> tuple[KernelConfig, int] | None:
     """The row-band tile and pipeline depth for a 16-bit GEMM + softmax of this K, or None when
     the generic template must run it (K too deep, or a spec tile whose warps split columns).
     ``tile_k`` becomes K rounded up to 16 (one k step per column tile); an overridden ``tile.k``
-    is not used by this template."""
+    is not used by this template. ``warp_rows``: the rows a warp may own with an overridden tile (64
+    only for cuda_matmul.ROW_BAND_TUNING's tiles, which set their launch bounds: a 64-row warp needs
+    about 200 registers)."""
     dp = -(-depth // 16) * 16
     if dp > ROW_BAND_MAX_DEPTH:
         return None
     if "tile" in config.overridden or "block" in config.overridden:
         bm, bn, threads = config.tile_m, config.tile_n, config.block
         warps = threads // 32
-        if bm % warps or bm // warps not in (16, 32) or bn % 16 or bm // warps * bn > ROW_BAND_MAX_ACC:
+        if bm % warps or bm // warps not in warp_rows or bn % 16 or bm // warps * bn > ROW_BAND_MAX_ACC:
             return None
     else:
         bm, threads = next((t for t in ROW_BAND_LADDER if blocks(t[0]) >= sm_count), ROW_BAND_LADDER[-1])

@@ -101,3 +101,194 @@ def test_benchmark_kernel_resources(arch, tmp_path, monkeypatch):
     assert 128 <= count_instructions(sass, r"MUFU\.EX2") <= 144
     assert count_instructions(sass, r"STG\.E(\.EF)?\.128") > 0
     assert count_instructions(sass, r"BAR\.SYNC") <= 4
+
+
+# ---------------------------------------------------------------- tuning variants (ab_attention.py)
+def _bench_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ab_attention", ROOT / "benchmarks" / "ab_attention.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _poly_emulated(x):
+    """cvl_ex2_fma step by step in f32 (NumPy), its constants read from the helper's source."""
+    import numpy as np
+
+    src = cuda_matmul.BAND_POLY_HELPER
+    coeffs = [np.float32(float(c)) for c in re.findall(r"([0-9.]+e[-+][0-9]+)f", src)]
+    assert len(coeffs) == 5 and "p = fmaf(p, f, 1.0f);" in src  # degree 5, highest first, then 1
+    coeffs.append(np.float32(1.0))
+    x = np.asarray(x, dtype=np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        xc = np.where(np.isnan(x), x, np.maximum(x, np.float32(-127.0))).astype(np.float32)  # max.NaN
+        magic = np.float32(12582912.0)
+        t = (xc + magic).astype(np.float32)
+        j = (t - magic).astype(np.float32)
+        f = (xc - j).astype(np.float32)
+        p = np.full_like(f, coeffs[0])
+        for c in coeffs[1:]:
+            p = (p.astype(np.float64) * f + np.float64(c)).astype(np.float32)  # fmaf: one rounding
+        bits = np.where(np.isnan(t), np.float32(np.nan), t).view(np.uint32).astype(np.uint64)
+        bits = np.where(np.isnan(t), np.uint64(0x7FFFFFFF), bits)  # the GPU's canonical NaN
+        scale = (((bits << np.uint64(23)) + np.uint64(0x3F800000)) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        return (p * scale.view(np.float32)).astype(np.float32)
+
+
+def test_fma_exp2_accuracy_and_specials():
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.uniform(-126, 0.3, 1_000_000), np.linspace(-4, 0.25, 200_001)]).astype(np.float32)
+    got = _poly_emulated(x).astype(np.float64)
+    rel = np.abs(got / np.exp2(x.astype(np.float64)) - 1)
+    assert rel.max() < 2.0 ** -22  # the bound the helper's comment states
+    special = _poly_emulated(np.array([-np.inf, -1000.0, -126.6, -127.0, np.nan, 0.0, -1.0], dtype=np.float32))
+    assert (special[:4] == 0).all() and np.isnan(special[4]) and special[5] == 1.0 and special[6] == 0.5
+
+
+def test_poly_variant_moves_exps_to_the_fma_pipe(monkeypatch):
+    monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", {"poly": (4, 2)})
+    (k,) = _render(BENCH)
+    body = k.source.split('extern "C"')[1]
+    assert "cvl_ex2_fma" in k.source and "max.NaN.f32" in k.source
+    # the statistics pass: half of a tile's element pairs, the write pass a quarter
+    assert "((ni * 2 + q) % 8 < 4 ? cvl_ex2_fma(fmaf(ACC, band_c, -base[slot]))" in body
+    assert "((ni * 2 + q) % 8 < 2 ? cvl_ex2_fma(fmaf(ACC, band_c, -row_base[slot]))" in body
+    monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", {"poly": (8, 0)})
+    (k,) = _render(BENCH)
+    assert "? cvl_ex2_fma" not in k.source and "row_sum[slot] += cvl_ex2_fma(" in k.source
+    monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", {})
+    (k,) = _render(BENCH)
+    assert "cvl_ex2_fma" not in k.source  # the default has no helper
+
+
+def test_64_row_warps_only_for_tuning_tiles(monkeypatch):
+    """A 64-row warp needs about 200 registers: ROW_BAND_TUNING's tiles (which set min_blocks) may ask
+    for one; a spec's tile with 64 rows a warp stays on the generic template."""
+    text = """pipeline t(q: f16[M, D], k: f16[N, D]) -> p: f16[M, N] {
+        kernel s { p = softmax(q @ k.T, axis=-1) }
+    }"""
+    pipeline = check_source(text, "t.cuvil").module.pipelines[0]
+    plan, diags = plan_pipeline(pipeline, {"s": {"block": 64, "tile": {"m": 128, "n": 32, "k": 32}}}, "sm_90")
+    assert not diags
+    (k,) = render_cuda(plan, {"M": 512, "N": 512, "D": 64}, "sm_90")
+    assert not _is_band(k.source)
+    monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", {"tile": (128, 32, 64), "min_blocks": 4})
+    plan, _ = plan_pipeline(pipeline)
+    (k,) = render_cuda(plan, {"M": 512, "N": 512, "D": 64}, "sm_90")
+    assert _is_band(k.source) and k.block == (64, 1, 1) and "float acc[4][4][4];" in k.source
+    assert "__launch_bounds__(64, 4)" in k.source
+
+
+def _compile_sass(k, arch="sm_90"):
+    from cuvil_dsl.compile import CompileUnit, SassUnavailable, compile_units, disassemble
+
+    (unit,) = compile_units([CompileUnit(k.entry, k.source, (k.entry,), k.options)], arch)
+    try:
+        sass = disassemble(unit.cubin)
+    except SassUnavailable:
+        sass = None
+    return unit.resources[k.entry], sass
+
+
+def test_ab_attention_variants_build_without_spills(tmp_path, monkeypatch):
+    """Every variant ab_attention.py times compiles for sm_90 with its launch bounds, no spills,
+    shared memory within 4 blocks' share, the tile it asks for; poly variants have fewer MUFU.EX2."""
+    from cuvil_dsl.compile import count_instructions
+
+    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
+    mod = _bench_module()
+    variants = mod.VARIANTS + mod.CHECKED_VARIANTS
+    assert len(variants) >= 10
+    monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", {})
+    _, base_sass = _compile_sass(_render(BENCH)[0])
+    for name, tuning in variants:
+        monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", dict(tuning))
+        (k,) = _render(BENCH)
+        assert _is_band(k.source), name
+        if "tile" in tuning:
+            bm, bn, threads = tuning["tile"]
+            assert k.block == (threads, 1, 1) and k.grid == (32 * 2048 // bm, 1, 1), name
+        threads, per_sm = map(int, re.search(r"__launch_bounds__\((\d+), (\d+)\)", k.source).groups())
+        assert per_sm == tuning.get("min_blocks", per_sm), name
+        assert per_sm * k.shared_bytes <= 227 * 1024, name
+        r, sass = _compile_sass(k)
+        assert r.spill_bytes == 0 and r.stack_bytes == 0, (name, r)
+        assert r.registers <= min(255, 65536 // (threads * per_sm)), (name, r)
+        if sass is not None and base_sass is not None and "tile" not in tuning and any(tuning.get("poly", ())):
+            moved = 64 * (tuning["poly"][0] + tuning["poly"][1]) // 8  # of 64 elements a thread per pass
+            assert count_instructions(sass, r"MUFU\.EX2") == count_instructions(base_sass, r"MUFU\.EX2") - moved, name
+
+
+ODD = """pipeline odd(q: bf16[B, M, D], k: bf16[B, N, D]) -> p: bf16[B, M, N] {
+    kernel scores { p = softmax(q @ k.T * 0.125, axis=-1) }
+}"""
+
+
+@pytest.mark.parametrize("path", [ROOT / "specs" / "masked_attention.yaml",
+                                  ROOT / "tests" / "codegen" / "programs" / "attention_f16.yaml", None])
+def test_checked_variants_on_masked_log_softmax_and_odd_cases(path, tmp_path, monkeypatch):
+    """ab_attention's CHECKED_VARIANTS (all exps on the FMA pipe; the overlapped loop) render and build
+    without spills for the unfolded passes (masks, log_softmax) and odd sizes (unstreamed B tiles)."""
+    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
+    for name, tuning in _bench_module().CHECKED_VARIANTS:
+        monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", dict(tuning))
+        if path is None:
+            plan, _ = plan_pipeline(check_source(ODD, "odd.cuvil").module.pipelines[0])
+            kernels = render_cuda(plan, {"B": 8, "M": 1000, "N": 1000, "D": 40}, "sm_90")
+        else:
+            kernels = _render(path)
+        kernels = [k for k in kernels if _is_band(k.source)]
+        assert kernels, name
+        for k in kernels:
+            body = k.source.split('extern "C"')[1]
+            if tuning.get("poly") == (8, 8):
+                assert "cvl_ex2_fma(" in body and "cvl_ex2(fmaf(ACC" not in body, name
+            if tuning.get("stsm") and "__stcs(" in body:  # a staged store (not the log_softmax program's)
+                assert "cvl_stsm_x4(st_lane" in body and "= __floats2" not in body, name
+            if tuning.get("overlap"):
+                assert "float acc_odd[" in body and body.count("cvl_mma(") == 3, name
+            r, _ = _compile_sass(k)
+            assert r.spill_bytes == 0 and r.stack_bytes == 0, (name, r)
+
+
+def test_overlap_issues_the_next_tiles_mma_before_this_tiles_epilogue(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", {"overlap": True, "tile": (64, 64, 128), "min_blocks": 4})
+    (k,) = _render(BENCH)
+    body = k.source.split('extern "C"')[1]
+    loop = body[body.index("for (int step = 0; step < 64; step += 2)"):]
+    # in each half of the loop body: a tile's mma, then the previous tile's statistics or output
+    first_mma, first_epilogue = loop.index("cvl_mma("), loop.index("const int n0 = step % 32 * 64;")
+    second_mma = loop.index("cvl_mma(", first_mma + 1)
+    second_epilogue = loop.index("const int n0 = step % 32 * 64;", first_epilogue + 1)
+    assert first_mma < first_epilogue < second_mma < second_epilogue
+    assert "float (&acc)[1][8][4] = acc_odd;" in loop and "float (&acc)[1][8][4] = acc_even;" in loop
+    assert body.count("__syncthreads()") == 4  # the A band, the first tile, the two tiles of a loop pass
+    r, sass = _compile_sass(k)
+    assert r.spill_bytes == 0 and r.registers <= 128, r
+    if sass is not None:
+        from cuvil_dsl.compile import count_instructions
+
+        assert count_instructions(sass, "HMMA") == 3 * 32  # 16 rows x 64 columns x K 64: 32 a tile
+
+
+def test_stmatrix_staging(monkeypatch, tmp_path):
+    """"stsm": one stmatrix.x4 per two n8 tiles of an m16 tile replaces the 4-byte stores; sm_80 keeps them."""
+    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", {"stsm": True})
+    (k,) = _render(BENCH)
+    body = k.source.split('extern "C"')[1]
+    assert "cvl_stsm_x4(st_lane + (mi * 16 * 72 + nj * 16) * 2" in body and "reinterpret_cast<__half2*>" not in body
+    r, sass = _compile_sass(k)
+    assert r.spill_bytes == 0 and r.registers <= 128, r
+    if sass is not None:
+        from cuvil_dsl.compile import count_instructions
+
+        assert count_instructions(sass, r"STSM") == 8  # 32 rows x 64 columns: 2 m16 x 4 pairs of n8
+        assert count_instructions(sass, r"STS(\.\w+)* ") == 0
+    (k80,) = _render(BENCH, "sm_80")
+    assert "cvl_stsm_x4" not in k80.source

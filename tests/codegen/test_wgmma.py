@@ -160,3 +160,241 @@ def test_elements_cover_the_tile_once():
             n = _c_eval(n_expr.replace("/", "//"), **env)
             seen[(m, n)] = seen.get((m, n), 0) + 1
     assert len(seen) == eng.bm * eng.bn and set(seen.values()) == {1}
+
+
+# --------------------------------------------------------------------------- variants (TUNING)
+VARIANTS = [((4096, 4096, 4096), dict(persistent=True, pack=True, raster=8)),
+            ((4096, 4096, 4096), dict(ws=True, pack=True)),
+            ((1000, 1000, 520), dict(ws=True, pack=True, raster=3)),
+            ((1000, 1000, 520), dict(bm=192, bn=256, persistent=True, pack=True)),
+            ((1000, 1000, 520), dict(bm=256, bn=128, ws=True))]
+
+
+@pytest.fixture(scope="module")
+def compiled_variants(tmp_path_factory):
+    _nvrtc_or_skip()
+    from cuvil_dsl.compile import CompileUnit, compile_units
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("CUVIL_CACHE_DIR", str(tmp_path_factory.mktemp("wgmma-variants")))
+    kernels = [gemm_bias_gelu_source(*sizes, **v) for sizes, v in VARIANTS]
+    units = [CompileUnit(f"wgmma_v{n}", k.source, (k.entry,)) for n, k in enumerate(kernels)]
+    try:
+        built = compile_units(units, "sm_90a", fallback="none")
+    finally:
+        mp.undo()
+    return list(zip(VARIANTS, kernels, built))
+
+
+def test_variants_compile_without_spills(compiled_variants):
+    for (sizes, v), k, u in compiled_variants:
+        r = u.resources[k.entry]
+        assert r.spill_bytes == 0 and r.stack_bytes == 0, (sizes, v, r)
+        assert "serializ" not in u.log.lower() and "C7508" not in u.log, u.log  # wgmma chain, setmaxnreg kept
+        assert k.shared_bytes <= 227 * 1024
+        assert k.persistent == bool(v.get("persistent") or v.get("ws"))
+        assert k.block[0] == k.engine.threads + (128 if v.get("ws") else 0)
+        if v.get("ws"):  # setmaxnreg moves registers inside the block's pool, fixed at launch
+            from cuvil_dsl.codegen.cuda_wgmma import ws_entry_regs, ws_regs
+
+            assert r.registers == ws_entry_regs(k.block[0]), (v, r.registers)
+            prod, cons = ws_regs(k.engine.threads)
+            assert 128 * prod + k.engine.threads * cons <= r.registers * k.block[0]
+            assert f"setmaxnreg.inc.sync.aligned.u32 {cons};" in k.source
+
+
+def test_variants_sass(compiled_variants):
+    from cuvil_dsl.compile import SassUnavailable, count_instructions, disassemble, find_cuobjdump
+
+    if find_cuobjdump() is None:
+        pytest.skip("cuobjdump is not installed")
+    for (sizes, v), k, u in compiled_variants:
+        try:
+            sass = disassemble(u.cubin)
+        except SassUnavailable as exc:
+            pytest.skip(str(exc))
+        assert count_instructions(sass, rf"HGMMA\.64x{k.engine.bn}x16\.F32") == 4, (sizes, v)
+        assert count_instructions(sass, "LDL|STL") == 0
+        assert (count_instructions(sass, "USETMAXREG") == 2) == bool(v.get("ws")), (sizes, v)
+
+
+def _c_block(lines: list[str], **env: int) -> dict:
+    """Run straight-line C (``const int x = ...;`` / ``x = ...;``) with Python's integer ops."""
+    env = dict(env)
+    for line in lines:
+        line = line.strip().rstrip(";").replace("const int ", "").replace("/", "//")
+        if not line:
+            continue
+        name, expr = (part.strip() for part in line.split("=", 1))
+        env[name] = eval(expr, {"__builtins__": {"min": min}}, env)  # noqa: S307 - our own generated arithmetic
+    return env
+
+
+@pytest.mark.parametrize("mt,nt,raster", [(32, 16, 0), (32, 16, 8), (22, 16, 8), (8, 4, 3), (7, 5, 2), (3, 9, 4)])
+def test_tile_order_visits_every_tile_once(mt, nt, raster):
+    from cuvil_dsl.codegen.cuda_wgmma import _tile_function
+
+    src = _tile_function(mt, nt, 128, 256, raster)
+    body = src.split("{", 1)[1].rsplit("}", 1)[0].splitlines()
+    seen = set()
+    for t in range(mt * nt):
+        env = _c_block(body, t=t)
+        m0, n0 = env["m0"], env["n0"]
+        assert m0 % 128 == 0 and n0 % 256 == 0 and 0 <= m0 < mt * 128 and 0 <= n0 < nt * 256
+        seen.add((m0, n0))
+    assert len(seen) == mt * nt
+    if 0 < raster < mt:  # the first tiles in flight stay inside one group of row tiles
+        rows = {_c_block(body, t=t)["m0"] for t in range(raster * nt)}
+        assert len(rows) == raster
+
+
+@pytest.mark.parametrize("tiles", [1, 7, 32, 512])
+def test_persistent_blocks_share_the_tiles(tiles):
+    from cuvil_dsl.codegen.cuda_wgmma import _persistent_loop
+
+    eng = gemm_bias_gelu_source(4096, 4096, 4096).engine
+    line = next(x for x in _persistent_loop(eng, 64, tiles, []) if "my_tiles =" in x)
+    expr = line.split("=", 1)[1].rstrip(";").replace("(int)", "").replace("/", "//")
+    expr = expr.replace("?", " if ").replace(":", " else ")  # c ? a : b -> (a) if c else (b), reordered below
+    cond, rest = expr.split(" if ", 1)
+    then, other = rest.split(" else ", 1)
+    for grid in sorted({1, 5, 132, tiles}):
+        if grid > tiles:
+            continue
+        owned = []
+        for block in range(grid):
+            env = {"blockIdx": type("B", (), {"x": block})(), "gridDim": type("G", (), {"x": grid})()}
+            n = eval(then if eval(cond, {}, env) else other, {}, env)  # noqa: S307
+            owned += [block + i * grid for i in range(n)]
+        assert sorted(owned) == list(range(tiles)), (tiles, grid)
+
+
+@pytest.mark.parametrize("stages,pending,kt,tiles",
+                         [(4, 1, 3, 5), (4, 0, 2, 4), (3, 1, 5, 2), (2, 0, 1, 6), (4, 2, 9, 3)])
+def test_specialised_pipeline_model(stages, pending, kt, tiles):
+    """Random interleavings of the warp-specialised protocol as generated (the mbarrier parities and
+    the released stage are read off the kernel text): no deadlock, no phase aliasing, a stage is
+    never rewritten while a wgmma that reads it is in flight, and every wgmma reads its own k step."""
+    import random
+    import re
+
+    from cuvil_dsl.codegen.cuda_wgmma import _specialised
+
+    eng = gemm_bias_gelu_source(4096, 4096, 4096, stages=stages, pending=pending).engine
+    text = "\n".join(_specialised(eng, kt, tiles, []))
+    pw = re.search(r"if \(g >= (\d+)\) cvl_mbar_wait\(bars \+ 8 \* \((\d+) \+ stage\), (.+)\);", text)
+    assert pw and int(pw[1]) == stages and int(pw[2]) == stages
+    prod_parity = pw[3].replace("/", "//")
+    cw = re.search(r"cvl_mbar_wait\(bars \+ 8 \* stage, (.+)\);", text)
+    cons_parity = cw[1].replace("/", "//")
+    rel = re.search(r"(?:if \(g >= (\d+)\) )?cvl_mbar_arrive\(bars \+ 8 \* \((\d+) \+ (.+)\)\);", text)
+    rel_from = int(rel[1] or 0)
+    rel_stage = rel[3].replace("/", "//")
+    assert int(rel[2]) == stages and rel_from == pending
+    stage_of = lambda g: g % stages  # noqa: E731 - "const int stage = g % S" in both loops
+    assert f"const int stage = g % {stages};" in text
+    total = kt * tiles  # one block owning every tile
+    groups = eng.groups
+
+    for seed in range(40):
+        rng = random.Random(seed)
+        full = [dict(need=128, got=0, done=0) for _ in range(stages)]
+        empty = [dict(need=128 * groups, got=0, done=0) for _ in range(stages)]
+        data: list[int | None] = [None] * stages
+
+        def arrive(bar, n):
+            bar["got"] += n
+            assert bar["got"] <= bar["need"]
+            if bar["got"] == bar["need"]:
+                bar["got"], bar["done"] = 0, bar["done"] + 1
+
+        def ready(bar, parity, phase):
+            ok = (bar["done"] & 1) != parity
+            if ok:
+                assert bar["done"] == phase + 1, "parity aliasing"
+            return ok
+
+        prod = dict(g=0, landing=[])  # issued copies not yet landed: (step, stage)
+        cons = [dict(g=0, flight=[]) for _ in range(groups)]
+        for _tick in range(100000):
+            moves = []
+            g = prod["g"]
+            if g < total and (g < stages or ready(empty[stage_of(g)], eval(prod_parity, {}, {"g": g}),
+                                                  g // stages - 1)):
+                moves.append("issue")
+            if prod["landing"]:
+                moves.append("land")
+            for i, c in enumerate(cons):
+                if c["g"] < total and ready(full[stage_of(c["g"])], eval(cons_parity, {}, {"g": c["g"]}),
+                                            c["g"] // stages):
+                    moves.append(i)
+                if c["flight"]:
+                    moves.append(("retire", i))
+            if not moves:
+                break
+            mv = rng.choice(moves)
+            if mv == "issue":
+                st = stage_of(g)
+                for c in cons:
+                    assert all(s != st for _, s in c["flight"]), "stage overwritten under a wgmma"
+                data[st] = None  # being written
+                prod["landing"].append((g, st))
+                prod["g"] += 1
+            elif mv == "land":  # cp.async lands in order for a thread's arrive.noinc
+                step, st = prod["landing"].pop(0)
+                data[st] = step
+                arrive(full[st], 128)
+            elif isinstance(mv, tuple):  # a wgmma group retires early (in order)
+                cons[mv[1]]["flight"].pop(0)
+            else:
+                c = cons[mv]
+                cg = c["g"]
+                st = stage_of(cg)
+                assert data[st] == cg, "wgmma would read another step's tile"
+                c["flight"].append((cg, st))
+                while len(c["flight"]) > pending:  # wgmma.wait_group W
+                    c["flight"].pop(0)
+                if cg % kt == kt - 1:
+                    c["flight"].clear()  # wait_group 0 before the epilogue
+                if cg >= rel_from:
+                    arrive(empty[eval(rel_stage, {}, {"g": cg, "stage": st})], 128)
+                c["g"] += 1
+        assert prod["g"] == total and not prod["landing"], "producer stuck"
+        assert all(c["g"] == total for c in cons), "consumer stuck"
+
+
+@pytest.mark.parametrize("bm,bn,threads", [(128, 256, None), (192, 256, None), (256, 128, None),
+                                           (128, 256, 128), (256, 128, 128)])
+def test_load_threads_copy_every_chunk_once(bm, bn, threads):
+    """The thread -> chunk map of load(): every 16-byte chunk of each operand tile once, also for a
+    block that does not divide the tile (192 rows: 384 threads) and for the ws producer (128)."""
+    import copy
+    import re
+
+    a = WgmmaOperand("a", "a", DType.F16, 4096, 4096, True, 4096, 1)
+    b = WgmmaOperand("b", "b", DType.F16, 4096, 4096, False, 1, 4096)
+    eng = WgmmaEngine(a, b, bm=bm, bn=bn, stages=4, pending=1)
+    if threads:
+        eng = copy.copy(eng)
+        eng.threads = threads
+    for o, rows in ((a, bm), (b, bn)):
+        text = "\n".join(eng.load(o, "0", "0", "0", o.pointer))
+        per_row = int(re.search(r"threadIdx\.x / (\d+)u", text)[1])
+        passes = int(re.search(r"i < (\d+);", text)[1])
+        rp = int(re.search(r"r0 \+ i \* (\d+);", text)[1])
+        stop = re.search(r"if \(r >= (\d+)\) break;", text)
+        offset = re.search(r"u \+ (.+);\n", text)[1]
+        seen, copies = {}, 0
+        for t in range(eng.threads):
+            r0, cc = t // per_row, t % per_row * 8
+            for i in range(passes):
+                r = r0 + i * rp
+                if stop and r >= int(stop[1]):
+                    break
+                mn, k = (r, cc) if o.k_major else (cc, r)
+                assert 0 <= mn < rows and 0 <= k < eng.bk, (o.role, t, i)
+                off = _c_eval(offset, r=r, cc=cc, r0=r0)
+                seen[(mn, k)] = off
+                copies += 1
+        assert len(seen) == copies == rows * eng.bk // 8, (o.role, len(seen), copies)
+        assert len(set(seen.values())) == len(seen)  # distinct destinations
