@@ -86,7 +86,7 @@ VARIANTS = [
 ]
 # Run on every case (checked against the reference, timed) so the masked (-inf), log_softmax, unfolded
 # and odd-size (unstreamed) paths of the new code meet the reference: every exp of both passes on the
-# FMA pipe (predicted on attention_f16: 190-230 us, 2048 instructions a step pair), and the overlapped
+# FMA pipe (predicted on attention_f16: 190-230 us, 2464 instructions a step pair), and the overlapped
 # loop with stmatrix staging (predicted as the overlap above, 0-3 us less; with poly in the same build
 # the masked log_softmax program spills 40 bytes).
 CHECKED_VARIANTS = [

@@ -14,7 +14,9 @@ and to ``$OUT/ab_wgmma.md`` when OUT is set.
 A config is ``BMxBNsSTAGESpPENDING`` plus variant flags of ``cuda_wgmma.TUNING``, joined by ``-``:
 ``rG`` (tiles walked in groups of G row tiles), ``pers`` (persistent grid of one block per SM,
 the next tile's loads in flight during the epilogue), ``ws`` (persistent and warp-specialised:
-a producer warpgroup, mbarriers, setmaxnreg), ``h2`` (f16x2 epilogue stores). The first
+a producer warpgroup, mbarriers, setmaxnreg), ``h2`` (f16x2 epilogue stores); and timing probes,
+not checked (their results are wrong): ``noload`` (no copies: the wgmma + epilogue time) and
+``nomma`` (no wgmma: the copy pipeline + epilogue time). The first
 config is the baseline (the library's default). Every config is also checked on ragged sizes
 (persistent ones on a grid of 5 blocks too, so each block walks several ragged tiles); the first
 with b stored [N, K].
@@ -54,8 +56,11 @@ DEFAULT_CONFIGS = ",".join([
     "128x256s4p0", "256x128s4p1", "128x256s4p1-h2", "128x256s4p1-r8",
     "128x256s4p1-pers", "128x256s4p1-pers-h2", "128x256s4p1-pers-h2-r8", "256x128s4p1-pers-h2",
     "192x256s4p1-h2", "192x256s4p1-pers-h2", "128x128s3p0",
+    # probes (wrong results, not checked): the baseline without its copies / without its wgmma
+    "128x256s4p1-noload", "128x256s4p1-nomma",
     # last: a deadlock in these traps (a CUDA error ends the run after the rows so far)
     "128x256s4p1-ws-h2", "128x256s4p0-ws-h2", "128x256s4p1-ws-h2-r8", "256x128s4p1-ws-h2",
+    "128x256s4p1-ws-h2-nomma",
 ])
 
 
@@ -68,7 +73,7 @@ def parse_configs(text: str) -> list[dict]:
             raise SystemExit(f"bad config {item!r}: expected BMxBNsSTAGESpPENDING[-rG][-pers][-ws][-h2], "
                              "e.g. 128x256s4p1")
         bm, bn, s, p = map(int, m.groups())
-        c = dict(bm=bm, bn=bn, stages=s, pending=p, raster=0, persistent=False, pack=False, ws=False)
+        c = dict(bm=bm, bn=bn, stages=s, pending=p, raster=0, persistent=False, pack=False, ws=False, probe="")
         for f in flags:
             if re.fullmatch(r"r\d+", f):
                 c["raster"] = int(f[1:])
@@ -78,15 +83,18 @@ def parse_configs(text: str) -> list[dict]:
                 c["pack"] = True
             elif f == "ws":
                 c["ws"] = True
+            elif f in ("noload", "nomma"):
+                c["probe"] = "mma" if f == "noload" else "loads"
             else:
-                raise SystemExit(f"bad variant flag {f!r} in {item!r}: rG, pers, h2 or ws")
+                raise SystemExit(f"bad variant flag {f!r} in {item!r}: rG, pers, h2, ws, noload or nomma")
         out.append(c)
     return out
 
 
 def cfg_name(c: dict) -> str:
     flags = ([f"r{c['raster']}"] if c.get("raster") else []) + (["pers"] if c.get("persistent") else []) \
-        + (["ws"] if c.get("ws") else []) + (["h2"] if c.get("pack") else [])
+        + (["ws"] if c.get("ws") else []) + (["h2"] if c.get("pack") else []) \
+        + ([{"mma": "noload", "loads": "nomma"}[c["probe"]]] if c.get("probe") else [])
     return "-".join([f"{c['bm']}x{c['bn']}s{c['stages']}p{c['pending']}", *flags])
 
 
@@ -104,7 +112,8 @@ def build_all(configs: list[dict], swap: bool, sass: bool) -> dict:
             if timed(sizes, c, configs):
                 jobs.append((sizes, c, False))
     for c in configs:
-        jobs.append((RAGGED, c, False))
+        if not c["probe"]:
+            jobs.append((RAGGED, c, False))
     for sizes, kmaj in CHECK_ONLY:
         if kmaj:
             jobs.append((sizes, configs[0], kmaj))
@@ -233,24 +242,64 @@ def main() -> int:
         print(f"ab_wgmma: cannot run on a GPU: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
 
-    rows: list[str] = []
     failed = False
     need_swap = False  # set when only the swapped LBO/SBO encoding passed
     bench = Bench(args.samples)
     print(f"device: {device} ({sm_count} SMs); torch: {'yes' if bench.torch is not None else 'no'}", flush=True)
 
-    def emit():
+    def table() -> str:
         head = ["| M x N x K | implementation | us | TFLOP/s | vs torch | check (max abs err, max err/tol) |",
                 "|---|---|---|---|---|---|"]
-        text = (f"# ab_wgmma on {device}\n\ngelu(a @ b + bias), f16, rtol = atol = {RTOL}; median of "
+        return (f"# ab_wgmma on {device}\n\ngelu(a @ b + bias), f16, rtol = atol = {RTOL}; median of "
                 f"{args.samples} samples, L2 flushed before each\n\n" + "\n".join(head + rows) + "\n")
-        print("\n" + text, flush=True)
+
+    def save(text: str) -> None:
         out = os.environ.get("OUT")
         if out:
             Path(out).mkdir(parents=True, exist_ok=True)
             Path(out, "ab_wgmma.md").write_text(text)
 
+    def emit():
+        text = table()
+        print("\n" + text, flush=True)
+        save(text)
+
+    class Rows(list):
+        """Each row is printed and the table so far saved as it comes (a hang still leaves them)."""
+
+        def append(self, row: str) -> None:
+            super().append(row)
+            print(row, flush=True)
+            save(table())
+
+    rows = Rows()
+
+    def run_checks(checks) -> None:
+        nonlocal failed
+        for (M, N, K), c, kmaj in checks:
+            a, b, b_dev, bias = bench.inputs(M, N, K, kmaj)
+            ref = bench.reference(a, b, bias)
+            key = ((M, N, K), cfg_name(c), kmaj, need_swap)
+            if key not in built:
+                built.update(build_all([c], swap=need_swap, sass=False))
+            k, u = built[key]
+            fn = bench.load(k, u)
+            what = "b stored [N, K] (K-major, trans-b 0)" if kmaj else "ragged edges (zero-fill)"
+            grids = [k.grid_for(sm_count)] + ([(5, 1, 1)] if k.persistent else [])
+            for grid in grids:
+                y = cp.full((M, N), float("nan"), dtype=cp.float16)
+                fn(grid, k.block, (a, b_dev, bias, y), shared_mem=k.shared_bytes)
+                cp.cuda.runtime.deviceSynchronize()
+                ok, err, rel = bench.check(y, ref)
+                failed |= not ok
+                rows.append(f"| {M} x {N} x {K} | wgmma {cfg_name(c)}, {what}, grid {grid[0]} | | | | "
+                            f"{'ok' if ok else 'FAIL'} ({err:.2g}, {rel:.2g}) |")
+
     try:
+        # checks first, of everything but the warp-specialised kernels (those, like their timings, last:
+        # a barrier that never completes traps, and a CUDA error ends the run)
+        run_checks([(RAGGED, c, False) for c in configs if not c["probe"] and not c["ws"]]
+                   + [(sizes, configs[0], True) for sizes, kmaj in CHECK_ONLY if kmaj])
         for M, N, K in reversed(TIMED):  # the small size first: the risky variants come last of all
             flop = 2.0 * M * N * K
             a, b, _, bias = bench.inputs(M, N, K)
@@ -273,6 +322,12 @@ def main() -> int:
                 name = cfg_name(c)
                 k, u = built[((M, N, K), name, False, False)]
                 y = cp.empty((M, N), dtype=cp.float16)
+                if c["probe"]:  # a timing probe: its results are wrong by design
+                    fn = bench.load(k, u)
+                    us = bench.time(lambda fn=fn, k=k: fn(k.grid_for(sm_count), k.block, (a, b, bias, y),
+                                                          shared_mem=k.shared_bytes))
+                    rows.append(f"| {label} | probe {name} ({k.block[0]} threads) | {us:.1f} | | | not checked |")
+                    continue
                 ok, err, rel = False, float("nan"), float("nan")
                 variant = "LBO=MN atom stride"
                 for swap in ((False, True) if c is configs[0] else (False,)):  # the encoding question: baseline only
@@ -306,26 +361,7 @@ def main() -> int:
                             f"{k.shared_bytes // 1024} KiB) | {us:.1f} | {flop / us / 1e6:.0f} "
                             f"| {ratio} | {cell} |")
             del a, b, bias, ref
-        checks = [(RAGGED, c, False) for c in configs]
-        checks += [(sizes, configs[0], True) for sizes, kmaj in CHECK_ONLY if kmaj]
-        for (M, N, K), c, kmaj in checks:
-            a, b, b_dev, bias = bench.inputs(M, N, K, kmaj)
-            ref = bench.reference(a, b, bias)
-            key = ((M, N, K), cfg_name(c), kmaj, need_swap)
-            if key not in built:
-                built.update(build_all([c], swap=need_swap, sass=False))
-            k, u = built[key]
-            fn = bench.load(k, u)
-            what = "b stored [N, K] (K-major, trans-b 0)" if kmaj else "ragged edges (zero-fill)"
-            grids = [k.grid_for(sm_count)] + ([(5, 1, 1)] if k.persistent else [])
-            for grid in grids:
-                y = cp.full((M, N), float("nan"), dtype=cp.float16)
-                fn(grid, k.block, (a, b_dev, bias, y), shared_mem=k.shared_bytes)
-                cp.cuda.runtime.deviceSynchronize()
-                ok, err, rel = bench.check(y, ref)
-                failed |= not ok
-                rows.append(f"| {M} x {N} x {K} | wgmma {cfg_name(c)}, {what}, grid {grid[0]} | | | | "
-                            f"{'ok' if ok else 'FAIL'} ({err:.2g}, {rel:.2g}) |")
+        run_checks([(RAGGED, c, False) for c in configs if not c["probe"] and c["ws"]])
     except Exception as exc:  # a CUDA error (illegal address, launch failure): report it, keep the rows so far
         print(f"ab_wgmma: CUDA failure: {type(exc).__name__}: {exc}", file=sys.stderr)
         rows.append(f"| | **aborted: {type(exc).__name__}: {str(exc)[:160]}** | | | | |")

@@ -469,12 +469,14 @@ def gemm_bias_gelu_source(M: int, N: int, K: int, *, entry: str = "gemm_bias_gel
                           bn: int = 256, stages: int = 4, pending: int = 1, b_k_major: bool = False,
                           swap_mn_offsets: bool = False, dtype: DType = DType.F16, raster: int | None = None,
                           persistent: bool | None = None, pack: bool | None = None, ws: bool | None = None,
-                          sm_count: int = SM_COUNT) -> StandaloneKernel:
+                          probe: str = "", sm_count: int = SM_COUNT) -> StandaloneKernel:
     """``y = gelu(a @ b + bias)`` rounded to ``dtype``: a [M, K] row-major, b [K, N] row-major (or
     [N, K] when ``b_k_major``), bias [N]; the shape of the kernel ``_GemmKernel.render_plain`` makes,
-    with this engine in place of :class:`MmaEngine`. ``raster``, ``persistent``, ``pack``: the
-    variants of :data:`TUNING` (None: take it from there). A persistent kernel runs on any grid
-    from 1 to ``tiles`` blocks (:meth:`StandaloneKernel.grid_for`); ``grid`` is the one for ``sm_count``."""
+    with this engine in place of :class:`MmaEngine`. ``raster``, ``persistent``, ``pack``, ``ws``: the
+    variants of :data:`TUNING` (None: take it from there). ``probe`` "loads" / "mma": the same kernel
+    with no wgmma / no copies (wrong results; its time bounds what the other half costs). A persistent
+    kernel runs on any grid from 1 to ``tiles`` blocks (:meth:`StandaloneKernel.grid_for`); ``grid``
+    is the one for ``sm_count``."""
     raster = int(TUNING.get("raster", 0) if raster is None else raster)
     persistent = bool(TUNING.get("persistent", False) if persistent is None else persistent)
     pack = bool(TUNING.get("pack", False) if pack is None else pack)
@@ -490,6 +492,16 @@ def gemm_bias_gelu_source(M: int, N: int, K: int, *, entry: str = "gemm_bias_gel
     tiles = mt * nt
     st = eng.storage
     threads = eng.threads + (128 if ws else 0)
+    if probe:  # a timing probe, wrong results: the same kernel without its math or without its copies
+        import copy
+
+        eng = copy.copy(eng)
+        if probe == "loads":  # empty wgmma groups keep the wait_group accounting
+            eng.compute = lambda stage: ["cvl_wgmma_fence();", "cvl_wgmma_commit();"]
+        elif probe == "mma":  # wgmma on whatever the stages hold
+            eng.load = lambda *args, **kwargs: []
+        else:
+            raise ValueError(f"probe: 'loads' or 'mma', not {probe!r}")
     lines = [
         f"extern \"C\" __global__ void __launch_bounds__({threads}, 1)",
         f"{entry}(const {st}* __restrict__ a, const {st}* __restrict__ b, const {st}* __restrict__ bias,",

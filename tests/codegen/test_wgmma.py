@@ -398,3 +398,18 @@ def test_load_threads_copy_every_chunk_once(bm, bn, threads):
                 copies += 1
         assert len(seen) == copies == rows * eng.bk // 8, (o.role, len(seen), copies)
         assert len(set(seen.values())) == len(seen)  # distinct destinations
+
+
+@pytest.mark.parametrize("ws", [False, True])
+def test_probes_leave_out_one_half(ws):
+    def body(k):
+        return k.source[k.source.index('extern "C"'):]
+
+    full = body(gemm_bias_gelu_source(4096, 4096, 4096, ws=ws))
+    loads = body(gemm_bias_gelu_source(4096, 4096, 4096, ws=ws, probe="loads"))
+    mma = body(gemm_bias_gelu_source(4096, 4096, 4096, ws=ws, probe="mma"))
+    assert "cvl_wgmma(acc" in full and "cvl_cp_async16s(dst" in full
+    assert "cvl_wgmma(acc" not in loads and "cvl_cp_async16s(dst" in loads and "cvl_wgmma_commit" in loads
+    assert "cvl_wgmma(acc" in mma and "cvl_cp_async16s(dst" not in mma
+    with pytest.raises(ValueError):
+        gemm_bias_gelu_source(4096, 4096, 4096, probe="epilogue")
