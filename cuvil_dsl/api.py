@@ -377,19 +377,10 @@ class CompiledPipeline:
                 # A repeat call binds again only when some input is copied (host data, unbindable arrays).
                 call.rebind = bool(call.copied) or not all(i.on_device for i in call.inputs.values())
             executor.set_params(call.params)
-            if call.kind in HOST_KINDS:
-                executor.release_outputs()  # never write into an array returned by an earlier call
-                executor.execute(self.hooks)
-                return [from_host(executor.fetch(name), call.kind) for name in self._results]
-            # Device results: each call returns new arrays. Once the first execution has checked
-            # the guard bands, the kernels write straight into them (their pointers rewritten in
-            # the graph's kernel nodes, as for inputs); until then they are copied out of the arena.
-            outs = [executor.new_output(name) for name in self._results]
-            bound = [executor.bind_output(name, out) for name, out in zip(self._results, outs)]
             executor.execute(self.hooks)
-            outs = [out if ok else executor.fetch_device(name, into=out)
-                    for name, out, ok in zip(self._results, outs, bound)]
-            return [from_device(out, call.kind, self._bf16[name]) for name, out in zip(self._results, outs)]
+            if call.kind in HOST_KINDS:
+                return [from_host(executor.fetch(name), call.kind) for name in self._results]
+            return [from_device(executor.fetch_device(name), call.kind, self._bf16[name]) for name in self._results]
 
     def close(self) -> None:
         """Release every executor's device memory, modules and graphs."""

@@ -86,7 +86,6 @@ class CudaExecutor(Executor):
         self._params: dict | None = None
         self._uniforms: dict[str, object] = {}
         self._checked = True  # the next execution is the first: wait after each kernel, check guards
-        self._outputs_bound = False  # some result is bound to a caller's array (bind_output)
         self._has_inputs = False
         self._last: tuple[LoadedKernel, bool] | None = None  # last kernel launched, and whether it was waited on
         self._lost: str | None = None
@@ -170,32 +169,6 @@ class CudaExecutor(Executor):
             self._use_arena(name)
         return bound
 
-    def bind_output(self, name: str, array) -> bool:
-        """Let the following executions write result ``name`` straight into ``array`` (a CuPy
-        array of the buffer's storage dtype and shape), instead of the arena.
-
-        Only once the first execution has checked the guard bands (a kernel that writes past
-        its output is caught there, inside the arena), only for a C-contiguous array aligned
-        like an arena buffer, and only where every graph takes a new pointer as a kernel-node
-        rewrite. Returns whether it was bound; :meth:`release_outputs` points the
-        results back at the arena.
-        """
-        if self._checked or array.data.ptr % self.layout.alignment or not array.flags.c_contiguous:
-            return False
-        if not all(step.rewritable for step in self._steps if isinstance(step, GraphRunner)):
-            return False  # a new pointer would cost a capture per call: copying is cheaper
-        self._cells.set_pointer(name, array.data.ptr)
-        self._current[name] = array
-        self._outputs_bound = True
-        return True
-
-    def release_outputs(self) -> None:
-        """Results go to the arena again (so no later execution writes into a caller's array)."""
-        if self._outputs_bound:
-            for result in self.pipeline.results:
-                self._use_arena(result.name)
-            self._outputs_bound = False
-
     def _use_arena(self, name: str) -> None:
         self._cells.set_pointer(name, self.arena.pointer(name))
         self._current[name] = self.arena.view(name)
@@ -222,7 +195,6 @@ class CudaExecutor(Executor):
         with self.device:
             self._ensure_usable()
             self.use_stream(self.stream)
-            self.release_outputs()
             check_host_inputs(self.pipeline, self.sizes, inputs)
             for param in self.pipeline.tensor_params:
                 self.bind_host(param.name, inputs[param.name])
@@ -314,27 +286,23 @@ class CudaExecutor(Executor):
             raise self._failure(exc) from None
         return host.view(slot.dtype.numpy) if slot.dtype is DType.BF16 else host
 
-    def new_output(self, name: str):
-        """A new CuPy array shaped like buffer ``name`` (storage dtype), from CuPy's pool on the
-        work stream, so the pool reuses its memory in that stream's order."""
+    def fetch_device(self, name: str):
+        """A new CuPy array holding buffer ``name`` (storage dtype), copied on the work stream.
+
+        Allocated from CuPy's pool on the work stream, so the pool reuses its memory in that
+        stream's order.
+        """
         import cupy
 
         source = self._current[name]
         work = self._work
         if cupy.cuda.get_current_stream().ptr == work.ptr:  # the API's device callers: already current
-            return cupy.ndarray(source.shape, source.dtype)
-        with work:
-            return cupy.ndarray(source.shape, source.dtype)
-
-    def fetch_device(self, name: str, into=None):
-        """Buffer ``name`` copied on the work stream into ``into`` (default: a :meth:`new_output`)."""
-        import cupy
-
-        source = self._current[name]
-        out = self.new_output(name) if into is None else into
-        if out.data.ptr != source.data.ptr:
-            cupy.cuda.runtime.memcpyAsync(out.data.ptr, source.data.ptr, source.nbytes,
-                                          cupy.cuda.runtime.memcpyDeviceToDevice, self._work.ptr)
+            out = cupy.ndarray(source.shape, source.dtype)
+        else:
+            with work:
+                out = cupy.ndarray(source.shape, source.dtype)
+        cupy.cuda.runtime.memcpyAsync(out.data.ptr, source.data.ptr, source.nbytes,
+                                      cupy.cuda.runtime.memcpyDeviceToDevice, work.ptr)
         return out
 
     def synchronize(self) -> None:
@@ -354,7 +322,6 @@ class CudaExecutor(Executor):
         with self.device:
             self._ensure_usable()
             self.use_stream(self.stream)
-            self.release_outputs()
             device_steps = [s for s in self._steps if not isinstance(s, HostStep)]
             events = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(iterations)]
             try:

@@ -385,12 +385,12 @@ def test_api_binds_cupy_arrays_by_pointer_and_returns_cupy():
     x *= 2  # in place, on the caller's stream: the next call must see it
     y2 = compiled(x, alpha=0.5)
     np.testing.assert_array_equal(y2.get(), expected_scale_add(x.get(), 0.5))
-    y3 = compiled(x, alpha=0.25)  # results are written straight into each call's new array ...
+    y3 = compiled(x, alpha=0.25)  # each call returns a new array ...
     np.testing.assert_array_equal(y3.get(), expected_scale_add(x.get(), 0.25))
     np.testing.assert_array_equal(y.get(), first)  # ... never into an array an earlier call returned
     np.testing.assert_array_equal(y2.get(), expected_scale_add(x.get(), 0.5))
     assert y3.data.ptr not in (y.data.ptr, y2.data.ptr)
-    assert compiled.graphs.stats.captures == 1  # the same input array: new outputs are node rewrites
+    assert compiled.graphs.stats.captures == 1  # the same input array: no rebinding at all
     host = compiled(x.get(), alpha=0.5)  # NumPy in, NumPy out
     assert isinstance(host, np.ndarray)
     np.testing.assert_array_equal(y3.get(), expected_scale_add(x.get(), 0.25))  # the host call used the arena
@@ -410,7 +410,7 @@ def test_api_copies_unbindable_device_arrays_on_every_call(device_inputs):
         x *= 3  # in place: the fast path must copy it again
         np.testing.assert_array_equal(compiled(x).get(), expected_scale_add(x.get(), 2.0))
     stats = compiled.graphs.stats
-    assert stats.captures == 1 and stats.instantiations == 1  # new pointers (inputs or outputs): node rewrites
+    assert stats.captures == 1 and stats.instantiations == 1  # a new input pointer is a node rewrite
 
 
 def test_api_on_torch_tensors():
