@@ -65,6 +65,12 @@ def capture() -> Iterator[list[Record]]:
         remove_sink(sink)
 
 
+def wanted() -> bool:
+    """Whether a record would go anywhere (a sink is listening or CUVIL_COMPILE_LOG is set):
+    callers on hot paths (in-process cache hits) skip building records nobody reads."""
+    return bool(_sinks) or bool(knobs.values.compile_log)
+
+
 def emit(record: Record) -> None:
     """Stamp ``record`` with an ISO 8601 UTC time and hand it to every sink."""
     record = {"timestamp": datetime.now(timezone.utc).isoformat(timespec="milliseconds"), **record}

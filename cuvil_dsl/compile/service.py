@@ -261,6 +261,8 @@ def _nvrtc_fields(code: int | None) -> dict | None:
 
 def _record(unit: CompileUnit, plan: _Plan, key: str, duration_ms: float, cache: str, compiler: str,
             version: str, nvrtc_code: int | None, fallback: str | None, failure: str | None = None) -> None:
+    if not clog.wanted():
+        return
     clog.emit({
         "stage": "cubin", "unit": unit.name, "kernels": list(unit.kernels), "compiler": compiler,
         "compiler_version": version, "arch": plan.arch_for(unit), "duration_ms": round(duration_ms, 3), "cache": cache,
