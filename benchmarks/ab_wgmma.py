@@ -11,6 +11,12 @@ and times the ones that pass with CUDA events (warm-up, L2 flushed before every 
 next to torch ``F.gelu(a @ b + bias)`` and ``cupy.matmul(a, b)``. A markdown table goes to stdout
 and to ``$OUT/ab_wgmma.md`` when OUT is set.
 
+The library's own kernel for benchmarks/gemm_gelu_f16.yaml (plan_pipeline + render_cuda, the generic
+epilogue) is built under each of :data:`LIBRARY_MODES` (cuda_wgmma.PAIRED_STORES / LARGE_TILE: the new
+default, 128 x 256 with paired stores, the previous default, and LIBRARY_WS: the warp-specialised
+kernel), checked against float64 on ragged sizes and the timed ones, and timed (first; the
+warp-specialised one last of all). ``--no-library`` skips them.
+
 A config is ``BMxBNsSTAGESpPENDING`` plus variant flags of ``cuda_wgmma.TUNING``, joined by ``-``:
 ``rG`` (tiles walked in groups of G row tiles), ``pers`` (persistent grid of one block per SM,
 the next tile's loads in flight during the epilogue), ``ws`` (persistent and warp-specialised:
@@ -52,16 +58,26 @@ CHECK_ONLY = [((1000, 1000, 520), False), ((1024, 2048, 512), True)]  # (sizes, 
 RAGGED = (1000, 1000, 520)
 _CFG = re.compile(r"(\d+)x(\d+)s(\d+)p(\d+)")
 DEFAULT_CONFIGS = ",".join([
-    "128x256s4p1",  # the library's default for large GEMMs: the baseline
-    "128x256s4p0", "256x128s4p1", "128x256s4p1-h2", "128x256s4p1-r8",
-    "128x256s4p1-pers", "128x256s4p1-pers-h2", "128x256s4p1-pers-h2-r8", "256x128s4p1-pers-h2",
-    "192x256s4p1-h2", "192x256s4p1-pers-h2", "128x128s3p0",
-    # probes (wrong results, not checked): the baseline without its copies / without its wgmma
-    "128x256s4p1-noload", "128x256s4p1-nomma",
+    "128x256s4p1",  # the library's previous default for large GEMMs: the baseline
+    "128x256s4p1-h2",
     # last: a deadlock in these traps (a CUDA error ends the run after the rows so far)
-    "128x256s4p1-ws-h2", "128x256s4p0-ws-h2", "128x256s4p1-ws-h2-r8", "256x128s4p1-ws-h2",
-    "128x256s4p1-ws-h2-nomma",
+    "256x128s4p1-ws-h2",
 ])
+# (More variants, measured on the H200 2026-11-29: 128x256s4p0, 256x128s4p1, 128x256s4p1-r8, -pers,
+# -pers-h2, -pers-h2-r8, 256x128s4p1-pers-h2, 192x256s4p1-h2, 192x256s4p1-pers-h2, 128x128s3p0, the
+# probes 128x256s4p1-noload / -nomma, 128x256s4p1-ws-h2, 128x256s4p0-ws-h2, 128x256s4p1-ws-h2-r8.)
+# The library's kernel for benchmarks/gemm_gelu_f16.yaml (rendered through plan_pipeline / render_cuda)
+# under cuda_wgmma's switches: (label, PAIRED_STORES, LARGE_TILE); timed on TIMED, checked on RAGGED too.
+LIBRARY_SPEC = Path(__file__).resolve().parent / "gemm_gelu_f16.yaml"
+LIBRARY_CHECKS = [RAGGED, (4000, 3000, 520)]  # ragged; the second large enough for LARGE_TILE (384 blocks)
+# (label, PAIRED_STORES, LARGE_TILE, LIBRARY_WS); the warp-specialised ones run last of all (a barrier
+# that never completes traps, and a CUDA error ends the run)
+LIBRARY_MODES = [
+    ("library default (256x128, paired stores)", True, (256, 128, 4, 1), False),
+    ("library 128x256, paired stores", True, (128, 256, 4, 1), False),
+    ("library previous default (128x256, per-element stores)", False, (128, 256, 4, 1), False),
+    ("library 256x128 warp-specialised (LIBRARY_WS), paired stores", True, (256, 128, 4, 1), True),
+]
 
 
 def parse_configs(text: str) -> list[dict]:
@@ -149,6 +165,52 @@ def build_all(configs: list[dict], swap: bool, sass: bool) -> dict:
     return out
 
 
+def build_library(modes=LIBRARY_MODES) -> dict:
+    """{(sizes, label): (RenderedKernel, CompiledUnit)}: the library's gemm_gelu_f16 kernel under each
+    mode's cuda_wgmma switches (restored after), for TIMED and RAGGED, compiled in one batch."""
+    from cuvil_dsl.codegen import cuda_wgmma, render_cuda
+    from cuvil_dsl.frontend import check_file
+    from cuvil_dsl.passes import plan_pipeline
+    from cuvil_dsl.spec.binding import bind, select_pipeline
+    from cuvil_dsl.spec.loader import load_spec
+
+    loaded = load_spec(LIBRARY_SPEC)
+    checked = check_file(loaded.pipeline_path)
+    assert checked.ok, [str(d) for d in checked.diagnostics]
+    pipeline = select_pipeline(loaded, checked.module)
+    binding = bind(loaded, pipeline)
+    saved = (cuda_wgmma.PAIRED_STORES, cuda_wgmma.LARGE_TILE, cuda_wgmma.LIBRARY_WS)
+    jobs = []
+    try:
+        for label, pairs, tile, ws in modes:
+            cuda_wgmma.PAIRED_STORES, cuda_wgmma.LARGE_TILE, cuda_wgmma.LIBRARY_WS = pairs, tile, ws
+            plan, diags = plan_pipeline(pipeline, dict(loaded.spec.kernels), "sm_90")
+            assert not [d for d in diags if d.is_error], diags
+            for M, N, K in [*TIMED, *LIBRARY_CHECKS]:
+                sizes = {**binding.sizes, "M": M, "N": N, "K": K}
+                (k,) = render_cuda(plan, sizes, "sm_90")
+                if ws and "setmaxnreg" not in k.source:
+                    continue  # a launch too small for LARGE_TILE: the default's kernel
+                jobs.append(((M, N, K), label, k))
+    finally:
+        cuda_wgmma.PAIRED_STORES, cuda_wgmma.LARGE_TILE, cuda_wgmma.LIBRARY_WS = saved
+    units = [CompileUnit(f"ab_wgmma_lib_{i}", k.source, (k.entry,), k.options) for i, (_s, _l, k) in enumerate(jobs)]
+    built = compile_units(units, "sm_90", fallback="none", workers=min(16, os.cpu_count() or 2))
+    out = {}
+    for (sizes, label, k), u in zip(jobs, built):
+        r = u.resources[k.entry]
+        print(f"  {sizes} {label}: {u.arch}, {k.block[0]} threads, grid {k.grid[0]}, {r.registers} regs, "
+              f"spills {r.spill_bytes} B, smem {k.shared_bytes} B", flush=True)
+        out[(sizes, label)] = (k, u)
+    return out
+
+
+def library_launch(fn, k, a, b, bias, y):
+    """Launch the library kernel ``k`` (its arguments by name: a, b, bias, y)."""
+    by_name = {"a": a, "b": b, "bias": bias, "y": y}
+    return lambda: fn(k.grid, k.block, tuple(by_name[arg.name] for arg in k.args), shared_mem=k.shared_bytes)
+
+
 class Bench:
     def __init__(self, samples: int):
         import cupy as cp
@@ -223,10 +285,12 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=30)
     ap.add_argument("--configs", default=DEFAULT_CONFIGS)
     ap.add_argument("--no-sass", action="store_true", help="skip the cuobjdump HGMMA count")
+    ap.add_argument("--no-library", action="store_true", help="skip the library's gemm_gelu_f16 kernels")
     args = ap.parse_args()
     configs = parse_configs(args.configs)
     started = time.perf_counter()
     built = build_all(configs, swap=False, sass=not args.no_sass)
+    library = {} if args.no_library else build_library()
 
     try:
         import cupy as cp
@@ -295,7 +359,39 @@ def main() -> int:
                 rows.append(f"| {M} x {N} x {K} | wgmma {cfg_name(c)}, {what}, grid {grid[0]} | | | | "
                             f"{'ok' if ok else 'FAIL'} ({err:.2g}, {rel:.2g}) |")
 
+    def run_library(sizes, specialised: bool) -> None:
+        """The library's kernels at ``sizes`` (the warp-specialised ones or the others): checked against
+        float64, timed when ``sizes`` is in TIMED."""
+        nonlocal failed
+        M, N, K = sizes
+        modes = [label for label, _p, _t, ws in LIBRARY_MODES if (sizes, label) in library and ws == specialised]
+        if not modes:
+            return
+        a, b, _, bias = bench.inputs(M, N, K)
+        ref = bench.reference(a, b, bias)
+        flop = 2.0 * M * N * K
+        for label in modes:
+            k, u = library[(sizes, label)]
+            fn = bench.load(k, u)
+            y = cp.full((M, N), float("nan"), dtype=cp.float16)
+            launch = library_launch(fn, k, a, b, bias, y)
+            launch()
+            cp.cuda.runtime.deviceSynchronize()
+            ok, err, rel = bench.check(y, ref)
+            failed |= not ok
+            cell = f"{'ok' if ok else 'FAIL'} ({err:.2g}, {rel:.2g})"
+            regs = u.resources[k.entry].registers
+            what = (f"{label} ({k.block[0]} threads, {regs} regs, {k.shared_bytes // 1024} KiB)")
+            if not ok or sizes not in TIMED:
+                rows.append(f"| {M} x {N} x {K} | {what} | | | | {cell} |")
+                continue
+            us = bench.time(launch)
+            rows.append(f"| {M} x {N} x {K} | {what} | {us:.1f} | {flop / us / 1e6:.0f} | | {cell} |")
+        del a, b, bias, ref
+
     try:
+        for sizes in [*LIBRARY_CHECKS, *TIMED]:
+            run_library(sizes, False)
         # checks first, of everything but the warp-specialised kernels (those, like their timings, last:
         # a barrier that never completes traps, and a CUDA error ends the run)
         run_checks([(RAGGED, c, False) for c in configs if not c["probe"] and not c["ws"]]
@@ -362,6 +458,8 @@ def main() -> int:
                             f"| {ratio} | {cell} |")
             del a, b, bias, ref
         run_checks([(RAGGED, c, False) for c in configs if not c["probe"] and c["ws"]])
+        for sizes in [*LIBRARY_CHECKS, *TIMED]:
+            run_library(sizes, True)
     except Exception as exc:  # a CUDA error (illegal address, launch failure): report it, keep the rows so far
         print(f"ab_wgmma: CUDA failure: {type(exc).__name__}: {exc}", file=sys.stderr)
         rows.append(f"| | **aborted: {type(exc).__name__}: {str(exc)[:160]}** | | | | |")

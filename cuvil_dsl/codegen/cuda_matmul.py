@@ -52,6 +52,8 @@ from cuvil_dsl.types import DType
 # Render 16-bit GEMM + softmax kernels with a short K as row bands (see the module docstring);
 # False keeps every GEMM + softmax on the generic template (benchmarks/ab_attention.py compares).
 ROW_BAND = True
+# 16-bit storage -> (its pair type, the intrinsic joining two rounded halves into one)
+PAIR = {DType.F16: ("__half2", "__halves2half2"), DType.BF16: ("__nv_bfloat162", "__halves2bfloat162")}
 LOG2E = "1.4426950408889634f"
 BAND_HELPERS = r"""
 // 2^x by the MUFU (relative error below 2^-21; -inf -> 0, NaN -> NaN); subnormal results flush to 0.
@@ -159,7 +161,8 @@ class _GemmKernel:
         else:
             wgmma = cuda_wgmma.plain_engine(k, self.a, self.b, self.blocks) if self.softmax is None else None
             if wgmma is not None:  # Hopper: sm_90a's wgmma (see cuda_wgmma.plain_engine for the rule)
-                k.config = replace(k.config, tile_m=wgmma.bm, tile_n=wgmma.bn, tile_k=wgmma.bk, block=wgmma.threads)
+                k.config = replace(k.config, tile_m=wgmma.bm, tile_n=wgmma.bn, tile_k=wgmma.bk,
+                                   block=wgmma.threads + (128 if wgmma.specialised else 0))
                 self.eng = wgmma
             else:
                 k.config = configs.sized_tiles(k.config, kind, tensor_cores, self.blocks, k.sm_count, self.a.depth)
@@ -180,17 +183,20 @@ class _GemmKernel:
         rank = len(self.p.domain)
         return "m" if d == rank - 2 else "n" if d == rank - 1 else f"c{d}"
 
-    def walk(self, lines: list[str], stats: tuple[str, str] | None = None, unrounded_softmax: bool = False):
+    def walk(self, lines: list[str], stats: tuple[str, str] | None = None, unrounded_softmax: bool = False,
+             acc: str = "ACC", coord=None, leaf=None):
         """A walk over one accumulator element; ``stats`` names the row max and sum arrays (for
         the row band: the max and ``row_norm``, the reciprocal sum or the log of the sum).
-        ``unrounded_softmax`` leaves the softmax value in f32 (its store rounds it the same way)."""
+        ``unrounded_softmax`` leaves the softmax value in f32 (its store rounds it the same way).
+        ``acc``: the element's accumulator name; ``coord``, ``leaf``: as in :meth:`CudaKernel.walk`
+        (default :meth:`coord`, plain loads)."""
         k = self.k
         holder: dict = {}
 
         def anchor(value: str, m) -> str | None:
             if value == self.matmul:
                 op = k.p.ops[value]
-                return bind(op, "ACC")
+                return bind(op, acc)
             if self.softmax is not None and value == self.softmax.out and stats is not None:
                 x = holder["w"].value(self.softmax.args[0], m)
                 mx, total = f"{stats[0]}[slot]", f"{stats[1]}[slot]"
@@ -213,7 +219,7 @@ class _GemmKernel:
             lines.append(f"const {self.ctype} {name} = {value};")
             return name
 
-        w = k.walk(lines.append, self.coord, None, None, anchor)
+        w = k.walk(lines.append, coord or self.coord, None, leaf, anchor)
         holder["w"] = w
         return w
 
@@ -222,30 +228,129 @@ class _GemmKernel:
         w = self.walk(lines, stats)
         for s in self.p.stores:
             lines += self.k.store_lines(s, w.value(s.value, s.map), self.coord)
+        if stats is None and cuda_wgmma.PAIRED_STORES and isinstance(self.eng, cuda_wgmma.WgmmaEngine):
+            return self.edge_guarded(lines)  # plain wgmma GEMM: only the edges the tiles can pass
         return [f"if (m < {self.M} && n < {self.N}) {{", *indent(lines), "}"]
 
+    def edge_guarded(self, lines: list[str]) -> list[str]:
+        """``lines`` under ``m < M`` / ``n < N``, each test only where the tiles do not divide the extent
+        (a plain GEMM's tiles start inside the output, so a dividing tile never passes its edge)."""
+        eng = self.eng
+        tests = ([f"m < {self.M}"] if self.M % eng.bm else []) + ([f"n < {self.N}"] if self.N % eng.bn else [])
+        return [f"if ({' && '.join(tests)}) {{", *indent(lines), "}"] if tests else ["{", *indent(lines), "}"]
+
+    def pairable(self, value: str, m) -> bool:
+        """Is ``value`` (read or stored with map ``m``) 16-bit, contiguous along N, and does every element
+        pair (n, n + 1) with n even start 4-byte aligned (every other stride even)?"""
+        k, n_axis = self.k, len(self.p.domain) - 1
+        if k.dtype(value) not in PAIR or list(m).count(n_axis) != 1 or not k.contiguous_axis(value, m, n_axis):
+            return False
+        return all(st % 2 == 0 for d, st, size in zip(m, self.p.strides(value), self.p.shape(value))
+                   if d is not None and d != n_axis and size > 1)
+
+    def paired_body(self) -> list[str] | None:
+        """The epilogue of one accumulator pair (:meth:`WgmmaEngine.pairs`: columns n and n + 1, n even)
+        with one 32-bit store per output, or None where that does not apply (then every element is
+        stored alone): :data:`cuda_wgmma.PAIRED_STORES`, the wgmma engine, N even (a pair is all in or
+        all out), and every output 16-bit and contiguous along N. Each element's values come from its
+        own walk (the per-element code, ``ACC0`` / ``ACC1``, coordinate ``n`` / ``n + 1``), so the
+        arithmetic and its rounding are the per-element epilogue's; 16-bit operands contiguous along N
+        (a bias row) are loaded once per pair."""
+        k = self.k
+        if not (cuda_wgmma.PAIRED_STORES and isinstance(self.eng, cuda_wgmma.WgmmaEngine) and self.N % 2 == 0):
+            return None
+        if not self.p.stores or not all(self.pairable(s.value, s.map) for s in self.p.stores):
+            return None
+        lines: list[str] = []
+        loaded: dict = {}
+
+        def leaf(q: int):
+            def read(value: str, m) -> str | None:
+                if value not in k.names or not self.pairable(value, m):
+                    return None
+                key = (value, tuple(m))
+                if key not in loaded:
+                    loaded[key] = name = k.fresh("pr")
+                    t = PAIR[k.dtype(value)][0]
+                    lines.append(f"const {t} {name} = *reinterpret_cast<const {t}*>("
+                                 f"&{k.names[value]}[{k.offset(value, m, self.coord)}]);")
+                return k.lang.load(f"{loaded[key]}.{'xy'[q]}", k.dtype(value))
+            return read
+
+        def coord1(d: int) -> str:
+            c = self.coord(d)
+            return "(n + 1)" if c == "n" else c
+
+        w0 = self.walk(lines, acc="ACC0", leaf=leaf(0))
+        first = [w0.value(s.value, s.map) for s in self.p.stores]
+        w1 = self.walk(lines, acc="ACC1", coord=coord1, leaf=leaf(1))
+        second = [w1.value(s.value, s.map) for s in self.p.stores]
+        for s, x0, x1 in zip(self.p.stores, first, second):
+            dt = k.dtype(s.value)
+            t, join = PAIR[dt]
+            line = (f"*reinterpret_cast<{t}*>(&{k.names[s.value]}[{k.offset(s.value, s.map, self.coord)}]) = "
+                    f"{join}({k.lang.store(x0, dt)}, {k.lang.store(x1, dt)});")
+            cond = k.guard(s, self.coord)
+            lines.append(f"if ({cond}) {line}" if cond else line)
+        return self.edge_guarded(lines)
+
     # ------------------------------------------------------------------ skeleton
-    def prologue(self, decode: list[str]) -> list[str]:
-        k, eng = self.k, self.eng
-        out = eng.setup() + decode
+    def batch_coords(self) -> list[str]:
+        """The batch coordinates ``c{d}`` of batch index ``bz``."""
+        out = []
         batch_shape = self.p.domain[:-2]
         inner = 1
         for d in reversed(range(len(batch_shape))):
             div = f"bz / {inner}" if inner > 1 else "bz"
             out.append(f"const int c{d} = ({div}) % {batch_shape[d]};")
             inner *= batch_shape[d]
-        out += [f"const int m0 = mt * {eng.bm};",
-                f"const {k.storage(self.a.buffer)}* pa = {self.a.pointer} + {batch_offset(k, self.a)};",
+        return out
+
+    def operand_bases(self) -> list[str]:
+        k = self.k
+        return [f"const {k.storage(self.a.buffer)}* pa = {self.a.pointer} + {batch_offset(k, self.a)};",
                 f"const {k.storage(self.b.buffer)}* pb = {self.b.pointer} + {batch_offset(k, self.b)};"]
+
+    def prologue(self, decode: list[str]) -> list[str]:
+        eng = self.eng
+        out = eng.setup() + decode + self.batch_coords()
+        out += [f"const int m0 = mt * {eng.bm};", *self.operand_bases()]
         return out + eng.zero()
+
+    def tile_decode(self, t: str, m0: str, n0: str) -> list[str]:
+        """Output tile ``t`` (the order of the plain grid's blocks): ``bz``, ``c{d}``, ``m0``, ``n0``
+        named as asked, and the operand bases ``pa``, ``pb`` (the warp-specialised kernel's decode)."""
+        eng = self.eng
+        return [f"const int tile_ = {t};", f"const int nt = tile_ % {self.nt};",
+                f"const int mt = tile_ / {self.nt} % {self.mt};", f"const int bz = tile_ / {self.nt * self.mt};",
+                "(void)bz;", *self.batch_coords(),
+                f"const int {m0} = mt * {eng.bm};", f"const int {n0} = nt * {eng.bn};",
+                *self.operand_bases(), "(void)pa;", "(void)pb;"]
+
+    def render_specialised(self, entry: str) -> Emitted:
+        """cuda_wgmma.LIBRARY_WS: the persistent warp-specialised kernel (cuda_wgmma._specialised) with
+        this GEMM's tile decode, operand bases and epilogue."""
+        eng = self.eng
+        tiles = self.batch * self.mt * self.nt
+        paired = self.paired_body()
+        epilogue = (eng.pairs("em0", "en0", paired) if paired is not None
+                    else eng.elements("em0", "en0", self.store_body(None)))
+        body = cuda_wgmma._specialised(eng, self.kt, tiles, epilogue, decode=self.tile_decode, bases=("pa", "pb"))
+        threads = eng.threads + 128
+        lines = [*self.k.signature(entry, threads), *indent(body), "}"]
+        return Emitted(lines, (min(tiles, self.k.sm_count), 1, 1), (threads, 1, 1), eng.shared_bytes + 16 * eng.stages,
+                       eng.helpers() + cuda_wgmma.WS_HELPERS, eng.options)
 
     def render_plain(self, entry: str) -> Emitted:
         eng = self.eng
+        if getattr(eng, "specialised", False):
+            return self.render_specialised(entry)
         decode = [f"const int nt = blockIdx.x % {self.nt};", f"const int mt = blockIdx.x / {self.nt} % {self.mt};",
                   f"const int bz = blockIdx.x / {self.nt * self.mt};"]
         body = self.prologue(decode) + [f"const int n0 = nt * {eng.bn};"]
         body += eng.main_loop(self.kt, lambda s: f"({s}) * {eng.bk}", lambda s: "n0", "m0", ("pa", "pb"), [])
-        body += eng.elements("m0", "n0", self.store_body(None))
+        paired = self.paired_body()
+        body += eng.pairs("m0", "n0", paired) if paired is not None else eng.elements("m0", "n0", self.store_body(None))
         lines = [*self.k.signature(entry, eng.threads), *indent(body), "}"]
         return Emitted(lines, (self.batch * self.mt * self.nt, 1, 1), (eng.threads, 1, 1), eng.shared_bytes,
                        eng.helpers(), eng.options)

@@ -61,6 +61,23 @@ _SWIZZLE_128B = 1
 WGMMA = True
 WGMMA_ARCHS = ("sm_90", "sm_90a")  # targets whose GEMMs may be built for sm_90a
 ARCH = "sm_90a"  # what such a kernel is compiled for (wgmma is an arch-specific feature)
+# The library's plain-GEMM choices (``_GemmKernel.render_plain``), switchable for A/B runs
+# (benchmarks/ab_wgmma.py --library sets them per build):
+#   PAIRED_STORES: a 16-bit output contiguous along N (every output, N even) is written as one
+#       __half2 / __nv_bfloat162 store per pair of adjacent accumulator columns (n, n + 1), n even,
+#       and 16-bit operands contiguous along N are read as pairs; each element's arithmetic is the
+#       per-element epilogue's (same rounding); the edge tests ``m < M`` / ``n < N`` are emitted only
+#       where the tiles do not divide M / N. False: one 2-byte store per element, both tests always
+#       (with LARGE_TILE (128, 256, 4, 1): the kernel rendered before these switches).
+#   LARGE_TILE: (BM, BN, stages, pending) for launches of at least two blocks per SM. (256, 128, 4, 1):
+#       4 consumer warpgroups, 512 threads (H200, standalone gelu(A @ B + bias) f16 4096^3: 251.9 us
+#       against 277.7 us for (128, 256, 4, 1), the previous default, with per-element stores).
+#   LIBRARY_WS: GEMMs on LARGE_TILE run the warp-specialised persistent kernel of TUNING "ws" (a
+#       producer warpgroup loading through cp.async and mbarriers, BM / 64 consumer warpgroups,
+#       setmaxnreg; grid min(tiles, SMs)). Default False: not yet measured through the library.
+PAIRED_STORES = True
+LARGE_TILE = (256, 128, 4, 1)
+LIBRARY_WS = False
 # spec `kernels:` keys that keep a GEMM on the mma.sync template (whose tiles they describe)
 _OVERRIDES = frozenset(("tile", "block", "launch_bounds", "max_registers"))
 
@@ -104,25 +121,29 @@ def plain_engine(k, a, b, blocks: Callable[[int, int], int]) -> "WgmmaEngine | N
 
     Rule: target sm_90 or sm_90a, f16/bf16 operands whose rows (and batch strides) keep 16-byte
     alignment (:func:`supported`), and no spec override of the tile, block, launch bounds or
-    registers (those describe the mma.sync template and are checked against it). Tile: 128 x 256
-    with 4 stages and one wgmma group in flight when the launch gives at least two blocks per SM;
-    else 128 x 128, with 3 stages and none in flight (99 KiB: two blocks resident per SM) when
+    registers (those describe the mma.sync template and are checked against it). Tile:
+    :data:`LARGE_TILE` (256 x 128, 4 stages, one wgmma group in flight; 128 x 256 before) when the
+    launch gives at least two blocks per SM (warp-specialised when :data:`LIBRARY_WS`); else
+    128 x 128, with 3 stages and none in flight (99 KiB: two blocks resident per SM) when
     there is more than one wave, or 4 stages and one in flight when one wave covers the launch
     (H200, gelu(A @ B + bias) f16: 4096^3 253 us for 128x256 vs 274/307 us for 128x128 s3/s4
-    and 581 us for mma.sync; 1024 x 2048 x 512 16.3 us for 128x128 s4 vs 25.1 us for 128x256)."""
+    and 581 us for mma.sync; 1024 x 2048 x 512 16.3 us for 128x128 s4 vs 25.1 us for 128x256;
+    standalone, 2026-11-29: 4096^3 251.9 us for 256x128 vs 277.7 us for 128x256)."""
     if not WGMMA or k.arch not in WGMMA_ARCHS or _OVERRIDES & set(k.config.overridden):
         return None
     if any(stride % 8 for o in (a, b) for _axis, stride in getattr(o, "batch", ())):
         return None  # a batch's operand would not start 16-byte aligned
-    if blocks(128, 256) >= 2 * k.sm_count:
-        bm, bn, stages, pending = 128, 256, 4, 1
+    if blocks(LARGE_TILE[0], LARGE_TILE[1]) >= 2 * k.sm_count:
+        bm, bn, stages, pending = LARGE_TILE
     elif blocks(128, 128) > k.sm_count:
         bm, bn, stages, pending = 128, 128, 3, 0
     else:
         bm, bn, stages, pending = 128, 128, 4, 1
     if supported(a, b, bm, bn) is not None:
         return None
-    return WgmmaEngine(a, b, bm=bm, bn=bn, stages=stages, pending=pending, index_t=k.index_t)
+    eng = WgmmaEngine(a, b, bm=bm, bn=bn, stages=stages, pending=pending, index_t=k.index_t)
+    eng.specialised = LIBRARY_WS and (bm, bn, stages, pending) == tuple(LARGE_TILE)
+    return eng
 
 
 HELPERS = r"""
@@ -183,6 +204,7 @@ class WgmmaEngine:
         self.row_lanes = 4  # lanes that share a row
         self.warps_n = 1  # a warp owns whole rows of the tile
         self.options = (f"-arch={ARCH}",)  # compiler options a kernel with this engine needs
+        self.specialised = False  # the library renders the warp-specialised kernel (LIBRARY_WS)
 
     # ------------------------------------------------------------------ shared memory
     def tile_bytes(self, o) -> int:
@@ -358,6 +380,18 @@ __device__ __forceinline__ void cvl_wgmma_pin(float (&d)[{n}]) {{
                 f"    const int m = {m0} + wg * 64 + wl * 16 + lane / 4 + h * 8;",
                 f"    const int n = {n0} + ni * 8 + lane % 4 * 2 + q;",
                 "    const int slot = h;", "    float& ACC = acc[ni * 4 + h * 2 + q];",
+                *_indent(body), "}"]
+
+
+    def pairs(self, m0: str, n0: str, body: Sequence[str]) -> list[str]:
+        """``body`` once per pair of adjacent accumulator columns (n, n + 1), n even: ``m``, ``n``
+        (the even column), ``slot``, and ``ACC0`` / ``ACC1`` (columns n and n + 1) defined."""
+        return ["#pragma unroll", f"for (int ni = 0; ni < {self.bn // 8}; ++ni)",
+                "#pragma unroll", "for (int h = 0; h < 2; ++h) {",
+                f"    const int m = {m0} + wg * 64 + wl * 16 + lane / 4 + h * 8;",
+                f"    const int n = {n0} + ni * 8 + lane % 4 * 2;",
+                "    const int slot = h;", "    (void)slot;",
+                "    float& ACC0 = acc[ni * 4 + h * 2];", "    float& ACC1 = acc[ni * 4 + h * 2 + 1];",
                 *_indent(body), "}"]
 
 
@@ -590,7 +624,13 @@ __device__ __forceinline__ void cvl_mbar_wait(unsigned bar, unsigned parity) {
 """
 
 
-def _specialised(eng: WgmmaEngine, kt: int, tiles: int, epilogue: Sequence[str]) -> list[str]:
+def _standalone_tile(t: str, m0: str, n0: str) -> list[str]:
+    return [f"int {m0}, {n0};", f"cvl_tile({t}, {m0}, {n0});"]
+
+
+def _specialised(eng: WgmmaEngine, kt: int, tiles: int, epilogue: Sequence[str],
+                 decode: Callable[[str, str, str], list[str]] = _standalone_tile,
+                 bases: tuple[str, str] = ("a", "b")) -> list[str]:
     """The body of the warp-specialised persistent kernel (TUNING "ws"): the k-step stream of
     :func:`_persistent_loop`, with warpgroup 0 loading and warpgroups 1.. multiplying.
 
@@ -598,7 +638,10 @@ def _specialised(eng: WgmmaEngine, kt: int, tiles: int, epilogue: Sequence[str])
     (128 producer arrivals, each when that thread's copies landed) and, once every consumer
     thread has retired the wgmma that read it, phase n of ``empty[stage]``. The producer waits
     for phase n - 1 of ``empty`` before refilling (parity (n - 1) & 1), the consumers for phase n
-    of ``full`` (parity n & 1). Consumer step g releases step g - W's stage after ``wait_group W``."""
+    of ``full`` (parity n & 1). Consumer step g releases step g - W's stage after ``wait_group W``.
+    ``decode(t, m0, n0)``: lines defining tile ``t``'s origin ``m0``, ``n0`` (and whatever ``bases``,
+    the operand pointers the loads start from, and ``epilogue`` need); the producer's tile is decoded
+    as (lm0, ln0), the consumers' as (em0, en0)."""
     import copy
 
     s, w = eng.stages, eng.pending
@@ -623,8 +666,8 @@ def _specialised(eng: WgmmaEngine, kt: int, tiles: int, epilogue: Sequence[str])
         "__syncthreads();",
     ]
     load = ["const int lt = g / " + str(kt) + ";", f"const int lk = (g - lt * {kt}) * {eng.bk};",
-            "int lm0, ln0;", "cvl_tile(blockIdx.x + lt * gridDim.x, lm0, ln0);",
-            *prod.load(eng.a, "stage", "lm0", "lk", "a"), *prod.load(eng.b, "stage", "ln0", "lk", "b")]
+            *decode("blockIdx.x + lt * gridDim.x", "lm0", "ln0"),
+            *prod.load(eng.a, "stage", "lm0", "lk", bases[0]), *prod.load(eng.b, "stage", "ln0", "lk", bases[1])]
     producer = [
         f"asm volatile(\"setmaxnreg.dec.sync.aligned.u32 {regs[0]};\\n\" ::: \"memory\");",
         "#pragma unroll 1",
@@ -650,8 +693,8 @@ def _specialised(eng: WgmmaEngine, kt: int, tiles: int, epilogue: Sequence[str])
         (f"    if (g >= {w}) cvl_mbar_arrive(bars + 8 * ({s} + (g - {w}) % {s}));" if w
          else f"    cvl_mbar_arrive(bars + 8 * ({s} + stage));"),
         f"    if (g % {kt} == {kt - 1}) {{",
-        "        cvl_wgmma_wait<0>();", "        cvl_wgmma_pin(acc);", "        int em0, en0;",
-        f"        cvl_tile(blockIdx.x + (g / {kt}) * gridDim.x, em0, en0);",
+        "        cvl_wgmma_wait<0>();", "        cvl_wgmma_pin(acc);",
+        *_indent(decode(f"blockIdx.x + (g / {kt}) * gridDim.x", "em0", "en0"), "        "),
         *_indent(list(epilogue), "        "), *_indent(eng.zero(), "        "), "        cvl_wgmma_pin(acc);",
         "    }",
         "}",

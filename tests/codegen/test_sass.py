@@ -44,7 +44,7 @@ WGMMA_GEMMS = [
     ("programs/gemm_f16_layouts", "main_k2"),  # batched (G = 3), M = 130, N = 96, * 0.5
     ("specs/multi_pipeline", "ffn_k1"),
     ("programs/gemm_wgmma", "main_k1"),  # 128 x 128, 4 stages; gelu(a @ b + bias), K = 520
-    ("programs/gemm_wgmma", "main_k2"),  # 128 x 256, batched, B stored N x K, K = 72
+    ("programs/gemm_wgmma", "main_k2"),  # 256 x 128 (LARGE_TILE), batched, B stored N x K, K = 72
     ("programs/gemm_wgmma", "main_k3"),  # 128 x 128, 3 stages
 ]
 
@@ -53,8 +53,11 @@ WGMMA_GEMMS = [
 def test_hopper_plain_gemms_run_wgmma(built, case, kernel):
     b = built("sm_90")[(case, kernel)]
     assert b.unit.arch == "sm_90a" and "-arch=sm_90a" in b.kernel.options
-    assert "wgmma.mma_async" in b.kernel.source and b.kernel.block == (256, 1, 1)
+    large = (case, kernel) == ("programs/gemm_wgmma", "main_k2")  # 432 blocks: 4 consumer warpgroups
+    assert "wgmma.mma_async" in b.kernel.source and b.kernel.block == ((512 if large else 256), 1, 1)
     sass = sass_of(built, "sm_90", case, kernel)
+    # 16-bit results, N even: one 32-bit store per pair of columns (cuda_wgmma.PAIRED_STORES)
+    assert count_instructions(sass, r"STG\.E\.U16") == 0 and count_instructions(sass, r"STG\.E(\s|$)") > 0
     assert count_instructions(sass, "HGMMA") > 0
     assert count_instructions(sass, "HMMA") == 0 and count_instructions(sass, "LDSM") == 0
     assert count_instructions(sass, "LDGSTS") > 0

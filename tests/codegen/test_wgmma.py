@@ -413,3 +413,185 @@ def test_probes_leave_out_one_half(ws):
     assert "cvl_wgmma(acc" in mma and "cvl_cp_async16s(dst" not in mma
     with pytest.raises(ValueError):
         gemm_bias_gelu_source(4096, 4096, 4096, probe="epilogue")
+
+
+# --------------------------------------------------------------------------- the library's epilogue
+# Programs for the library path (render_plain with this engine): (program, spec lines after
+# ``pipeline:``, the pair type its stores use or None for per-element stores). tests/gpu runs them.
+LIBRARY_PROGRAMS = {
+    # odd N (B stored N x K keeps wgmma): a pair could cross the edge, so one store per element
+    "wg_odd_n": ("pipeline wg_odd_n(a: f16[M, K], w: f16[N, K], bias: f16[N]) -> y: f16[M, N] {\n"
+                 "    y = gelu(a @ w.T + bias)\n}\n",
+                 "shapes: {M: 1000, K: 136, N: 999}\ncheck: {rtol: 8.0e-3, atol: 8.0e-3}\n", None),
+    # batched, M and N ragged, large enough for LARGE_TILE; a bias row read as pairs, a [G, M, 1] scale per element
+    "wg_batched_pairs": ("pipeline wg_batched_pairs(a: f16[G, M, K], b: f16[G, K, N], bias: f16[N], s: f16[G, M, 1])"
+                         " -> y: f16[G, M, N] {\n    y = silu(a @ b + bias) * s\n}\n",
+                         "shapes: {G: 9, M: 1000, K: 200, N: 1000}\ncheck: {rtol: 8.0e-3, atol: 8.0e-3}\n",
+                         "__half2"),
+    # bf16 and f16 results of one GEMM: two paired stores of different types
+    "wg_two_outputs": ("pipeline wg_two_outputs(a: bf16[M, K], b: bf16[K, N], bias: bf16[N])"
+                       " -> (y: bf16[M, N], h: f16[M, N]) {\n    y = relu(a @ b + bias)\n    h = cast(y, f16) * 2\n}\n",
+                       "shapes: {M: 520, K: 64, N: 1480}\ncheck: {rtol: 1.6e-2, atol: 1.6e-2}\n", "__nv_bfloat162"),
+    # a 16-bit and an f32 result: per-element stores
+    "wg_mixed_outputs": ("pipeline wg_mixed_outputs(a: f16[M, K], b: f16[K, N]) -> (y: f16[M, N], r: f32[M, N]) {\n"
+                         "    y = a @ b * 0.5\n    r = cast(y, f32) + 1\n}\n",
+                         "shapes: {M: 300, K: 72, N: 264}\ncheck: {rtol: 8.0e-3, atol: 8.0e-3}\n", None),
+}
+
+
+def library_case(name: str, folder):
+    """LIBRARY_PROGRAMS[name] written to ``folder`` and loaded as a codegen case."""
+    from pathlib import Path
+
+    from codegen_cases import load_case
+
+    program, spec, _pair = LIBRARY_PROGRAMS[name]
+    folder = Path(folder)
+    (folder / f"{name}.cuvil").write_text(program)
+    (folder / f"{name}.yaml").write_text(f"pipeline: {name}.cuvil\n{spec}")
+    return load_case(folder / f"{name}.yaml")
+
+
+def _library_kernels(case, pairs: bool, tile: tuple, ws: bool = False) -> list:
+    from cuvil_dsl.codegen import cuda_wgmma, render_cuda
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(cuda_wgmma, "PAIRED_STORES", pairs)
+    mp.setattr(cuda_wgmma, "LARGE_TILE", tile)
+    mp.setattr(cuda_wgmma, "LIBRARY_WS", ws)
+    try:
+        return list(render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90"))
+    finally:
+        mp.undo()
+
+
+NEW, OLD, WS = (True, (256, 128, 4, 1)), (False, (128, 256, 4, 1)), (True, (256, 128, 4, 1), True)
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory):
+    """{(case name, (pairs, tile)): [(RenderedKernel, CompiledUnit)]} for sm_90, one batch."""
+    _nvrtc_or_skip()
+    from codegen_cases import ROOT, load_case
+
+    from cuvil_dsl.compile import CompileUnit, compile_units
+
+    folder = tmp_path_factory.mktemp("wgmma-library")
+    cases = {name: library_case(name, folder) for name in LIBRARY_PROGRAMS}
+    cases["gemm_gelu_f16"] = load_case(ROOT / "benchmarks" / "gemm_gelu_f16.yaml")
+    cases["gemm_wgmma"] = load_case(ROOT / "tests" / "codegen" / "programs" / "gemm_wgmma.yaml")
+    jobs = [(name, mode, k) for name, case in cases.items() for mode in (NEW, OLD, WS)
+            for k in _library_kernels(case, *mode)]
+    mp = pytest.MonkeyPatch()
+    mp.setenv("CUVIL_CACHE_DIR", str(tmp_path_factory.mktemp("wgmma-library-cache")))
+    try:
+        units = compile_units([CompileUnit(f"lib_{i}", k.source, (k.entry,), k.options)
+                               for i, (_n, _m, k) in enumerate(jobs)], "sm_90")
+    finally:
+        mp.undo()
+    out: dict = {}
+    for (name, mode, k), u in zip(jobs, units):
+        out.setdefault((name, mode), []).append((k, u))
+    return out
+
+
+def _sass(u) -> str:
+    from cuvil_dsl.compile import SassUnavailable, disassemble, find_cuobjdump
+
+    if find_cuobjdump() is None:
+        pytest.skip("cuobjdump is not installed")
+    try:
+        return disassemble(u.cubin)
+    except SassUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+def _stores(sass: str) -> tuple[int, int]:
+    """(32-bit, 16-bit) global stores."""
+    from cuvil_dsl.compile.sass import instructions
+
+    ops = list(instructions(sass))
+    return sum(op == "STG.E" for op in ops), sum(op.startswith("STG.E.U16") for op in ops)
+
+
+@pytest.mark.parametrize("name", list(LIBRARY_PROGRAMS))
+def test_library_pairs_where_they_apply(library, name):
+    pair = LIBRARY_PROGRAMS[name][2]
+    for mode in (NEW, OLD):
+        for k, u in library[(name, mode)]:
+            r = u.resources[k.entry]
+            assert r.spill_bytes == 0 and r.stack_bytes == 0, (name, mode, r)
+            assert "wgmma.mma_async" in k.source, (name, mode)
+            body = k.source.split('extern "C"')[1]
+            paired = "float& ACC0" in body
+            assert paired == (mode is NEW and pair is not None), (name, mode)
+            if paired:
+                assert f"reinterpret_cast<{pair}*>" in body
+                assert "float& ACC;" not in body and "float& ACC =" not in body
+            sass = _sass(u)
+            assert u.arch == "sm_90a" and "HGMMA" in sass
+            wide, narrow = _stores(sass)
+            if paired:
+                assert wide > 0 and narrow == 0, (name, wide, narrow)
+            elif name != "wg_mixed_outputs":  # its f32 result uses 32-bit stores too
+                assert wide == 0 and narrow > 0, (name, mode, wide, narrow)
+
+
+def test_library_pair_reads_and_guards(library):
+    (k, _u), = library[("wg_batched_pairs", NEW)]
+    body = k.source.split('extern "C"')[1]
+    assert "const __half2 pr" in body and ".x)" in body and ".y)" in body  # the bias row, one load per pair
+    assert "(n + 1)" not in body.split("pr")[0]  # pair loads use the even column
+    assert "if (m < 1000 && n < 1000)" in body  # ragged: both edges tested
+    assert k.block == (512, 1, 1)  # 9 * 4 * 8 blocks of 256 x 128: LARGE_TILE
+    (k, _u), = library[("wg_odd_n", NEW)]
+    assert "if (m < 1000 && n < 999)" in k.source and "ACC0" not in k.source
+
+
+def test_library_gemm_gelu_f16(library):
+    """benchmarks/gemm_gelu_f16.yaml: 256 x 128 tiles (512 threads), paired stores and bias loads,
+    no edge tests (the tiles divide 4096), half the store instructions of the previous default."""
+    (new, un), = library[("gemm_gelu_f16", NEW)]
+    (old, uo), = library[("gemm_gelu_f16", OLD)]
+    assert new.block == (512, 1, 1) and new.grid == (512, 1, 1) and old.block == (256, 1, 1)
+    assert "if (m < 4096" not in new.source and "if (m < 4096 && n < 4096)" in old.source
+    for k, u in ((new, un), (old, uo)):
+        r = u.resources[k.entry]
+        assert r.spill_bytes == 0 and r.stack_bytes == 0 and r.registers <= 65536 // k.block[0], r
+    from cuvil_dsl.compile import count_instructions
+
+    sn, so = _sass(un), _sass(uo)
+    assert count_instructions(sn, r"HGMMA\.64x128x16\.F32") == 4
+    assert count_instructions(so, r"HGMMA\.64x256x16\.F32") == 4
+    (wide_new, narrow_new), (wide_old, narrow_old) = _stores(sn), _stores(so)
+    # per thread: 256 x 128 / 512 = 64 elements (32 pairs) against 128 x 256 / 256 = 128 elements
+    assert (wide_new, narrow_new) == (32, 0) and (wide_old, narrow_old) == (0, 128)
+
+
+def test_library_warp_specialised(library):
+    """cuda_wgmma.LIBRARY_WS: launches on LARGE_TILE get the persistent producer / consumer kernel
+    (grid of one block per SM, 4 consumer warpgroups + 1 producer, setmaxnreg), with the library's
+    tile decode (batch coordinates, operand bases) and the same paired epilogue; others are unchanged."""
+    from cuvil_dsl.codegen.cuda_wgmma import ws_entry_regs
+
+    specialised = {}
+    for name in (*LIBRARY_PROGRAMS, "gemm_gelu_f16", "gemm_wgmma"):
+        for (k, u), (k0, _u0) in zip(library[(name, WS)], library[(name, NEW)]):
+            r = u.resources[k.entry]
+            assert r.spill_bytes == 0 and r.stack_bytes == 0, (name, k.name, r)
+            ws = "setmaxnreg" in k.source
+            specialised[(name, k.name)] = ws
+            if not ws:
+                assert k.source == k0.source, (name, k.name)
+                continue
+            assert k.block == (640, 1, 1) and k.grid == (132, 1, 1), (name, k.name)
+            assert r.registers == ws_entry_regs(640), r
+            assert k.shared_bytes == k0.shared_bytes + 64
+            body = k.source.split('extern "C"')[1]
+            assert "cvl_mbar_wait" in body and "__syncthreads()" not in body.split("setmaxnreg")[1]
+            assert ("float& ACC0" in body) == ("float& ACC0" in k0.source)
+            assert "HGMMA" in _sass(u)
+    assert specialised[("gemm_gelu_f16", "gemm_gelu")] and specialised[("wg_batched_pairs", "main_k1")]
+    assert specialised[("gemm_wgmma", "main_k2")] and not specialised[("wg_odd_n", "main_k1")]
+    (k, _u), = library[("wg_batched_pairs", WS)]
+    assert "const int c0 = (bz) % 9;" in k.source and "pa = b0 + (int)c0 * " in k.source  # per-tile batch

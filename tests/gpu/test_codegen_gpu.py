@@ -167,3 +167,72 @@ def test_generic_gemm_softmax_template_matches_reference(path, monkeypatch):
     for r in case.pipeline.results:
         rtol, atol = case.loaded.spec.check.tolerances(r.type.dtype, case.tf32)
         assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
+
+
+def _library_programs():
+    from test_wgmma import LIBRARY_PROGRAMS  # tests/codegen is on the path (above)
+
+    return list(LIBRARY_PROGRAMS)
+
+
+WGMMA_MODES = {  # cuda_wgmma's library switches: (PAIRED_STORES, LARGE_TILE)
+    "pairs-256x128": (True, (256, 128, 4, 1)),  # the default
+    "pairs-128x256": (True, (128, 256, 4, 1)),
+    "elements-128x256": (False, (128, 256, 4, 1)),  # the kernel before the switches
+}
+
+
+@pytest.mark.parametrize("mode", list(WGMMA_MODES))
+@pytest.mark.parametrize("name", _library_programs())
+def test_wgmma_library_epilogues_match_reference(name, mode, tmp_path, monkeypatch):
+    """Plain GEMMs on Hopper's wgmma with paired 16-bit stores (and their fallbacks: odd N, an f32
+    result), batched with ragged M and N, bf16, under each library switch setting; elsewhere they
+    run mma.sync and must match all the same."""
+    from test_wgmma import library_case
+
+    from cuvil_dsl.codegen import cuda_wgmma
+
+    pairs, tile = WGMMA_MODES[mode]
+    monkeypatch.setattr(cuda_wgmma, "PAIRED_STORES", pairs)
+    monkeypatch.setattr(cuda_wgmma, "LARGE_TILE", tile)
+    case = library_case(name, tmp_path)
+    got, want = run_on_gpu(case)
+    for r in case.pipeline.results:
+        rtol, atol = case.loaded.spec.check.tolerances(r.type.dtype, case.tf32)
+        assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
+
+
+@pytest.mark.parametrize("mode", list(WGMMA_MODES))
+@pytest.mark.parametrize("path", [p for p in case_paths() if p.stem in ("gemm_wgmma", "gemm_bf16", "gemm_f16_layouts")],
+                         ids=case_id)
+def test_wgmma_gemm_programs_under_each_switch(path, mode, monkeypatch):
+    from cuvil_dsl.codegen import cuda_wgmma
+
+    pairs, tile = WGMMA_MODES[mode]
+    monkeypatch.setattr(cuda_wgmma, "PAIRED_STORES", pairs)
+    monkeypatch.setattr(cuda_wgmma, "LARGE_TILE", tile)
+    case = load_case(path)
+    got, want = run_on_gpu(case)
+    for r in case.pipeline.results:
+        rtol, atol = case.loaded.spec.check.tolerances(r.type.dtype, case.tf32)
+        assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
+
+
+# last in the file: a warp-specialised barrier that never completes traps (about a second), and the
+# CUDA error would end every later test in this process
+@pytest.mark.parametrize("name", [*_library_programs(), "gemm_wgmma"])
+def test_wgmma_warp_specialised_library_kernel_matches_reference(name, tmp_path, monkeypatch):
+    """cuda_wgmma.LIBRARY_WS (off by default): the persistent producer / consumer kernel for launches
+    on LARGE_TILE (wg_batched_pairs: batched, ragged, 288 tiles on 132 blocks; gemm_wgmma's z: bf16,
+    B stored N x K, K = 72); the other kernels are the default ones."""
+    from test_wgmma import library_case
+
+    from cuvil_dsl.codegen import cuda_wgmma
+
+    monkeypatch.setattr(cuda_wgmma, "LIBRARY_WS", True)
+    case = (load_case(next(p for p in case_paths() if p.stem == name)) if name == "gemm_wgmma"
+            else library_case(name, tmp_path))
+    got, want = run_on_gpu(case)
+    for r in case.pipeline.results:
+        rtol, atol = case.loaded.spec.check.tolerances(r.type.dtype, case.tf32)
+        assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
