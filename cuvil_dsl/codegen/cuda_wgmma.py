@@ -69,14 +69,16 @@ ARCH = "sm_90a"  # what such a kernel is compiled for (wgmma is an arch-specific
 #       per-element epilogue's (same rounding); the edge tests ``m < M`` / ``n < N`` are emitted only
 #       where the tiles do not divide M / N. False: one 2-byte store per element, both tests always
 #       (with LARGE_TILE (128, 256, 4, 1): the kernel rendered before these switches).
-#   LARGE_TILE: (BM, BN, stages, pending) for launches of at least two blocks per SM. (256, 128, 4, 1):
-#       4 consumer warpgroups, 512 threads (H200, standalone gelu(A @ B + bias) f16 4096^3: 251.9 us
-#       against 277.7 us for (128, 256, 4, 1), the previous default, with per-element stores).
+#   LARGE_TILE: (BM, BN, stages, pending) for launches of at least two blocks per SM. (128, 256, 4, 1):
+#       2 consumer warpgroups, 256 threads. Through the library with paired stores, gelu(A @ B + bias)
+#       f16 4096^3 on the H200 took 217.7 us with (128, 256, 4, 1) against 229.2 us with (256, 128,
+#       4, 1) (4 consumer warpgroups, 512 threads) and 231.9 us warp-specialised (2026-11-29,
+#       benchmarks/ab_wgmma.py); with per-element stores 256 x 128 had been the faster one.
 #   LIBRARY_WS: GEMMs on LARGE_TILE run the warp-specialised persistent kernel of TUNING "ws" (a
 #       producer warpgroup loading through cp.async and mbarriers, BM / 64 consumer warpgroups,
 #       setmaxnreg; grid min(tiles, SMs)). Default False: not yet measured through the library.
 PAIRED_STORES = True
-LARGE_TILE = (256, 128, 4, 1)
+LARGE_TILE = (128, 256, 4, 1)
 LIBRARY_WS = False
 # spec `kernels:` keys that keep a GEMM on the mma.sync template (whose tiles they describe)
 _OVERRIDES = frozenset(("tile", "block", "launch_bounds", "max_registers"))
@@ -122,7 +124,7 @@ def plain_engine(k, a, b, blocks: Callable[[int, int], int]) -> "WgmmaEngine | N
     Rule: target sm_90 or sm_90a, f16/bf16 operands whose rows (and batch strides) keep 16-byte
     alignment (:func:`supported`), and no spec override of the tile, block, launch bounds or
     registers (those describe the mma.sync template and are checked against it). Tile:
-    :data:`LARGE_TILE` (256 x 128, 4 stages, one wgmma group in flight; 128 x 256 before) when the
+    :data:`LARGE_TILE` (128 x 256, 4 stages, one wgmma group in flight) when the
     launch gives at least two blocks per SM (warp-specialised when :data:`LIBRARY_WS`); else
     128 x 128, with 3 stages and none in flight (99 KiB: two blocks resident per SM) when
     there is more than one wave, or 4 stages and one in flight when one wave covers the launch
