@@ -255,16 +255,17 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_ffn_k1(
     #pragma unroll
     for (int ni = 0; ni < 16; ++ni)
     #pragma unroll
-    for (int h = 0; h < 2; ++h)
-    #pragma unroll
-    for (int q = 0; q < 2; ++q) {
+    for (int h = 0; h < 2; ++h) {
         const int m = m0 + wg * 64 + wl * 16 + lane / 4 + h * 8;
-        const int n = n0 + ni * 8 + lane % 4 * 2 + q;
+        const int n = n0 + ni * 8 + lane % 4 * 2;
         const int slot = h;
-        float& ACC = acc[ni * 4 + h * 2 + q];
-        if (m < 128 && n < 256) {
-            const float t1 = cvl_bf16(ACC);
-            b2[m * 256 + n] = __float2bfloat16_rn(t1);
+        (void)slot;
+        float& ACC0 = acc[ni * 4 + h * 2];
+        float& ACC1 = acc[ni * 4 + h * 2 + 1];
+        {
+            const float t1 = cvl_bf16(ACC0);
+            const float t2 = cvl_bf16(ACC1);
+            *reinterpret_cast<__nv_bfloat162*>(&b2[m * 256 + n]) = __halves2bfloat162(__float2bfloat16_rn(t1), __float2bfloat16_rn(t2));
         }
     }
 }

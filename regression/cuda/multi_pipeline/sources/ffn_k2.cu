@@ -256,18 +256,22 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_ffn_k2(
     #pragma unroll
     for (int ni = 0; ni < 16; ++ni)
     #pragma unroll
-    for (int h = 0; h < 2; ++h)
-    #pragma unroll
-    for (int q = 0; q < 2; ++q) {
+    for (int h = 0; h < 2; ++h) {
         const int m = m0 + wg * 64 + wl * 16 + lane / 4 + h * 8;
-        const int n = n0 + ni * 8 + lane % 4 * 2 + q;
+        const int n = n0 + ni * 8 + lane % 4 * 2;
         const int slot = h;
-        float& ACC = acc[ni * 4 + h * 2 + q];
-        if (m < 128 && n < 256) {
-            const float t1 = cvl_silu(__bfloat162float(b2[m * 256 + n]));
-            const float t2 = cvl_bf16(ACC);
-            const float t3 = cvl_bf16((t1 * t2));
-            b3[m * 256 + n] = __float2bfloat16_rn(t3);
+        (void)slot;
+        float& ACC0 = acc[ni * 4 + h * 2];
+        float& ACC1 = acc[ni * 4 + h * 2 + 1];
+        {
+            const __nv_bfloat162 pr1 = *reinterpret_cast<const __nv_bfloat162*>(&b2[m * 256 + n]);
+            const float t2 = cvl_silu(__bfloat162float(pr1.x));
+            const float t3 = cvl_bf16(ACC0);
+            const float t4 = cvl_bf16((t2 * t3));
+            const float t5 = cvl_silu(__bfloat162float(pr1.y));
+            const float t6 = cvl_bf16(ACC1);
+            const float t7 = cvl_bf16((t5 * t6));
+            *reinterpret_cast<__nv_bfloat162*>(&b3[m * 256 + n]) = __halves2bfloat162(__float2bfloat16_rn(t4), __float2bfloat16_rn(t7));
         }
     }
 }
