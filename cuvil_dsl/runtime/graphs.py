@@ -40,7 +40,7 @@ class GraphStats:
     """How much graph work was done, for tests and reports."""
 
     captures: int = 0  # stream captures (the first, then one per argument change the nodes could not take)
-    node_updates: int = 0  # argument changes written into kernel nodes in place, without a capture
+    node_updates: int = 0  # argument changes written into kernel nodes in place (no capture), per launch
     updates: int = 0  # re-captures applied in place to the existing executable graph
     instantiations: int = 0  # executable graphs put into service (the first, then refused updates)
 
@@ -83,11 +83,6 @@ class GraphRunner:
     def captured(self) -> bool:
         return self.executable is not None
 
-    @property
-    def rewritable(self) -> bool:
-        """Whether an argument change is a kernel-node rewrite (cheap), not a re-capture."""
-        return self._nodes is not None
-
     def capture(self, stream) -> None:
         """Capture, instantiate, and upload on ``stream`` (after the executor's eager run of the kernels)."""
         graph = self._capture()
@@ -112,8 +107,9 @@ class GraphRunner:
     def _refresh(self, stream) -> None:
         if self._nodes is not None:
             changed = self._cells.changed_since(self._version)
-            if self._nodes.update(self.executable.graphExec, changed) is not None:
-                self.stats.node_updates += 1
+            rewritten = self._nodes.update(self.executable.graphExec, changed)
+            if rewritten is not None:
+                self.stats.node_updates += 1 if rewritten else 0  # a change elsewhere rewrites nothing here
                 self._version = self._cells.version
                 return
             self._nodes = None  # refused once: from now on re-capture (nodes may be half updated)
