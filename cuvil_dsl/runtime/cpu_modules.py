@@ -114,6 +114,11 @@ def _load_caches_lightly() -> None:
     from numba.core import caching
     from numba.core.runtime import rtsys
 
+    _light = True
+    internals = ("load_overload", "_load_overload", "_guard_against_spurious_io_errors")
+    if not all(hasattr(caching.Cache, name) for name in internals) or not hasattr(rtsys, "initialize"):
+        return  # another numba: its own (slower) cache load is always correct
+
     load_overload = caching.Cache.load_overload
 
     def light_load_overload(self, sig, target_context):
@@ -126,4 +131,3 @@ def _load_caches_lightly() -> None:
 
     light_load_overload.__wrapped__ = load_overload
     caching.Cache.load_overload = light_load_overload
-    _light = True

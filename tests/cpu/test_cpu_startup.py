@@ -144,3 +144,18 @@ def test_errors_are_never_cached_and_a_planted_symlink_is_not_read(tmp_path, mon
     entry.symlink_to(decoy)
     assert cuvil_dsl.load(good).name == "fine"
     assert decoy.read_bytes() == b"planted"
+
+
+def test_light_cache_load_leaves_an_unknown_numba_alone(monkeypatch):
+    """The light cache load patches numba internals; on a numba without them it must patch
+    nothing (numba's own cache load is slower but always right)."""
+    from numba.core import caching
+
+    from cuvil_dsl.runtime import cpu_modules
+
+    original = caching.Cache.load_overload
+    monkeypatch.setattr(cpu_modules, "_light", False)
+    monkeypatch.delattr(caching.Cache, "_guard_against_spurious_io_errors")
+    monkeypatch.setattr(caching.Cache, "load_overload", original)
+    cpu_modules._load_caches_lightly()
+    assert caching.Cache.load_overload is original
