@@ -4,7 +4,9 @@ Issue 7's target: 8 dependent small kernels in one graph (benchmarks/small_graph
 through the Python API and synchronised, wall clock p50, at most 1.25x a raw CuPy graph replay
 of the same graph (``Graph.launch`` + synchronise, no Python API around it). Both are measured
 here in one process, interleaved in rounds so drift hits both alike, plus a cProfile of the API
-call to show where the host time goes. Also: rebinding a new device array every call (the graph's
+call to show where the host time goes. Two more raw rows split the difference: the same replay on
+the caller's stream (the API queues there, so results are ordered with the caller's work), and
+that plus a new result array and the device copy out of the arena (the API's floor by design). Also: rebinding a new device array every call (the graph's
 kernel nodes rewritten in place) and a call on NumPy inputs (copies both ways).
 
 Run on the GPU machine: ``python3 benchmarks/api_overhead.py``; writes ``$OUT/api_overhead.md``.
@@ -59,6 +61,45 @@ def main() -> int:
         graph.launch(stream)
         stream.synchronize()
 
+    caller = cupy.cuda.get_current_stream()  # the API queues on the caller's stream (here the default one)
+    out_buffer = executor._current["y"]
+
+    def raw_caller_stream():  # the replay on the stream the API uses: what the stream itself costs
+        graph.launch(caller)
+        caller.synchronize()
+
+    def raw_copy():  # + a new result array and the copy out of the arena: the API's floor by design
+        graph.launch(caller)
+        out = cupy.ndarray(out_buffer.shape, out_buffer.dtype)
+        cupy.cuda.runtime.memcpyAsync(out.data.ptr, out_buffer.data.ptr, out_buffer.nbytes,
+                                      cupy.cuda.runtime.memcpyDeviceToDevice, caller.ptr)
+        caller.synchronize()
+
+    # the same copy as a kernel launched from a prebuilt parameter array (cuLaunchKernel, as the
+    # executor launches its kernels): is a launch cheaper on the host than cudaMemcpyAsync D2D?
+    import ctypes
+
+    from cupy_backends.cuda.api import driver
+
+    copy_fn = cupy.RawKernel(r"""
+    extern "C" __global__ void cvl_copy16(const uint4* __restrict__ src, uint4* __restrict__ dst, unsigned n) {
+        for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) dst[i] = src[i];
+    }""", "cvl_copy16")
+    copy_fn.compile()
+    cells = (ctypes.c_void_p(out_buffer.data.ptr), ctypes.c_void_p(0), ctypes.c_uint32(out_buffer.nbytes // 16))
+    params = (ctypes.c_void_p * 3)(*(ctypes.addressof(c) for c in cells))
+    blocks = max(1, min(132, -(-out_buffer.nbytes // 16 // 256)))
+
+    def raw_copy_kernel():
+        graph.launch(caller)
+        out = cupy.ndarray(out_buffer.shape, out_buffer.dtype)
+        cells[1].value = out.data.ptr
+        driver.launchKernel(copy_fn.kernel.ptr, blocks, 1, 1, 256, 1, 1, 0, caller.ptr, ctypes.addressof(params), 0)
+        caller.synchronize()
+        return out
+
+    assert out_buffer.nbytes % 16 == 0 and bool((raw_copy_kernel() == out_buffer).all()), "copy kernel is wrong"
+
     def api():
         compiled(x)
         cupy.cuda.get_current_stream().synchronize()
@@ -76,8 +117,10 @@ def main() -> int:
     def api_numpy():
         compiled(host)
 
-    samples = {"raw": [], "api": [], "api_rebind": [], "api_numpy": []}
-    fns = {"raw": raw, "api": api, "api_rebind": api_rebind, "api_numpy": api_numpy}
+    fns = {"raw": raw, "raw_caller_stream": raw_caller_stream, "raw_copy": raw_copy,
+           "raw_copy_kernel": raw_copy_kernel, "api": api,
+           "api_rebind": api_rebind, "api_numpy": api_numpy}
+    samples = {name: [] for name in fns}
     for fn in fns.values():
         wall_us(fn, 50)  # warm-up
     for _ in range(ROUNDS):

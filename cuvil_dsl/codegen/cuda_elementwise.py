@@ -31,6 +31,9 @@ STREAMING_BYTES = 128 << 20  # about twice an H100/H200 L2
 #   "waves": the grid, in full-occupancy waves of blocks (grid-stride loop); 0 for one block per
 #             chunk of threads x unroll vectors (default 0);
 #   "min_blocks": __launch_bounds__ minimum blocks per multiprocessor (default 1: ptxas chooses);
+#   "threads": threads per block (a spec's `block` wins; default: the kernel config's block);
+#   "chunked": with one block per chunk (waves 0), a thread's `unroll` vectors are a block apart
+#             inside its block's contiguous chunk, not a grid stride apart (default False);
 #   "streaming": evict-first loads and stores (ld/st.global.cs) of data read or written once
 #             (default: when the kernel moves at least STREAMING_BYTES).
 TUNING: dict = {}
@@ -104,6 +107,8 @@ def _unroll(k: CudaKernel, vec_leaves: list, vec: int) -> int:
 def render(k: CudaKernel, entry: str) -> Emitted:
     p = k.p
     threads = k.config.block
+    if "threads" in TUNING and "block" not in k.config.overridden:
+        threads = int(TUNING["threads"])
     total = max(1, element_count(p.domain))
     stores = list(p.stores)
     leaves = k.leaves([(s.value, s.map) for s in stores])
@@ -174,7 +179,22 @@ def render(k: CudaKernel, entry: str) -> Emitted:
 
     body = [f"const {idx} stride = ({idx})gridDim.x * {threads};",
             f"{idx} v = ({idx})blockIdx.x * {threads} + threadIdx.x;"]
-    if unroll > 1:
+    waves = TUNING.get("waves", DEFAULT_WAVES)
+    chunked = unroll > 1 and not waves and bool(TUNING.get("chunked", False))
+    if chunked:
+        # one block per chunk of threads x unroll vectors, its vectors a block apart (the block
+        # reads one contiguous span), every load issued before any work; the last chunk one by one
+        loads, works = [], []
+        for u in range(unroll):
+            ld, wk = step(f"(c + {u * threads})" if u else "c", f"_{u}")
+            loads += ld
+            works += ["{", *indent(wk), "}"]
+        ld, wk = step("v", "")
+        body = [f"const {idx} stride = ({idx})gridDim.x * {threads};",
+                f"const {idx} c = ({idx})blockIdx.x * {threads * unroll} + threadIdx.x;",
+                f"if (c + {(unroll - 1) * threads} < {nvec}) {{", *indent(loads + works), "} else {",
+                f"    for ({idx} v = c; v < {nvec}; v += {threads}) {{", *indent(ld + wk, 2), "    }", "}"]
+    elif unroll > 1:
         # `unroll` vectors a grid stride apart per step, every load issued before any work
         loads, works = [], []
         for u in range(unroll):
@@ -183,16 +203,16 @@ def render(k: CudaKernel, entry: str) -> Emitted:
             works += ["{", *indent(wk), "}"]
         body += [f"for (; v < {nvec} - {unroll - 1} * stride; v += {unroll} * stride) {{",
                  *indent(loads + works), "}"]
-    ld, wk = step("v", "")
-    body += [f"for (; v < {nvec}; v += stride) {{", *indent(ld + wk), "}"]
+    if not chunked:
+        ld, wk = step("v", "")
+        body += [f"for (; v < {nvec}; v += stride) {{", *indent(ld + wk), "}"]
     if nvec * vec < total:
         body += _tail(k, nvec * vec, total, threads, stores)
-    waves = TUNING.get("waves", DEFAULT_WAVES)
     needed = -(-max(nvec, 1) // (threads * unroll))
     resident = k.sm_count * max(1, FULL_THREADS // threads)
     blocks = max(1, needed if not waves else min(needed, resident * int(waves)))
     note = (f"// elementwise template: {threads} threads, {vec}-element vectors, {unroll} per step, "
-            f"{blocks} blocks, streaming {int(streaming)}")
+            f"{blocks} blocks, streaming {int(streaming)}" + (", chunked" if chunked else ""))
     if "launch_bounds" not in k.config.overridden and "min_blocks" in TUNING:
         k.config = replace(k.config, min_blocks=int(TUNING["min_blocks"]))
     lines = [note, *k.signature(entry, threads), *indent(body), "}"]

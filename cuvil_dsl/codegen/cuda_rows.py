@@ -41,10 +41,13 @@ REGISTER_FILE = 65536  # 32-bit registers per multiprocessor
 # the generated source (which is the compile cache key), and the defaults below apply when a key
 # is absent:
 #   "threads": threads per row of a block-per-row kernel (rows over 1024 elements); a spec's
-#              `block` override wins. Default: four 16-byte vectors of the row's widest data
+#              `block` override wins. Default: four 16-byte vectors of the row's narrowest data
 #              type per thread, rounded to a power of two in [128, 1024] (f16 rows of 4096: 128
-#              threads; layernorm 132.4 us against 139.3 us with 256, softmax 134.7 against 135.0;
-#              f32 rows of 4096 keep 256; H200, benchmarks/ab_rows.py, 2026-11-29).
+#              threads; layernorm 132.4 us against 139.3 us with 256; H200, benchmarks/ab_rows.py,
+#              2026-11-29); when the row is the kernel's only row-varying input (a softmax), two
+#              vectors per thread, at most 256 threads (softmax f16 [32768, 4096]: 131.5 and 131.6
+#              us with 256 threads against 133.6 and 133.9 with 128, in one run, 2026-11-30). f32
+#              rows of 4096 keep 256 either way (262.1 us; 128 threads 262.4).
 #   "min_blocks": __launch_bounds__ minimum blocks per multiprocessor (a spec's launch_bounds
 #              wins). Default: as many as the estimated registers allow, up to full occupancy.
 #   "fast": row-level strength reductions (see ``_RowKernel.fast``). Default True.
@@ -132,6 +135,9 @@ class _RowKernel:
         self.carried: dict[tuple, tuple[int, str]] = {}  # (value, map) -> (pass computing it, array)
         self.prefetched: dict[tuple, str] = {}  # (buffer, map) -> raw array loaded with the row
         self.helpers: list[str] = []
+        # most blocks per SM that __launch_bounds__ may ask for: a softmax of 2 vectors a thread runs
+        # slower at 8 (its 32-register cap: 134.4 us, f16 [32768, 4096], H200) than at 4 (131.4) or 1
+        self.occupancy_cap = FULL_THREADS
         if self.fast:
             self.find_patterns()
 
@@ -322,9 +328,16 @@ class _RowKernel:
             if "block" in k.config.overridden:
                 tpr = k.config.block
             else:
-                # four 16-byte vectors of the narrowest row data per thread (see TUNING)
+                # four 16-byte vectors of the narrowest row data per thread; two (at most 256
+                # threads) when the row is the only row-varying input (see TUNING)
                 per_vector = 16 // min((k.dtype(v).itemsize for v in vectorizable), default=4)
-                tpr = int(TUNING.get("threads") or min(1024, max(128, _pow2_ceil(self.L // (4 * per_vector)))))
+                if len({v for v, _m in all_leaves}) == 1:
+                    default = min(256, max(128, _pow2_ceil(self.L // (2 * per_vector))))
+                    if default * 2 * per_vector >= self.L:  # two vectors a thread (or fewer)
+                        self.occupancy_cap = 4
+                else:
+                    default = min(1024, max(128, _pow2_ceil(self.L // (4 * per_vector))))
+                tpr = int(TUNING.get("threads") or default)
             threads = tpr
         vec = min(MAX_VEC, 16 // min(k.dtype(v).itemsize for v in vectorizable)) if vectorizable else 1
         while self.L % vec:
@@ -421,7 +434,7 @@ class _RowKernel:
             final = [x for x in dict.fromkeys(self.row_leaves(None)) if x not in cached_leaves]
             words = max(cached, carried) + sum(-(-per * k.dtype(v).itemsize // 4) for v, m in final)
             estimate = 8 * -(-(words + 16) // 8)  # live row data plus addressing and statistics
-            chosen = max(1, min(FULL_THREADS // threads, REGISTER_FILE // (threads * estimate)))
+            chosen = max(1, min(FULL_THREADS // threads, REGISTER_FILE // (threads * estimate), self.occupancy_cap))
         k.config = replace(k.config, min_blocks=chosen)
         return chosen
 
