@@ -214,16 +214,18 @@ class _Call:
     cacheable: bool  # every input is an array object whose changes the fingerprints see
     copied: set[str] = field(default_factory=set)  # device inputs copied into the arena: again on every call
     rebind: bool = True  # a repeat call must bind inputs again (some are copied, not bound by pointer)
+    repeat: object = None  # the CUDA repeat call's short path (CompiledPipeline._repeat_cuda), once it applies
 
     def matches(self, args: tuple, named: dict) -> bool:
-        if len(args) != len(self.args) or tuple(named) != self.named:
+        if len(args) != len(self.args) or (named and tuple(named) != self.named) or (not named and self.named):
             return False
         for a, b in zip(args, self.args):
             if a is not b:
                 return False
-        for value, old in zip(named.values(), self.named_values):
-            if value is not old and not (_is_scalar(value) and value == old):
-                return False
+        if named:
+            for value, old in zip(named.values(), self.named_values):
+                if value is not old and not (_is_scalar(value) and value == old):
+                    return False
         return _fingerprints(self.arrays) == self.fingerprints
 
 
@@ -313,6 +315,8 @@ class CompiledPipeline:
     def __call__(self, *arrays, **named):
         call = self._last
         if call is not None and call.matches(arrays, named):
+            if call.repeat is not None:
+                return call.repeat()
             return self._run(call, fresh=False)
         call = self._bind(arrays, named)
         self._last = call if call.cacheable else None
@@ -380,7 +384,35 @@ class CompiledPipeline:
             executor.execute(self.hooks)
             if call.kind in HOST_KINDS:
                 return [from_host(executor.fetch(name), call.kind) for name in self._results]
-            return [from_device(executor.fetch_device(name), call.kind, self._bf16[name]) for name in self._results]
+            outs = [from_device(executor.fetch_device(name), call.kind, self._bf16[name]) for name in self._results]
+            if call.kind == "cupy" and not call.rebind and self._last is call:
+                call.repeat = self._repeat_cuda(call)
+            return outs
+
+    def _repeat_cuda(self, call: _Call):
+        """The short path of a repeat call with the same CuPy arrays and scalars (the common loop):
+        nothing to bind or evaluate again, so it checks the device, joins the caller's stream,
+        queues the steps and copies the results out, as ``_run_cuda`` would."""
+        from cupy.cuda import get_current_stream, runtime
+
+        executor = call.executor
+        device = executor.device.id
+        names = tuple(self._results)
+        fetch = executor.fetch_device_on
+        use_stream, execute = executor.use_stream, executor.execute
+
+        def repeat():
+            if runtime.getDevice() != device:  # another current device: the general path switches
+                outs = self._run_cuda(call, False)
+                return outs[0] if len(outs) == 1 else tuple(outs)
+            stream = get_current_stream()
+            use_stream(stream)
+            execute(self.hooks)
+            if len(names) == 1:
+                return fetch(names[0], stream)
+            return tuple(fetch(name, stream) for name in names)
+
+        return repeat
 
     def close(self) -> None:
         """Release every executor's device memory, modules and graphs."""

@@ -13,18 +13,37 @@ from cuvil_dsl.types import DType
 
 
 @dataclass(frozen=True)
+class TensorMap:
+    """A TMA descriptor (``CUtensorMap``, 128 bytes) of a 2-D view of buffer ``buffer``, tiled.
+
+    The runtime encodes it with ``cuTensorMapEncodeTiled`` from the buffer's current device
+    pointer (again whenever that pointer changes): ``dims`` and ``box`` in elements, innermost
+    first; ``stride`` the byte stride of the outer dimension; 128-byte swizzle, zero fill out of
+    bounds, no interleave, element strides 1.
+    """
+
+    buffer: str  # the plan buffer's value id
+    dims: tuple[int, int]  # (inner, outer) extents in elements
+    stride: int  # bytes from one outer index to the next (a multiple of 16)
+    box: tuple[int, int]  # (inner, outer) elements one copy moves; inner * itemsize == 128
+
+
+@dataclass(frozen=True)
 class KernelArg:
     """One kernel parameter, in order.
 
     ``buffer``: the device pointer of the buffer named ``name`` (a plan Buffer).
     ``scalar``: the host-evaluated uniform value ``name``, passed as ``dtype``'s C type
     (f16/bf16 uniforms are passed as float: the value is already rounded to the dtype).
+    ``tensormap``: a ``__grid_constant__`` TMA descriptor (``tensor_map``) of a buffer, passed by
+    value; ``name`` is unique in the kernel, ``dtype`` the buffer's.
     """
 
-    kind: str  # "buffer" | "scalar"
+    kind: str  # "buffer" | "scalar" | "tensormap"
     name: str
     dtype: DType
     ctype: str  # the C parameter type, e.g. "const __half* __restrict__" or "float"
+    tensor_map: TensorMap | None = None
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Callable
 
-from cuvil_dsl.codegen.artifact import KernelArg, RenderedKernel
+from cuvil_dsl.codegen.artifact import KernelArg, RenderedKernel, TensorMap
 from cuvil_dsl.codegen.base import PointWalk
 from cuvil_dsl.codegen.cuda_lang import PRELUDE, STORAGE, CudaLanguage
 from cuvil_dsl.codegen.names import comment_text, entry_name
@@ -55,6 +55,7 @@ class CudaKernel:
         largest = max([program.size(b) for b in program.buffers] + [element_count(program.domain)])
         self.index_t = "long long" if largest > INT_LIMIT // 2 else "int"
         self._counter = 0
+        self.tensor_maps: list[KernelArg] = []  # TMA descriptors a template asked for (after the uniforms)
 
     # ------------------------------------------------------------------ names and types
     def fresh(self, prefix: str = "t") -> str:
@@ -86,7 +87,14 @@ class CudaKernel:
             dtype = self.dtype(u)
             ctype = "int" if dtype is DType.BOOL else self.lang.ctype(dtype)
             out.append(KernelArg("scalar", u, dtype, ctype))
-        return tuple(out)
+        return tuple(out + self.tensor_maps)
+
+    def tensor_map(self, name: str, buffer: str, dims: tuple[int, int], stride: int, box: tuple[int, int]) -> str:
+        """Ask for a TMA descriptor parameter ``name`` over ``buffer`` (see :class:`TensorMap`); returns
+        its C name. The runtime encodes it; the kernel passes ``&name`` to ``cp.async.bulk.tensor``."""
+        spec = TensorMap(buffer, dims, stride, box)
+        self.tensor_maps.append(KernelArg("tensormap", name, self.dtype(buffer), "const __grid_constant__ cvl_tensor_map", spec))
+        return name
 
     def signature(self, entry: str, threads: int) -> list[str]:
         c = self.config
@@ -94,6 +102,11 @@ class CudaKernel:
         bounds = f"{c.max_threads or threads}, {c.min_blocks or 1}"
         params = []
         for arg in self.args():
+            if arg.kind == "tensormap":
+                m = arg.tensor_map
+                params.append(f"    {arg.ctype} {arg.name},  // TMA descriptor of {comment_text(m.buffer)}: "
+                              f"{m.dims[1]} x {m.dims[0]}, box {m.box[1]} x {m.box[0]}")
+                continue
             name = self.names.get(arg.name) or self.uniform_names[arg.name]
             role = "input" if arg.name in self.kernel.inputs else "output" if arg.kind == "buffer" else "scalar"
             t = self.p.types[arg.name]

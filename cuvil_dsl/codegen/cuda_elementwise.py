@@ -18,7 +18,13 @@ from cuvil_dsl.codegen.program import Store
 from cuvil_dsl.types import DType
 
 MAX_VEC = 8
-MAX_UNROLL = 4
+# The default shape of a vectorised kernel, as torch.compile's inductor launches 2^26 f32 elements
+# (1024-element blocks of 128 threads): 128 threads, two 16-byte vectors a thread a block apart in
+# the block's contiguous chunk. H200, y = relu(x*1.5 + 0.25)*2 - 0.5, f32 2^26 (ab_rows round 4,
+# 2026-11-30): 131.8 us against 133.0 for 256 threads with four vectors a grid stride apart (the
+# previous default), 132.7 for four vectors chunked (128 or 256 threads), 133.6 for 512 threads.
+MAX_UNROLL = 2
+DEFAULT_THREADS = 128
 HEAVY_OPS = frozenset({"sin", "cos", "tanh", "erf", "pow", "gelu", "gelu_tanh"})
 FULL_THREADS = 2048  # resident threads per multiprocessor at full occupancy
 DEFAULT_WAVES = 0  # one block per chunk: no tail of a partial wave, whatever the occupancy
@@ -26,14 +32,14 @@ STREAMING_BYTES = 128 << 20  # about twice an H100/H200 L2
 
 # Tuning for A/B runs (benchmarks/ab_rows.py); every key changes the generated source (the compile
 # cache key). Defaults apply when a key is absent:
-#   "unroll": vectors per thread per step, all loaded before any is used (default: up to 4, so
-#             that at most 32 loaded elements per thread are live);
+#   "unroll": vectors per thread per step, all loaded before any is used (default: up to
+#             MAX_UNROLL, with at most 32 loaded elements per thread live);
 #   "waves": the grid, in full-occupancy waves of blocks (grid-stride loop); 0 for one block per
 #             chunk of threads x unroll vectors (default 0);
 #   "min_blocks": __launch_bounds__ minimum blocks per multiprocessor (default 1: ptxas chooses);
-#   "threads": threads per block (a spec's `block` wins; default: the kernel config's block);
+#   "threads": threads per block (a spec's `block` wins; default DEFAULT_THREADS);
 #   "chunked": with one block per chunk (waves 0), a thread's `unroll` vectors are a block apart
-#             inside its block's contiguous chunk, not a grid stride apart (default False);
+#             inside its block's contiguous chunk, not a grid stride apart (default True);
 #   "streaming": evict-first loads and stores (ld/st.global.cs) of data read or written once
 #             (default: when the kernel moves at least STREAMING_BYTES).
 TUNING: dict = {}
@@ -107,8 +113,9 @@ def _unroll(k: CudaKernel, vec_leaves: list, vec: int) -> int:
 def render(k: CudaKernel, entry: str) -> Emitted:
     p = k.p
     threads = k.config.block
-    if "threads" in TUNING and "block" not in k.config.overridden:
-        threads = int(TUNING["threads"])
+    if "block" not in k.config.overridden:
+        threads = int(TUNING.get("threads", DEFAULT_THREADS))
+        k.config = replace(k.config, block=threads)
     total = max(1, element_count(p.domain))
     stores = list(p.stores)
     leaves = k.leaves([(s.value, s.map) for s in stores])
@@ -180,7 +187,7 @@ def render(k: CudaKernel, entry: str) -> Emitted:
     body = [f"const {idx} stride = ({idx})gridDim.x * {threads};",
             f"{idx} v = ({idx})blockIdx.x * {threads} + threadIdx.x;"]
     waves = TUNING.get("waves", DEFAULT_WAVES)
-    chunked = unroll > 1 and not waves and bool(TUNING.get("chunked", False))
+    chunked = unroll > 1 and not waves and bool(TUNING.get("chunked", True))
     if chunked:
         # one block per chunk of threads x unroll vectors, its vectors a block apart (the block
         # reads one contiguous span), every load issued before any work; the last chunk one by one

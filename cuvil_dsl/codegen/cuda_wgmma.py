@@ -77,9 +77,14 @@ ARCH = "sm_90a"  # what such a kernel is compiled for (wgmma is an arch-specific
 #   LIBRARY_WS: GEMMs on LARGE_TILE run the warp-specialised persistent kernel of TUNING "ws" (a
 #       producer warpgroup loading through cp.async and mbarriers, BM / 64 consumer warpgroups,
 #       setmaxnreg; grid min(tiles, SMs)). Default False: not yet measured through the library.
+#   TMA: the plain (not warp-specialised) kernel loads its tiles with the Tensor Memory Accelerator
+#       (``cp.async.bulk.tensor`` from one thread, completion on a per-stage mbarrier) instead of
+#       16-byte cp.async from every thread, when neither operand has batch axes (see
+#       :meth:`WgmmaEngine.use_tma`).
 PAIRED_STORES = True
 LARGE_TILE = (128, 256, 4, 1)
 LIBRARY_WS = False
+TMA = True
 # spec `kernels:` keys that keep a GEMM on the mma.sync template (whose tiles they describe)
 _OVERRIDES = frozenset(("tile", "block", "launch_bounds", "max_registers"))
 
@@ -180,6 +185,27 @@ __device__ __forceinline__ unsigned long long cvl_wgmma_desc(unsigned addr, unsi
 """.replace("SWIZZLE", str(_SWIZZLE_128B))
 
 
+TMA_HELPERS = r"""
+// CUtensorMap (cuda.h): 128 opaque bytes, passed by value as a __grid_constant__ parameter
+struct __align__(64) cvl_tensor_map { unsigned long long opaque[16]; };
+__device__ __forceinline__ void cvl_mbar_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n"
+                 :: "r"(bar), "r"(bytes) : "memory");
+}
+// box (c0, c1) of the tensor map (c0 innermost, in elements; out of bounds reads as zero) -> shared
+// memory at dst, in the map's 128-byte swizzle; its bytes complete a transaction on bar
+__device__ __forceinline__ void cvl_tma_2d(unsigned dst, const cvl_tensor_map& map, int c0, int c1, unsigned bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3}], [%4];\n"
+                 :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(&map)), "r"(c0), "r"(c1), "r"(bar)
+                 : "memory");
+}
+__device__ __forceinline__ void cvl_tma_prefetch(const cvl_tensor_map& map) {
+    asm volatile("prefetch.tensormap [%0];\n" :: "l"(reinterpret_cast<unsigned long long>(&map)) : "memory");
+}
+"""
+
+
 class WgmmaEngine:
     """wgmma tiles; warpgroup ``wg`` owns rows ``wg * 64 ..`` of the BM x BN tile."""
 
@@ -207,6 +233,22 @@ class WgmmaEngine:
         self.warps_n = 1  # a warp owns whole rows of the tile
         self.options = (f"-arch={ARCH}",)  # compiler options a kernel with this engine needs
         self.specialised = False  # the library renders the warp-specialised kernel (LIBRARY_WS)
+        self.maps: dict[str, str] | None = None  # role -> the TMA descriptor parameter (use_tma)
+
+    def use_tma(self, k, buffers: dict[str, str]) -> None:
+        """Load both operands with TMA: one descriptor parameter per operand, asked of kernel ``k``
+        (``buffers``: role -> plan buffer). A K-major operand is one box per stage (64 of K, its
+        BM or BN rows); an MN-major one a box of 64 MN-elements x BK per 64-wide atom. Either lands
+        in exactly the 128-byte-swizzled layout this engine's descriptors read (the map's 128-byte
+        swizzle is the XOR of address bits 4-6 with bits 7-9, and stage bases are 1024-aligned)."""
+        self.maps = {}
+        for o in (self.a, self.b):
+            rows = self.bm if o.role == "a" else self.bn
+            if o.k_major:
+                dims, stride, box = (o.depth, o.extent), o.stride_mn * self.item, (64, rows)
+            else:
+                dims, stride, box = (o.extent, o.depth), o.stride_k * self.item, (64, self.bk)
+            self.maps[o.role] = k.tensor_map(f"tma_{o.role}", buffers[o.role], dims, stride, box)
 
     # ------------------------------------------------------------------ shared memory
     def tile_bytes(self, o) -> int:
@@ -237,7 +279,7 @@ class WgmmaEngine:
         return 64 * 128 if o.k_major else self.bk * 128
 
     def helpers(self) -> str:
-        return HELPERS + self._mma_helper()
+        return HELPERS + self._mma_helper() + (TMA_HELPERS + WS_HELPERS if self.maps else "")
 
     def instruction(self) -> str:
         t = "f16" if self.dtype is DType.F16 else "bf16"
@@ -278,7 +320,42 @@ __device__ __forceinline__ void cvl_wgmma_pin(float (&d)[{n}]) {{
             f"const unsigned long long desc_a = cvl_wgmma_desc(sa + wg * {self.group_bytes(a)}u, {la}u, {sa_}u);",
             f"const unsigned long long desc_b = cvl_wgmma_desc(sb, {lb}u, {sb_}u);",
             f"float acc[{self.regs}];",
+            *self._tma_setup(),
         ]
+
+    def _tma_setup(self) -> list[str]:
+        """TMA: one "full" mbarrier per stage (one arrival: the thread that issues the stage's copies,
+        with the stage's bytes as its transaction count), initialised before any copy."""
+        if not self.maps:
+            return []
+        return [
+            f"__shared__ __align__(8) unsigned long long cvl_full[{self.stages}];",
+            "const unsigned full0 = cvl_smem_addr(cvl_full);",
+            "if (threadIdx.x == 0) {",
+            f"    cvl_tma_prefetch({self.maps['a']});",
+            f"    cvl_tma_prefetch({self.maps['b']});",
+            f"    for (int s = 0; s < {self.stages}; ++s) cvl_mbar_init(full0 + s * 8, 1);",
+            "    asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");",
+            "}",
+            "__syncthreads();",
+        ]
+
+    def tma_load(self, stage: str, mn0: dict[str, str], k0: str) -> list[str]:
+        """Thread 0 arms stage ``stage``'s barrier with the stage's bytes and issues its copies: A's
+        rows ``mn0['a']..``, B's ``mn0['b']..``, K from ``k0``."""
+        lines = ["if (threadIdx.x == 0) {", f"    const unsigned bar = full0 + ({stage}) * 8;",
+                 f"    cvl_mbar_expect_tx(bar, {self.stage_bytes}u);"]
+        for o in (self.a, self.b):
+            smem = "sa" if o.role == "a" else "sb"
+            base = f"{smem} + ({stage}) * {self.tile_bytes(o)}u"
+            if o.k_major:
+                lines.append(f"    cvl_tma_2d({base}, {self.maps[o.role]}, {k0}, {mn0[o.role]}, bar);")
+            else:
+                rows = self.bm if o.role == "a" else self.bn
+                for j in range(rows // 64):
+                    lines.append(f"    cvl_tma_2d({base} + {j * self.bk * 128}u, {self.maps[o.role]}, "
+                                 f"{mn0[o.role]} + {j * 64}, {k0}, bar);")
+        return lines + ["}"]
 
     def zero(self) -> list[str]:
         return ["#pragma unroll", f"for (int i = 0; i < {self.regs}; ++i) acc[i] = 0.0f;"]
@@ -350,6 +427,8 @@ __device__ __forceinline__ void cvl_wgmma_pin(float (&d)[{n}]) {{
         """All steps; ``after_step`` runs after each step's math with every wgmma retired
         (that costs the overlap of consecutive steps, so the plain GEMM passes none)."""
         s, p, w = self.stages, self.ahead, self.pending
+        if self.maps:
+            return self._tma_main_loop(steps, k0, n0, m0, after_step)
 
         def load(stage: str, step: str) -> list[str]:
             return (self.load(self.a, stage, m0, k0(step), bases[0])
@@ -361,6 +440,30 @@ __device__ __forceinline__ void cvl_wgmma_pin(float (&d)[{n}]) {{
         body = [f"cvl_cp_wait<{p - 1}>();", "cvl_fence_proxy_async();", "__syncthreads();",
                 f"if (step + {p} < {steps}) {{", *_indent(load(f"(step + {p}) % {s}", f"(step + {p})")), "}",
                 "cvl_cp_commit();", *self.compute(f"step % {s}"), f"cvl_wgmma_wait<{w}>();"]
+        if after_step:
+            body += ["cvl_wgmma_wait<0>();", "cvl_wgmma_pin(acc);", *after_step]
+        out += ["#pragma unroll 1", f"for (int step = 0; step < {steps}; ++step) {{", *_indent(body), "}",
+                "cvl_wgmma_wait<0>();", "cvl_wgmma_pin(acc);"]
+        return out
+
+    def _tma_main_loop(self, steps: int, k0: StepExpr, n0: StepExpr, m0: str, after_step: Sequence[str]) -> list[str]:
+        """:meth:`main_loop` with TMA loads. Step ``s``: every thread waits for tile ``s``'s barrier
+        phase (``s / S`` is its use count, so its parity is ``(s / S) & 1``); ``__syncthreads``; thread
+        0 arms and fills the stage of tile ``s + P``, which tile ``s - 1 - W`` used (every warpgroup
+        retired that one's wgmma before the barrier, as in the cp.async loop); then the wgmma. A
+        stage's barrier is re-armed only after every thread waited on its previous phase (the
+        barrier of the step in between), so no wait can see a phase two ahead."""
+        s, p, w = self.stages, self.ahead, self.pending
+
+        def load(stage: str, step: str) -> list[str]:
+            return self.tma_load(stage, {"a": m0, "b": n0(step)}, k0(step))
+
+        out = ["cvl_wgmma_pin(acc);"]
+        for i in range(p):
+            out += [f"if ({i} < {steps}) {{", *_indent(load(str(i), str(i))), "}"]
+        body = [f"cvl_mbar_wait(full0 + (step % {s}) * 8, (step / {s}) & 1);", "__syncthreads();",
+                f"if (step + {p} < {steps}) {{", *_indent(load(f"(step + {p}) % {s}", f"(step + {p})")), "}",
+                *self.compute(f"step % {s}"), f"cvl_wgmma_wait<{w}>();"]
         if after_step:
             body += ["cvl_wgmma_wait<0>();", "cvl_wgmma_pin(acc);", *after_step]
         out += ["#pragma unroll 1", f"for (int step = 0; step < {steps}; ++step) {{", *_indent(body), "}",

@@ -67,6 +67,7 @@ class CudaExecutor(Executor):
         self.sizes = dict(sizes)
         self.graphs = graphs if graphs is not None else GraphCache()
         self.device = cupy.cuda.Device(target.device)
+        self._new_array, self._memcpy = cupy.ndarray, cupy.cuda.runtime.memcpyAsync  # fetch_device_on's calls
         self._rendered = tuple(kernels)
         self._units = tuple(units)
         with self.device:
@@ -303,6 +304,14 @@ class CudaExecutor(Executor):
                 out = cupy.ndarray(source.shape, source.dtype)
         cupy.cuda.runtime.memcpyAsync(out.data.ptr, source.data.ptr, source.nbytes,
                                       cupy.cuda.runtime.memcpyDeviceToDevice, work.ptr)
+        return out
+
+    def fetch_device_on(self, name: str, current):
+        """:meth:`fetch_device` when the caller's current stream ``current`` is the work stream
+        (the API's repeat path, after :meth:`use_stream`)."""
+        source = self._current[name]
+        out = self._new_array(source.shape, source.dtype)
+        self._memcpy(out.data.ptr, source.data.ptr, source.nbytes, 3, current.ptr)  # 3: cudaMemcpyDeviceToDevice
         return out
 
     def synchronize(self) -> None:

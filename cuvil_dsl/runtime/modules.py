@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Iterable, Mapping
 from cuvil_dsl.diagnostics import InternalError, UserError, error
 
 if TYPE_CHECKING:  # types only: importing the API must not pull in the renderer and the compiler
-    from cuvil_dsl.codegen.artifact import KernelArg, RenderedKernel
+    from cuvil_dsl.codegen.artifact import KernelArg, RenderedKernel, TensorMap
     from cuvil_dsl.compile.units import CompiledUnit
+    from cuvil_dsl.types import DType
 
 # Dynamic shared memory beyond this needs an explicit opt-in per function.
 DEFAULT_DYNAMIC_SHARED = 48 * 1024
@@ -61,6 +62,7 @@ class ArgumentCells:
     def __init__(self) -> None:
         self._pointers: dict[str, ctypes.c_void_p] = {}
         self._scalars: dict[tuple[str, type], ctypes._SimpleCData] = {}
+        self._maps: dict[tuple[str, TensorMap], tuple[str, DType, object]] = {}  # (arg, spec) -> (arg, dtype, cell)
         self.version = 0  # bumped whenever any cell's value changes
         self._changed: dict[str, int] = {}  # argument name -> the version of its last change
 
@@ -70,12 +72,35 @@ class ArgumentCells:
     def scalar(self, name: str, ctype: type) -> ctypes._SimpleCData:
         return self._scalars.setdefault((name, ctype), ctype())
 
+    def tensor_map(self, arg: KernelArg):
+        """The TMA descriptor cell of a ``tensormap`` argument, encoded from its buffer's pointer now
+        and again whenever that pointer changes. Kernels sharing a name and geometry share a cell."""
+        from cuvil_dsl.runtime.tensor_maps import TensorMapCell, encode
+
+        key = (arg.name, arg.tensor_map)
+        found = self._maps.get(key)
+        if found is None:
+            cell = TensorMapCell()
+            encode(cell, arg.tensor_map, arg.dtype, self.pointer(arg.tensor_map.buffer).value or 0)
+            found = self._maps[key] = (arg.name, arg.dtype, cell)
+        return found[2]
+
     def set_pointer(self, name: str, ptr: int) -> None:
         cell = self.pointer(name)
         if (cell.value or 0) != ptr:
             cell.value = ptr
             self.version += 1
             self._changed[name] = self.version
+            if self._maps:
+                self._encode_maps_of(name, ptr)
+
+    def _encode_maps_of(self, buffer: str, ptr: int) -> None:
+        from cuvil_dsl.runtime.tensor_maps import encode
+
+        for (arg_name, spec), (_name, dtype, cell) in self._maps.items():
+            if spec.buffer == buffer:
+                encode(cell, spec, dtype, ptr)
+                self._changed[arg_name] = self.version
 
     def changed_since(self, version: int) -> set[str]:
         """Names of the arguments whose value changed after ``version``."""
@@ -148,12 +173,18 @@ class LoadedKernel:
         return tuple(cell.value for cell in self._cells)
 
 
+def _cell(arg: KernelArg, cells: ArgumentCells):
+    if arg.kind == "buffer":
+        return cells.pointer(arg.name)
+    if arg.kind == "tensormap":
+        return cells.tensor_map(arg)
+    return cells.scalar(arg.name, scalar_ctype(arg))
+
+
 def _parameter_array(kernel: RenderedKernel, cells: ArgumentCells) -> tuple[ctypes.Array, tuple]:
-    chosen = tuple(
-        cells.pointer(arg.name) if arg.kind == "buffer" else cells.scalar(arg.name, scalar_ctype(arg))
-        for arg in kernel.args
-    )
-    params = (ctypes.c_void_p * max(len(chosen), 1))(*(ctypes.addressof(c) for c in chosen))
+    chosen = tuple(_cell(arg, cells) for arg in kernel.args)
+    addresses = (getattr(c, "address", None) or ctypes.addressof(c) for c in chosen)
+    params = (ctypes.c_void_p * max(len(chosen), 1))(*addresses)
     return params, chosen
 
 

@@ -20,8 +20,16 @@ def _render(sizes: dict | None = None):
     return k
 
 
+def test_default_is_torch_compiles_block_shape():
+    k = _render()
+    body = k.source.split('extern "C"')[1]
+    assert k.block == (128, 1, 1) and k.grid[0] == 2**24 // (128 * 2)  # 1024 f32 a block
+    assert re.findall(r"\(c \+ (\d+)\)", body) == ["128"]  # two vectors a thread, a block apart
+    assert "chunked" in k.source
+
+
 def test_chunked_blocks_read_one_contiguous_span(monkeypatch):
-    monkeypatch.setattr(cuda_elementwise, "TUNING", {"chunked": True})
+    monkeypatch.setattr(cuda_elementwise, "TUNING", {"chunked": True, "unroll": 4, "threads": 256})
     k = _render()
     body = k.source.split('extern "C"')[1]
     assert "chunked" in k.source
@@ -41,7 +49,7 @@ def test_chunked_tail_covers_a_partial_chunk(monkeypatch):
     assert "i < 4003" in body  # the scalar tail
 
 
-@pytest.mark.parametrize("tuning", [{}, {"chunked": True}, {"chunked": True, "unroll": 2}])
+@pytest.mark.parametrize("tuning", [{}, {"chunked": False, "unroll": 4, "threads": 256}, {"unroll": 4}])
 def test_variants_compile_without_spills(monkeypatch, tmp_path, tuning):
     try:
         nvrtc.library()

@@ -595,3 +595,61 @@ def test_library_warp_specialised(library):
     assert specialised[("gemm_wgmma", "main_k2")] and not specialised[("wg_odd_n", "main_k1")]
     (k, _u), = library[("wg_batched_pairs", WS)]
     assert "const int c0 = (bz) % 9;" in k.source and "pa = b0 + (int)c0 * " in k.source  # per-tile batch
+
+
+# -- the library's plain GEMM with TMA loads (cuda_wgmma.TMA) ------------------------------------
+
+def _library_gemm(text: str, sizes: dict):
+    from cuvil_dsl.codegen import render_cuda
+    from cuvil_dsl.frontend import check_source
+    from cuvil_dsl.passes import plan_pipeline
+
+    plan, _ = plan_pipeline(check_source(text, "tma.cuvil").module.pipelines[0])
+    (k,) = render_cuda(plan, sizes, "sm_90")
+    return k
+
+
+GELU = """pipeline g(a: f16[M, K], b: f16[K, N], bias: f16[N]) -> y: f16[M, N] {
+    y = gelu(a @ b + bias)
+}"""
+
+
+@pytest.mark.parametrize("b_t", [False, True])
+def test_library_gemm_loads_tiles_with_tma(b_t, tmp_path, monkeypatch):
+    text = GELU.replace("b: f16[K, N]", "b: f16[N, K]").replace("a @ b", "a @ b.T") if b_t else GELU
+    k = _library_gemm(text, {"M": 4000, "N": 3000, "K": 520})
+    maps = {a.name: a.tensor_map for a in k.args if a.kind == "tensormap"}
+    assert set(maps) == {"tma_a", "tma_b"}
+    # A [M, K] K-major: one box of 64 (K) x 128 rows; B [K, N] N-major: boxes of 64 (N) x 64 (K),
+    # or B stored [N, K]: one box of 64 (K) x 256 rows
+    assert maps["tma_a"].dims == (520, 4000) and maps["tma_a"].stride == 520 * 2 and maps["tma_a"].box == (64, 128)
+    if b_t:
+        assert maps["tma_b"].dims == (520, 3000) and maps["tma_b"].box == (64, 256)
+    else:
+        assert maps["tma_b"].dims == (3000, 520) and maps["tma_b"].stride == 3000 * 2 and maps["tma_b"].box == (64, 64)
+    body = k.source.split('extern "C"')[1]
+    assert "cvl_cp_async16s" not in body and body.count("cvl_tma_2d(") == (2 if b_t else 5) * 3  # prologue 2 + loop 1
+    assert "__grid_constant__ cvl_tensor_map tma_a" in body
+    _nvrtc_or_skip()
+    from cuvil_dsl.compile import CompileUnit, SassUnavailable, compile_units, count_instructions, disassemble, find_cuobjdump
+
+    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
+    (u,) = compile_units([CompileUnit(k.entry, k.source, (k.entry,), k.options)], "sm_90", fallback="none")
+    r = u.resources[k.entry]
+    assert r.spill_bytes == 0 and r.stack_bytes == 0
+    if find_cuobjdump() is None:
+        return
+    try:
+        sass = disassemble(u.cubin)
+    except SassUnavailable:
+        return
+    assert count_instructions(sass, "UTMALDG") > 0 and count_instructions(sass, "LDGSTS") == 0
+    assert count_instructions(sass, r"HGMMA\.64x256x16\.F32") == 4
+
+
+def test_batched_operands_keep_cp_async():
+    text = """pipeline g(a: f16[B, M, K], b: f16[B, K, N]) -> y: f16[B, M, N] {
+        y = a @ b
+    }"""
+    k = _library_gemm(text, {"B": 4, "M": 1024, "N": 1024, "K": 256})
+    assert "cvl_cp_async16s(" in k.source and not any(a.kind == "tensormap" for a in k.args)

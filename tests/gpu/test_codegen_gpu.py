@@ -94,8 +94,23 @@ class Prepared:
         types = case.pipeline.value_types()
         by_name = {k.name: (k, u) for k, u in zip(rendered, units)}
         self.launches = []
+        tma = [k for k in rendered if any(a.kind == "tensormap" for a in k.args)]
+        if tma:
+            # TMA descriptors are passed by value (CuPy cannot): these go through the runtime's
+            # argument cells and parameter arrays, as the executor launches them
+            from cuvil_dsl.runtime.device import max_dynamic_shared_bytes
+            from cuvil_dsl.runtime.modules import ArgumentCells, load_kernels
+
+            self.cells = ArgumentCells()
+            for name, array in self.buffers.items():
+                self.cells.set_pointer(name, array.data.ptr)
+            loaded = load_kernels(tma, [by_name[k.name][1] for k in tma], self.cells, max_dynamic_shared_bytes())
+            self.cells.set_uniforms({n: v for n, v in uniforms.items()})
         for fused in plan.kernels:
             kernel, unit = by_name[fused.name]
+            if kernel in tma:
+                self.launches.append((kernel, None, loaded[kernel.name], None))
+                continue
             module = cupy.cuda.function.Module()
             module.load(unit.cubin)
             fn = module.get_function(kernel.entry)
@@ -108,7 +123,10 @@ class Prepared:
 
     def run(self) -> None:
         for kernel, _module, fn, args in self.launches:
-            fn(kernel.grid, kernel.block, args, shared_mem=kernel.shared_bytes)
+            if args is None:  # a LoadedKernel
+                fn.launch(cupy.cuda.get_current_stream().ptr)
+            else:
+                fn(kernel.grid, kernel.block, args, shared_mem=kernel.shared_bytes)
 
     def results(self) -> dict[str, np.ndarray]:
         cupy.cuda.runtime.deviceSynchronize()

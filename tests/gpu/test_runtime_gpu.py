@@ -396,6 +396,57 @@ def test_api_binds_cupy_arrays_by_pointer_and_returns_cupy():
     np.testing.assert_array_equal(y3.get(), expected_scale_add(x.get(), 0.25))  # the host call used the arena
 
 
+def test_repeat_calls_take_the_short_path_on_the_callers_stream():
+    import cupy
+
+    n = 4096
+    compiled = _hand_made_api(scale_add(n))
+    compiled.hooks = None
+    x = cupy.asarray(f32_input(n))
+    y1 = compiled(x, alpha=0.5)
+    assert compiled._last.repeat is not None  # bound by pointer, nothing copied: the short path is armed
+    first = y1.get()
+    x += 1  # in place, on the caller's stream
+    y2 = compiled(x, alpha=0.5)
+    np.testing.assert_array_equal(y2.get(), expected_scale_add(x.get(), 0.5))
+    np.testing.assert_array_equal(y1.get(), first)  # a new array every call
+    assert y2.data.ptr != y1.data.ptr
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:  # another caller stream: the work follows it, ordered after what was queued before
+        x *= 3
+        y3 = compiled(x, alpha=0.5)
+        y3_host = y3.get(stream=stream)
+    np.testing.assert_array_equal(y3_host, expected_scale_add(x.get(), 0.5))
+    assert compiled.graphs.stats.captures == 1
+
+
+def test_tma_gemm_reencodes_its_descriptors_when_inputs_are_rebound(tmp_path):
+    """A Hopper GEMM loads tiles through TMA descriptors that hold the operands' pointers: a new
+    caller array must re-encode them (and rewrite the graph's node), never read the old one."""
+    import cupy
+
+    import cuvil_dsl
+
+    source = tmp_path / "gemm.cuvil"
+    source.write_text("pipeline g(a: f16[M, K], b: f16[K, N]) -> y: f16[M, N] {\n"
+                      "    graph forward {\n        y = relu(a @ b)\n    }\n}\n")
+    compiled = cuvil_dsl.load(source).compile()
+    rng = np.random.default_rng(11)
+    pairs = [(cupy.asarray(rng.normal(scale=0.1, size=(384, 328)).astype(np.float16)),
+              cupy.asarray(rng.normal(scale=0.1, size=(328, 520)).astype(np.float16))) for _ in range(3)]
+    y = compiled(*pairs[0])
+    (executor,) = compiled.executors.values()
+    if not any(a.kind == "tensormap" for k in executor._rendered for a in k.args):
+        pytest.skip("this GPU's GEMM does not load through TMA (sm_90 only)")
+    for a, b in pairs[1:] + pairs[:1]:
+        y = compiled(a, b)
+        want = np.maximum(a.get().astype(np.float64) @ b.get().astype(np.float64), 0)
+        np.testing.assert_allclose(y.get().astype(np.float64), want, rtol=2e-2, atol=2e-2)
+    stats = compiled.graphs.stats
+    assert stats.captures == 1 and stats.node_updates >= 3  # rewritten in place, not re-captured
+    compiled.close()
+
+
 @pytest.mark.parametrize("device_inputs", ["bind", "copy"])
 def test_api_copies_unbindable_device_arrays_on_every_call(device_inputs):
     import cupy

@@ -75,8 +75,8 @@ template <typename T> __device__ __forceinline__ T cvl_warp_min(T v, int width) 
     return v;
 }
 
-// elementwise template: 256 threads, 8-element vectors, 2 per step, 1 blocks, streaming 0
-extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
+// elementwise template: 128 threads, 8-element vectors, 2 per step, 1 blocks, streaming 0, chunked
+extern "C" __global__ void __launch_bounds__(128, 1) cvl_main_k1(
     const __half* __restrict__ b0,  // x: f16[R, C] input
     const __half* __restrict__ b1,  // v: f16[C] input
     const __half* __restrict__ b2,  // m: f16[R, 1] input
@@ -89,17 +89,17 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
     float u3,  // %12: f16[] scalar
     float u4  // %17: f16[] scalar
 ) {
-    const int stride = (int)gridDim.x * 256;
-    int v = (int)blockIdx.x * 256 + threadIdx.x;
-    for (; v < 95 - 1 * stride; v += 2 * stride) {
-        const int i0_0 = v * 8;
+    const int stride = (int)gridDim.x * 128;
+    const int c = (int)blockIdx.x * 256 + threadIdx.x;
+    if (c + 128 < 95) {
+        const int i0_0 = c * 8;
         const int c0_0 = i0_0 / 40;
         const int c1_0 = i0_0 % 40;
         __align__(16) __half in12[8];
         cvl_copy_vec<__half, 8>(in12, b0 + i0_0);
         __align__(16) __half in13[8];
         cvl_copy_vec<__half, 8>(in13, b1 + c1_0);
-        const int i0_1 = (v + 1 * stride) * 8;
+        const int i0_1 = (c + 128) * 8;
         const int c0_1 = i0_1 / 40;
         const int c1_1 = i0_1 % 40;
         __align__(16) __half in28[8];
@@ -156,37 +156,38 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
             cvl_copy_vec<__nv_bfloat16, 8>(b4 + i0_1, out31);
             cvl_copy_vec<int, 8>(b5 + i0_1, out32);
         }
-    }
-    for (; v < 95; v += stride) {
-        const int i0 = v * 8;
-        const int c0 = i0 / 40;
-        const int c1 = i0 % 40;
-        __align__(16) __half in44[8];
-        cvl_copy_vec<__half, 8>(in44, b0 + i0);
-        __align__(16) __half in45[8];
-        cvl_copy_vec<__half, 8>(in45, b1 + c1);
-        __align__(16) __half out46[8];
-        __align__(16) __nv_bfloat16 out47[8];
-        __align__(16) int out48[8];
-        #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-            const float t49 = (__half2float(in44[e]) * u0);
-            const float t50 = cvl_f16((t49 + u1));
-            const float t51 = (t50 * __half2float(in45[e]));
-            const float t52 = cvl_f16((t51 - __half2float(b2[c0])));
-            out46[e] = __float2half_rn((t51 - __half2float(b2[c0])));
-            const bool t53 = (t50 > u2);
-            const float t54 = (-t50);
-            const float t55 = (t54 * u3);
-            const float t56 = (t53 ? t50 : t55);
-            const float t57 = cvl_bf16(cvl_bf16(t56));
-            out47[e] = __float2bfloat16_rn(cvl_bf16(t56));
-            const float t58 = (t50 * u4);
-            const int t59 = __float2int_rz(t58);
-            out48[e] = t59;
+    } else {
+        for (int v = c; v < 95; v += 128) {
+            const int i0 = v * 8;
+            const int c0 = i0 / 40;
+            const int c1 = i0 % 40;
+            __align__(16) __half in44[8];
+            cvl_copy_vec<__half, 8>(in44, b0 + i0);
+            __align__(16) __half in45[8];
+            cvl_copy_vec<__half, 8>(in45, b1 + c1);
+            __align__(16) __half out46[8];
+            __align__(16) __nv_bfloat16 out47[8];
+            __align__(16) int out48[8];
+            #pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                const float t49 = (__half2float(in44[e]) * u0);
+                const float t50 = cvl_f16((t49 + u1));
+                const float t51 = (t50 * __half2float(in45[e]));
+                const float t52 = cvl_f16((t51 - __half2float(b2[c0])));
+                out46[e] = __float2half_rn((t51 - __half2float(b2[c0])));
+                const bool t53 = (t50 > u2);
+                const float t54 = (-t50);
+                const float t55 = (t54 * u3);
+                const float t56 = (t53 ? t50 : t55);
+                const float t57 = cvl_bf16(cvl_bf16(t56));
+                out47[e] = __float2bfloat16_rn(cvl_bf16(t56));
+                const float t58 = (t50 * u4);
+                const int t59 = __float2int_rz(t58);
+                out48[e] = t59;
+            }
+            cvl_copy_vec<__half, 8>(b3 + i0, out46);
+            cvl_copy_vec<__nv_bfloat16, 8>(b4 + i0, out47);
+            cvl_copy_vec<int, 8>(b5 + i0, out48);
         }
-        cvl_copy_vec<__half, 8>(b3 + i0, out46);
-        cvl_copy_vec<__nv_bfloat16, 8>(b4 + i0, out47);
-        cvl_copy_vec<int, 8>(b5 + i0, out48);
     }
 }

@@ -75,8 +75,8 @@ template <typename T> __device__ __forceinline__ T cvl_warp_min(T v, int width) 
     return v;
 }
 
-// elementwise template: 256 threads, 4-element vectors, 1 per step, 16 blocks, streaming 0
-extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
+// elementwise template: 128 threads, 4-element vectors, 1 per step, 32 blocks, streaming 0
+extern "C" __global__ void __launch_bounds__(128, 1) cvl_main_k1(
     const float* __restrict__ b0,  // x: f32[R, C] input
     float* __restrict__ b1,  // smooth: f32[R, C] output
     float* __restrict__ b2,  // logs: f32[R, C] output
@@ -86,8 +86,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
     float u2,  // %41: f32[] scalar
     float u3  // %45: f32[] scalar
 ) {
-    const int stride = (int)gridDim.x * 256;
-    int v = (int)blockIdx.x * 256 + threadIdx.x;
+    const int stride = (int)gridDim.x * 128;
+    int v = (int)blockIdx.x * 128 + threadIdx.x;
     for (; v < 4096; v += stride) {
         const int i0 = v * 4;
         __align__(16) float in40[4];

@@ -75,8 +75,8 @@ template <typename T> __device__ __forceinline__ T cvl_warp_min(T v, int width) 
     return v;
 }
 
-// elementwise template: 256 threads, 4-element vectors, 4 per step, 8 blocks, streaming 0
-extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
+// elementwise template: 128 threads, 4-element vectors, 2 per step, 32 blocks, streaming 0, chunked
+extern "C" __global__ void __launch_bounds__(128, 1) cvl_main_k1(
     const float* __restrict__ b0,  // x: f32[N] input
     float* __restrict__ b1,  // y: f32[N] output
     float u0,  // %1: f32[] scalar
@@ -84,21 +84,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
     float u2,  // %8: f32[] scalar
     float u3  // %11: f32[] scalar
 ) {
-    const int stride = (int)gridDim.x * 256;
-    int v = (int)blockIdx.x * 256 + threadIdx.x;
-    for (; v < 8192 - 3 * stride; v += 4 * stride) {
-        const int i0_0 = v * 4;
+    const int stride = (int)gridDim.x * 128;
+    const int c = (int)blockIdx.x * 256 + threadIdx.x;
+    if (c + 128 < 8192) {
+        const int i0_0 = c * 4;
         __align__(16) float in6[4];
         cvl_copy_vec<float, 4>(in6, b0 + i0_0);
-        const int i0_1 = (v + 1 * stride) * 4;
+        const int i0_1 = (c + 128) * 4;
         __align__(16) float in13[4];
         cvl_copy_vec<float, 4>(in13, b0 + i0_1);
-        const int i0_2 = (v + 2 * stride) * 4;
-        __align__(16) float in20[4];
-        cvl_copy_vec<float, 4>(in20, b0 + i0_2);
-        const int i0_3 = (v + 3 * stride) * 4;
-        __align__(16) float in27[4];
-        cvl_copy_vec<float, 4>(in27, b0 + i0_3);
         {
             __align__(16) float out7[4];
             #pragma unroll
@@ -125,7 +119,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
             }
             cvl_copy_vec<float, 4>(b1 + i0_1, out14);
         }
-        {
+    } else {
+        for (int v = c; v < 8192; v += 128) {
+            const int i0 = v * 4;
+            __align__(16) float in20[4];
+            cvl_copy_vec<float, 4>(in20, b0 + i0);
             __align__(16) float out21[4];
             #pragma unroll
             for (int e = 0; e < 4; ++e) {
@@ -136,36 +134,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
                 const float t26 = (t25 - u3);
                 out21[e] = t26;
             }
-            cvl_copy_vec<float, 4>(b1 + i0_2, out21);
+            cvl_copy_vec<float, 4>(b1 + i0, out21);
         }
-        {
-            __align__(16) float out28[4];
-            #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const float t29 = (in27[e] * u0);
-                const float t30 = (t29 + u1);
-                const float t31 = cvl_relu(t30);
-                const float t32 = (t31 * u2);
-                const float t33 = (t32 - u3);
-                out28[e] = t33;
-            }
-            cvl_copy_vec<float, 4>(b1 + i0_3, out28);
-        }
-    }
-    for (; v < 8192; v += stride) {
-        const int i0 = v * 4;
-        __align__(16) float in34[4];
-        cvl_copy_vec<float, 4>(in34, b0 + i0);
-        __align__(16) float out35[4];
-        #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const float t36 = (in34[e] * u0);
-            const float t37 = (t36 + u1);
-            const float t38 = cvl_relu(t37);
-            const float t39 = (t38 * u2);
-            const float t40 = (t39 - u3);
-            out35[e] = t40;
-        }
-        cvl_copy_vec<float, 4>(b1 + i0, out35);
     }
 }

@@ -75,35 +75,25 @@ template <typename T> __device__ __forceinline__ T cvl_warp_min(T v, int width) 
     return v;
 }
 
-// elementwise template: 256 threads, 8-element vectors, 4 per step, 1 blocks, streaming 0
-extern "C" __global__ void __launch_bounds__(256, 1) cvl_forward_k1(
+// elementwise template: 128 threads, 8-element vectors, 2 per step, 4 blocks, streaming 0, chunked
+extern "C" __global__ void __launch_bounds__(128, 1) cvl_forward_k1(
     const int* __restrict__ b0,  // kpos: i32[1, N] input
     const int* __restrict__ b1,  // qpos: i32[M, 1] input
     unsigned char* __restrict__ b2  // causal: bool[M, N] output
 ) {
-    const int stride = (int)gridDim.x * 256;
-    int v = (int)blockIdx.x * 256 + threadIdx.x;
-    for (; v < 1024 - 3 * stride; v += 4 * stride) {
-        const int i0_0 = v * 8;
+    const int stride = (int)gridDim.x * 128;
+    const int c = (int)blockIdx.x * 256 + threadIdx.x;
+    if (c + 128 < 1024) {
+        const int i0_0 = c * 8;
         const int c0_0 = i0_0 / 128;
         const int c1_0 = i0_0 % 128;
         __align__(16) int in2[8];
         cvl_copy_vec<int, 8>(in2, b0 + c1_0);
-        const int i0_1 = (v + 1 * stride) * 8;
+        const int i0_1 = (c + 128) * 8;
         const int c0_1 = i0_1 / 128;
         const int c1_1 = i0_1 % 128;
         __align__(16) int in5[8];
         cvl_copy_vec<int, 8>(in5, b0 + c1_1);
-        const int i0_2 = (v + 2 * stride) * 8;
-        const int c0_2 = i0_2 / 128;
-        const int c1_2 = i0_2 % 128;
-        __align__(16) int in8[8];
-        cvl_copy_vec<int, 8>(in8, b0 + c1_2);
-        const int i0_3 = (v + 3 * stride) * 8;
-        const int c0_3 = i0_3 / 128;
-        const int c1_3 = i0_3 % 128;
-        __align__(16) int in11[8];
-        cvl_copy_vec<int, 8>(in11, b0 + c1_3);
         {
             __align__(16) unsigned char out3[8];
             #pragma unroll
@@ -122,37 +112,20 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_forward_k1(
             }
             cvl_copy_vec<unsigned char, 8>(b2 + i0_1, out6);
         }
-        {
+    } else {
+        for (int v = c; v < 1024; v += 128) {
+            const int i0 = v * 8;
+            const int c0 = i0 / 128;
+            const int c1 = i0 % 128;
+            __align__(16) int in8[8];
+            cvl_copy_vec<int, 8>(in8, b0 + c1);
             __align__(16) unsigned char out9[8];
             #pragma unroll
             for (int e = 0; e < 8; ++e) {
-                const bool t10 = (in8[e] <= b1[c0_2]);
+                const bool t10 = (in8[e] <= b1[c0]);
                 out9[e] = (unsigned char)(t10);
             }
-            cvl_copy_vec<unsigned char, 8>(b2 + i0_2, out9);
+            cvl_copy_vec<unsigned char, 8>(b2 + i0, out9);
         }
-        {
-            __align__(16) unsigned char out12[8];
-            #pragma unroll
-            for (int e = 0; e < 8; ++e) {
-                const bool t13 = (in11[e] <= b1[c0_3]);
-                out12[e] = (unsigned char)(t13);
-            }
-            cvl_copy_vec<unsigned char, 8>(b2 + i0_3, out12);
-        }
-    }
-    for (; v < 1024; v += stride) {
-        const int i0 = v * 8;
-        const int c0 = i0 / 128;
-        const int c1 = i0 % 128;
-        __align__(16) int in14[8];
-        cvl_copy_vec<int, 8>(in14, b0 + c1);
-        __align__(16) unsigned char out15[8];
-        #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-            const bool t16 = (in14[e] <= b1[c0]);
-            out15[e] = (unsigned char)(t16);
-        }
-        cvl_copy_vec<unsigned char, 8>(b2 + i0, out15);
     }
 }

@@ -117,10 +117,54 @@ __device__ __forceinline__ void cvl_wgmma_pin(float (&d)[64]) {
     for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
 }
 
+// CUtensorMap (cuda.h): 128 opaque bytes, passed by value as a __grid_constant__ parameter
+struct __align__(64) cvl_tensor_map { unsigned long long opaque[16]; };
+__device__ __forceinline__ void cvl_mbar_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n"
+                 :: "r"(bar), "r"(bytes) : "memory");
+}
+// box (c0, c1) of the tensor map (c0 innermost, in elements; out of bounds reads as zero) -> shared
+// memory at dst, in the map's 128-byte swizzle; its bytes complete a transaction on bar
+__device__ __forceinline__ void cvl_tma_2d(unsigned dst, const cvl_tensor_map& map, int c0, int c1, unsigned bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3}], [%4];\n"
+                 :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(&map)), "r"(c0), "r"(c1), "r"(bar)
+                 : "memory");
+}
+__device__ __forceinline__ void cvl_tma_prefetch(const cvl_tensor_map& map) {
+    asm volatile("prefetch.tensormap [%0];\n" :: "l"(reinterpret_cast<unsigned long long>(&map)) : "memory");
+}
+
+__device__ __forceinline__ void cvl_mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void cvl_mbar_arrive(unsigned bar) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" :: "r"(bar) : "memory");
+}
+// arrives on bar once every cp.async this thread issued so far has landed (no pending-count increment)
+__device__ __forceinline__ void cvl_cp_arrive(unsigned bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(bar) : "memory");
+}
+// waits until the phase of parity `parity` of bar completed; traps after about 2^31 cycles
+__device__ __forceinline__ void cvl_mbar_wait(unsigned bar, unsigned parity) {
+    unsigned done;
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    if (done) return;
+    const long long t0 = clock64();
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+        if (!done && clock64() - t0 > (1ll << 31)) __trap();
+    } while (!done);
+}
+
 extern "C" __global__ void __launch_bounds__(256, 1) cvl_ffn_k1(
     const __nv_bfloat16* __restrict__ b0,  // x: bf16[T, D] input
     const __nv_bfloat16* __restrict__ b1,  // w_gate: bf16[D, F] input
-    __nv_bfloat16* __restrict__ b2  // gate: bf16[T, F] output
+    __nv_bfloat16* __restrict__ b2,  // gate: bf16[T, F] output
+    const __grid_constant__ cvl_tensor_map tma_a,  // TMA descriptor of x: 128 x 128, box 128 x 64
+    const __grid_constant__ cvl_tensor_map tma_b  // TMA descriptor of w_gate: 128 x 256, box 64 x 64
 ) {
     extern __shared__ __align__(1024) unsigned char cvl_smem[];
     const unsigned smem0 = (cvl_smem_addr(cvl_smem) + 1023u) & ~1023u;
@@ -132,6 +176,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_ffn_k1(
     const unsigned long long desc_a = cvl_wgmma_desc(sa + wg * 8192u, 16u, 1024u);
     const unsigned long long desc_b = cvl_wgmma_desc(sb, 8192u, 1024u);
     float acc[64];
+    __shared__ __align__(8) unsigned long long cvl_full[4];
+    const unsigned full0 = cvl_smem_addr(cvl_full);
+    if (threadIdx.x == 0) {
+        cvl_tma_prefetch(tma_a);
+        cvl_tma_prefetch(tma_b);
+        for (int s = 0; s < 4; ++s) cvl_mbar_init(full0 + s * 8, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
     const int nt = blockIdx.x % 2;
     const int mt = blockIdx.x / 2 % 1;
     const int bz = blockIdx.x / 2;
@@ -143,103 +196,36 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_ffn_k1(
     const int n0 = nt * 128;
     cvl_wgmma_pin(acc);
     if (0 < 2) {
-        {
-            const int r0 = (int)(threadIdx.x / 8u);
-            const int cc = (int)(threadIdx.x % 8u) * 8;
-        #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int r = r0 + i * 32;
-                const int gmn = m0 + r;
-                const int gk = (0) * 64 + cc;
-                const bool ok = true;
-                const unsigned dst = sa + (0) * 16384u + ((r) * 128 + ((((cc) >> 3) ^ (r0 & 7)) << 4));
-                const __nv_bfloat16* src = pa + (int)gmn * 128 + (int)gk * 1;
-                cvl_cp_async16s(dst, ok ? src : pa, ok);
-            }
-        }
-        {
-            const int r0 = (int)(threadIdx.x / 16u);
-            const int cc = (int)(threadIdx.x % 16u) * 8;
-        #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int r = r0 + i * 16;
-                const int gmn = n0 + cc;
-                const int gk = (0) * 64 + r;
-                const bool ok = true;
-                const unsigned dst = sb + (0) * 16384u + (((cc) >> 6) * 8192 + (r) * 128 + (((((cc) & 63) >> 3) ^ (r0 & 7)) << 4));
-                const __nv_bfloat16* src = pb + (int)gmn * 1 + (int)gk * 256;
-                cvl_cp_async16s(dst, ok ? src : pb, ok);
-            }
+        if (threadIdx.x == 0) {
+            const unsigned bar = full0 + (0) * 8;
+            cvl_mbar_expect_tx(bar, 32768u);
+            cvl_tma_2d(sa + (0) * 16384u, tma_a, (0) * 64, m0, bar);
+            cvl_tma_2d(sb + (0) * 16384u + 0u, tma_b, n0 + 0, (0) * 64, bar);
+            cvl_tma_2d(sb + (0) * 16384u + 8192u, tma_b, n0 + 64, (0) * 64, bar);
         }
     }
-    cvl_cp_commit();
     if (1 < 2) {
-        {
-            const int r0 = (int)(threadIdx.x / 8u);
-            const int cc = (int)(threadIdx.x % 8u) * 8;
-        #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int r = r0 + i * 32;
-                const int gmn = m0 + r;
-                const int gk = (1) * 64 + cc;
-                const bool ok = true;
-                const unsigned dst = sa + (1) * 16384u + ((r) * 128 + ((((cc) >> 3) ^ (r0 & 7)) << 4));
-                const __nv_bfloat16* src = pa + (int)gmn * 128 + (int)gk * 1;
-                cvl_cp_async16s(dst, ok ? src : pa, ok);
-            }
-        }
-        {
-            const int r0 = (int)(threadIdx.x / 16u);
-            const int cc = (int)(threadIdx.x % 16u) * 8;
-        #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int r = r0 + i * 16;
-                const int gmn = n0 + cc;
-                const int gk = (1) * 64 + r;
-                const bool ok = true;
-                const unsigned dst = sb + (1) * 16384u + (((cc) >> 6) * 8192 + (r) * 128 + (((((cc) & 63) >> 3) ^ (r0 & 7)) << 4));
-                const __nv_bfloat16* src = pb + (int)gmn * 1 + (int)gk * 256;
-                cvl_cp_async16s(dst, ok ? src : pb, ok);
-            }
+        if (threadIdx.x == 0) {
+            const unsigned bar = full0 + (1) * 8;
+            cvl_mbar_expect_tx(bar, 32768u);
+            cvl_tma_2d(sa + (1) * 16384u, tma_a, (1) * 64, m0, bar);
+            cvl_tma_2d(sb + (1) * 16384u + 0u, tma_b, n0 + 0, (1) * 64, bar);
+            cvl_tma_2d(sb + (1) * 16384u + 8192u, tma_b, n0 + 64, (1) * 64, bar);
         }
     }
-    cvl_cp_commit();
     #pragma unroll 1
     for (int step = 0; step < 2; ++step) {
-        cvl_cp_wait<1>();
-        cvl_fence_proxy_async();
+        cvl_mbar_wait(full0 + (step % 4) * 8, (step / 4) & 1);
         __syncthreads();
         if (step + 2 < 2) {
-            {
-                const int r0 = (int)(threadIdx.x / 8u);
-                const int cc = (int)(threadIdx.x % 8u) * 8;
-            #pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const int r = r0 + i * 32;
-                    const int gmn = m0 + r;
-                    const int gk = ((step + 2)) * 64 + cc;
-                    const bool ok = true;
-                    const unsigned dst = sa + ((step + 2) % 4) * 16384u + ((r) * 128 + ((((cc) >> 3) ^ (r0 & 7)) << 4));
-                    const __nv_bfloat16* src = pa + (int)gmn * 128 + (int)gk * 1;
-                    cvl_cp_async16s(dst, ok ? src : pa, ok);
-                }
-            }
-            {
-                const int r0 = (int)(threadIdx.x / 16u);
-                const int cc = (int)(threadIdx.x % 16u) * 8;
-            #pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const int r = r0 + i * 16;
-                    const int gmn = n0 + cc;
-                    const int gk = ((step + 2)) * 64 + r;
-                    const bool ok = true;
-                    const unsigned dst = sb + ((step + 2) % 4) * 16384u + (((cc) >> 6) * 8192 + (r) * 128 + (((((cc) & 63) >> 3) ^ (r0 & 7)) << 4));
-                    const __nv_bfloat16* src = pb + (int)gmn * 1 + (int)gk * 256;
-                    cvl_cp_async16s(dst, ok ? src : pb, ok);
-                }
+            if (threadIdx.x == 0) {
+                const unsigned bar = full0 + ((step + 2) % 4) * 8;
+                cvl_mbar_expect_tx(bar, 32768u);
+                cvl_tma_2d(sa + ((step + 2) % 4) * 16384u, tma_a, ((step + 2)) * 64, m0, bar);
+                cvl_tma_2d(sb + ((step + 2) % 4) * 16384u + 0u, tma_b, n0 + 0, ((step + 2)) * 64, bar);
+                cvl_tma_2d(sb + ((step + 2) % 4) * 16384u + 8192u, tma_b, n0 + 64, ((step + 2)) * 64, bar);
             }
         }
-        cvl_cp_commit();
         cvl_wgmma_fence();
         #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
