@@ -192,12 +192,21 @@ def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
 
 
 class MemoryCache:
-    """Process-wide LRU of artifacts by key, so a repeated request costs a dict lookup."""
+    """Process-wide LRU of artifacts by key, so a repeated request costs a dict lookup.
+
+    It also remembers whole answers (:meth:`put_batch`): the results a ``compile_units`` call
+    gave when every unit was already here, by everything the call's keys were made of, so the
+    same call again skips planning and hashing. An answer is given only while all its keys are
+    still in the LRU, and is dropped with them (eviction or :meth:`clear`).
+    """
+
+    BATCH_LIMIT = 256
 
     def __init__(self, capacity: int = 1024):
         self.capacity = capacity
         self._lock = threading.Lock()
         self._items: OrderedDict[str, BuildArtifact] = OrderedDict()
+        self._batches: OrderedDict[tuple, tuple[tuple[str, ...], tuple]] = OrderedDict()
 
     def get(self, key: str) -> BuildArtifact | None:
         with self._lock:
@@ -210,13 +219,41 @@ class MemoryCache:
         with self._lock:
             self._items[key] = artifact
             self._items.move_to_end(key)
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
+            if len(self._items) > self.capacity:
+                while len(self._items) > self.capacity:
+                    self._items.popitem(last=False)
+                self._batches.clear()  # rare; cheaper than finding the answers that used the evicted keys
+
+    def get_batch(self, memo: tuple) -> tuple | None:
+        """The results remembered for ``memo``, if every key they came from is still here (each is
+        then used again, as :meth:`get` would)."""
+        with self._lock:
+            found = self._batches.get(memo)
+            if found is None:
+                return None
+            keys, results = found
+            items = self._items
+            for key in keys:
+                if key not in items:
+                    del self._batches[memo]
+                    return None
+            for key in keys:
+                items.move_to_end(key)
+            return results
+
+    def put_batch(self, memo: tuple, keys: tuple[str, ...], results: tuple) -> None:
+        with self._lock:
+            if all(key in self._items for key in keys):
+                self._batches[memo] = (keys, results)
+                self._batches.move_to_end(memo)
+                while len(self._batches) > self.BATCH_LIMIT:
+                    self._batches.popitem(last=False)
 
     def clear(self) -> int:
         with self._lock:
             count = len(self._items)
             self._items.clear()
+            self._batches.clear()
             return count
 
     def __len__(self) -> int:
@@ -225,6 +262,84 @@ class MemoryCache:
 
 
 MEMORY = MemoryCache()
+
+
+DURATIONS_FILE = "durations.json"
+DURATIONS_LIMIT = 4096  # units remembered; the least recently compiled are forgotten first
+
+
+class Durations:
+    """How long units took to compile: ``"<arch> <unit name>"`` -> (milliseconds, source length).
+
+    The service starts a batch's longest compiles first and asks here before it estimates a
+    unit from its source. Kept per process, and for a disk cache also in ``durations.json`` at
+    its root (read once, merged and rewritten under ``durations.lock`` after a batch that
+    compiled, like ``counters.json``), so the next process orders its compiles by what this one
+    measured. It only orders work: an unreadable or damaged file is an empty one and a failed
+    write is dropped silently.
+    """
+
+    def __init__(self, path: Path | None):
+        self.path = path
+        self._lock = threading.Lock()
+        self._items: dict[str, tuple[float, int]] | None = None if path is not None else {}
+        self._unsaved: dict[str, tuple[float, int]] = {}
+
+    def lookup(self, names: list[str]) -> list[tuple[float, int] | None]:
+        with self._lock:
+            if self._items is None:
+                self._items = {**_read_durations(self.path), **self._unsaved}
+            return [self._items.get(name) for name in names]
+
+    def record(self, name: str, ms: float, size: int) -> None:
+        entry = (round(float(ms), 3), int(size))
+        with self._lock:
+            if self._items is not None:
+                self._items.pop(name, None)
+                self._items[name] = entry
+            if self.path is not None:
+                self._unsaved.pop(name, None)
+                self._unsaved[name] = entry
+
+    def save(self) -> bool:
+        """Merge what this process recorded into the file; True when there was nothing to write or it was written."""
+        with self._lock:
+            unsaved, self._unsaved = self._unsaved, {}
+        if not unsaved or self.path is None:
+            return True
+        try:
+            fd = os.open(self.path.with_name("durations.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                merged = _read_durations(self.path)
+                for name, entry in unsaved.items():
+                    merged.pop(name, None)
+                    merged[name] = entry
+                kept = dict(list(merged.items())[-DURATIONS_LIMIT:])
+                data = {"format": 1, "units": {name: list(entry) for name, entry in kept.items()}}
+                atomic_write(self.path, json.dumps(data, separators=(",", ":")).encode("utf-8"), durable=False)
+            finally:
+                os.close(fd)
+        except Exception:  # noqa: BLE001 - a scheduling hint must never fail a compile
+            with self._lock:  # keep them for the next batch, unless newer ones came meanwhile
+                self._unsaved = {**unsaved, **self._unsaved}
+            return False
+        return True
+
+
+def _read_durations(path: Path) -> dict[str, tuple[float, int]]:
+    data = _read_own_file(path)
+    if not isinstance(data, bytes):
+        return {}
+    try:
+        units = json.loads(data.decode("utf-8"))["units"]
+        found = {}
+        for name, (ms, size) in units.items():
+            if isinstance(name, str) and isinstance(ms, (int, float)) and isinstance(size, int) and 0 < ms < 1e8:
+                found[name] = (float(ms), size)
+        return found
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return {}
 
 
 class DiskCache:
@@ -236,6 +351,7 @@ class DiskCache:
         self.entries_dir = root / "cubin"
         self.locks_dir = root / "locks"
         self.failed_dir = root / "failed"
+        self.durations = Durations(root / DURATIONS_FILE)
         self._warned_write = False
 
     def path_for(self, key: str) -> Path:

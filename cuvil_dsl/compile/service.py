@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import concurrent.futures
 import functools
+import os
 import sys
 import threading
 import time
@@ -29,10 +30,11 @@ from cuvil_dsl import knobs
 from cuvil_dsl.compile import log as clog
 from cuvil_dsl.compile import nvcc, nvrtc
 from cuvil_dsl.compile.breaker import BREAKER
-from cuvil_dsl.compile.cache import MEMORY, DiskCache, cache_key, disk_cache
+from cuvil_dsl.compile.cache import MEMORY, DiskCache, Durations, cache_key, disk_cache
 from cuvil_dsl.compile.failures import Attempt, compile_error
 from cuvil_dsl.compile.ptxas import parse_report
-from cuvil_dsl.compile.units import BuildArtifact, CacheOutcome, CompiledUnit, CompileUnit, Compiler
+from cuvil_dsl.compile.units import (BuildArtifact, CacheOutcome, CompiledUnit, CompileUnit, Compiler,
+                                     estimated_compile_ms)
 from cuvil_dsl.diagnostics import InternalError, Span, UserError, error
 
 Progress = Callable[[int, int, str, bool], None]
@@ -383,6 +385,7 @@ def _compile_one(unit: CompileUnit, plan: _Plan, key: str | None = None) -> Comp
         clog.COUNTERS.add("compiles", artifact.compile_ms)
         if artifact.fallback:
             clog.COUNTERS.add("fallbacks")
+        _durations(plan).record(_duration_name(unit, plan), artifact.compile_ms, len(unit.source))
     else:
         clog.COUNTERS.add("memory_hits" if outcome == "hit-memory" else "disk_hits")
     _record(unit, plan, key, elapsed, outcome, artifact.compiler, artifact.compiler_version,
@@ -415,6 +418,80 @@ def _persist_at_exit(root: Path) -> None:
         _exit_roots.add(root)
 
 
+_LOCAL_DURATIONS = Durations(None)  # compile times when there is no disk cache to keep them in
+
+
+def _durations(plan: _Plan) -> Durations:
+    return plan.disk.durations if plan.disk is not None else _LOCAL_DURATIONS
+
+
+def _duration_name(unit: CompileUnit, plan: _Plan) -> str:
+    return f"{plan.arch_for(unit)} {unit.name}"
+
+
+def _longest_first(units: tuple[CompileUnit, ...], pending: list[int], keys: list[str], plan: _Plan) -> list[int]:
+    """``pending`` (indexes into ``units``) in the order to start them: longest expected compile first.
+
+    With more units than workers the last long compile to start bounds the batch, so it must
+    not wait behind short ones (LPT scheduling). Expected time: the duration recorded for the
+    same unit name and arch (:class:`Durations`) while its source length is within a factor 2
+    of the one measured, else :func:`estimated_compile_ms` from the source (scaled to the
+    recorded ones when a batch has both). A unit whose entry is already on disk is a load, not
+    a compile, and goes last. Ties keep input order.
+    """
+    expected: dict[int, float] = {}
+    guess: list[int] = []
+    disk = plan.disk
+    todo = [i for i in pending if disk is None or not os.path.isfile(disk.path_for(keys[i]))]
+    recorded = _durations(plan).lookup([_duration_name(units[i], plan) for i in todo]) if todo else []
+    for i, found in zip(todo, recorded):
+        if found is not None and 0.5 <= len(units[i].source) / max(found[1], 1) <= 2:
+            expected[i] = found[0]
+        else:
+            guess.append(i)
+    if guess:
+        scale = 1.0
+        if expected:  # recorded times are this machine's (and this load's): put the estimates on their scale
+            ratios = sorted(expected[i] / estimated_compile_ms(units[i].source) for i in expected)
+            scale = ratios[len(ratios) // 2]
+        for i in guess:
+            expected[i] = estimated_compile_ms(units[i].source) * scale
+    return sorted(pending, key=lambda i: -expected.get(i, 0.0))
+
+
+_ENV_NAMES: tuple[str, ...] = ()
+
+
+def _environment() -> tuple[str | None, ...]:
+    """The environment a batch's all-hit answer depends on, read raw: every knob that goes into
+    the cache key (``affects_binary``) and everything :func:`_plan` reads (the timeout, whose bad
+    value is an error, and where the disk cache is, whose counters the hits add to). The log
+    knob is not here: whether records are wanted is asked on every call."""
+    global _ENV_NAMES
+    if not _ENV_NAMES:
+        binary = {k.env for k in knobs.all_knobs().values() if k.affects_binary}
+        planned = {knobs.compile_timeout.env, knobs.disable_cache.env, knobs.cache_dir.env}
+        _ENV_NAMES = (*sorted(binary | planned), "XDG_CACHE_HOME", "HOME")
+    return tuple(map(os.environ.get, _ENV_NAMES))
+
+
+def _answer(results: tuple[CompiledUnit, ...], units: tuple[CompileUnit, ...],
+            progress: Progress | None) -> list[CompiledUnit]:
+    """A batch that was answered from memory before, answered again: the same results, counted and
+    reported as the all-hit path does (progress in input order)."""
+    _progress_state.started = time.perf_counter()
+    add = clog.COUNTERS.add
+    for _ in results:
+        add("memory_hits")
+    if progress is not None:
+        total = len(results)
+        for done, (unit, result) in enumerate(zip(units, results), 1):
+            _progress_state.last = result
+            progress(done, total, unit.name, True)
+    _progress_state.last = results[-1]
+    return list(results)
+
+
 def compile_units(
     units: Iterable[CompileUnit],
     arch: str,
@@ -432,10 +509,23 @@ def compile_units(
     A compile running past ``CUVIL_COMPILE_TIMEOUT`` is one of them (NVRTC's compile is
     cancelled through its flow callback, nvcc's process group killed). ``progress(done, total, unit_name, cache_hit)``
     is called on this thread after each unit.
+
+    With more units to compile than workers, the longest expected compiles start first
+    (:func:`_longest_first`). A call that repeats one whose units were all in memory gets the
+    same :class:`CompiledUnit` objects back without planning or hashing again (see
+    :meth:`MemoryCache.get_batch`); their ``compile_ms`` is that earlier hit's.
     """
-    units = list(units)
+    units = tuple(units)
     if not units:
         return []
+    options = tuple(options)
+    try:
+        memo: tuple | None = (units, arch, compiler, fallback, fast_math, options, _environment())
+        answer = MEMORY.get_batch(memo)
+    except TypeError:  # something unhashable among the arguments: take the long way, which reports it
+        memo = answer = None
+    if answer is not None and not clog.wanted():
+        return _answer(answer, units, progress)
     plan = _plan(arch, compiler, fallback, fast_math, options)
     for own in sorted({plan.arch_for(u) for u in units} - {arch}):
         _validate_arch(own, plan.supported, plan.who)
@@ -467,8 +557,9 @@ def compile_units(
             for i in pending:
                 finish(i, lambda i=i: _compile_one(units[i], plan, keys[i]))
         elif pending:
+            order = _longest_first(units, pending, keys, plan) if len(pending) > count else pending
             with ThreadPoolExecutor(count, thread_name_prefix="cuvil-compile") as pool:
-                futures = {pool.submit(_compile_one, units[i], plan, keys[i]): i for i in pending}
+                futures = {pool.submit(_compile_one, units[i], plan, keys[i]): i for i in order}
                 try:
                     for future in as_completed(futures):
                         finish(futures[future], future.result)
@@ -480,11 +571,18 @@ def compile_units(
         if plan.disk is not None:
             if touched_disk or failures:
                 clog.persist_counters(plan.disk.root)
+                plan.disk.durations.save()
             else:
                 _persist_at_exit(plan.disk.root)
     if failures:
         raise UserError([d for exc in failures for d in exc.diagnostics])
-    return [r for r in results if r is not None]
+    answered = tuple(r for r in results if r is not None)
+    # Remember only answers that came straight from memory (not a wait on another thread's
+    # compile, whose compile_ms is that wait), and only NVRTC's: nvcc is found on PATH, which the
+    # memo does not cover.
+    if memo is not None and not pending and plan.compiler == "nvrtc" and all(r.cache == "hit-memory" for r in answered):
+        MEMORY.put_batch(memo, tuple(keys), answered)
+    return list(answered)
 
 
 def emit_ptx(unit: CompileUnit, arch: str, *, fast_math: bool = False, options: Iterable[str] = ()) -> str:
