@@ -14,7 +14,7 @@ to wait for.
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -23,6 +23,7 @@ from cuvil_dsl.diagnostics import InternalError, RunFailure, Span
 from cuvil_dsl.ir import nodes as ir
 from cuvil_dsl.passes.plan import FusionPlan, GraphStep, HostStep, Launch
 from cuvil_dsl.reference.executor import HostHooks
+from cuvil_dsl.runtime import numba_light
 from cuvil_dsl.runtime.base import (
     Executor,
     KernelReport,
@@ -54,13 +55,50 @@ class _Kernel:
                              np.empty(p.size, dtype=p.dtype.numpy) for p in params if p.kind != "scalar")
         self.scalars: tuple[Param, ...] = tuple(p for p in params if p.kind == "scalar")
         self.args: tuple = ()
+        self.call: Callable = loaded.entry  # the dispatcher, or its compiled function (set_uniforms)
 
     def set_uniforms(self, uniforms: Mapping[str, object]) -> None:
         values = tuple(_UNIFORM_TYPE[p.dtype](uniforms[p.name]) for p in self.scalars)
         self.args = self.buffers + values
+        self.call = _compiled_entry(self.loaded.entry, self.args)
 
     def __call__(self) -> None:
-        self.loaded.entry(*self.args)
+        self.call(*self.args)
+
+
+def _compiled_entry(dispatcher, args: tuple) -> Callable:
+    """The compiled function the dispatcher would call for ``args``, or the dispatcher itself.
+
+    A kernel has one explicit signature, and its arguments never change type: the dispatcher
+    would type every argument of every call to choose that one overload (the first call
+    through ``typeof``, which imports ``numpy.ma`` to reject masked arrays: 10 ms of a warm
+    start). When ``args`` have exactly the signature's types, typed as numba's ``typeof``
+    does, the overload's entry point is called directly, the same function the dispatcher
+    calls; anything else (another type, an array subclass, another numba) keeps the
+    dispatcher, which converts or rejects as always.
+    """
+    try:
+        from numba.core import types
+        from numba.np import numpy_support
+
+        (overload,) = dispatcher.overloads.values()
+        expected = tuple(overload.signature.args)
+        entry = overload.entry_point
+        if len(args) != len(expected) or overload.objectmode or not callable(entry):
+            return dispatcher
+        for arg, want in zip(args, expected):
+            if type(arg) is np.ndarray:  # as numba's _typeof_ndarray (no subclass reaches here)
+                got = types.Array(numpy_support.from_dtype(arg.dtype), arg.ndim, numpy_support.map_layout(arg),
+                                  readonly=not arg.flags.writeable)
+            elif isinstance(arg, np.generic):
+                got = numpy_support.map_arrayscalar_type(arg)
+            else:
+                return dispatcher
+            if got != want:
+                return dispatcher
+        return entry
+    except Exception:  # whatever numba this is, the dispatcher is always right
+        return dispatcher
 
 
 def _flat_storage(view: np.ndarray, dtype: DType) -> np.ndarray:
@@ -99,8 +137,9 @@ class CpuExecutor(Executor):
         """Render the plan for ``sizes`` and load every kernel (numba compiles it, or loads its cache)."""
         directory = ModuleDirectory()
         try:
-            modules = [load_module(m, directory.path)
-                       for m in render_cpu(plan, dict(sizes), fast_math=target.fast_math)]
+            with numba_light.first_import():  # the whole first build, when it imports numba
+                modules = [load_module(m, directory.path)
+                           for m in render_cpu(plan, dict(sizes), fast_math=target.fast_math)]
         except BaseException:
             directory.close()
             raise

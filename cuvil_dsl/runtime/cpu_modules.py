@@ -10,6 +10,10 @@ file's modification time, and touching an intact file would throw its cache away
 The cache directory is the compile cache's, trusted the same way (owned by you, not
 writable by others: these files are imported as code); with the cache disabled or refused,
 modules go to a private temporary directory that lives as long as the executor.
+
+The process's first load imports numba; ``numba_light`` makes that import and the cache loads
+after it quicker (deferred modules, the collector paused, numba's runtime from a cache file
+``nrt-<key>.bin`` kept in the same directory).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from cuvil_dsl import knobs
 from cuvil_dsl.codegen.cpu import CpuModule
 from cuvil_dsl.compile.cache import atomic_write, disk_cache
 from cuvil_dsl.diagnostics import InternalError
+from cuvil_dsl.runtime import numba_light
 
 MODULE_PREFIX = "cuvil_dsl_cpu_"
 
@@ -69,19 +74,21 @@ def load_module(module: CpuModule, directory: Path) -> LoadedModule:
     data = module.source.encode("utf-8")
     if not path.is_file() or path.read_bytes() != data:
         atomic_write(path, data, durable=False)  # a torn file is caught by the comparison above
-    _load_caches_lightly()
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    code = importlib.util.module_from_spec(spec)
-    sys.modules[name] = code
-    started = time.perf_counter()
-    try:
-        spec.loader.exec_module(code)
-    except Exception as exc:
-        del sys.modules[name]
-        raise InternalError(f"kernel `{module.name}`: numba could not compile the generated module {path}: "
-                            f"{type(exc).__name__}: {exc}") from exc
-    compile_ms = (time.perf_counter() - started) * 1e3
+    with numba_light.first_import():  # a no-op once numba is imported
+        _load_caches_lightly()
+        numba_light.initialize_nrt(directory)  # a no-op once the NRT is initialised
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        code = importlib.util.module_from_spec(spec)
+        sys.modules[name] = code
+        started = time.perf_counter()
+        try:
+            spec.loader.exec_module(code)
+        except Exception as exc:
+            del sys.modules[name]
+            raise InternalError(f"kernel `{module.name}`: numba could not compile the generated module {path}: "
+                                f"{type(exc).__name__}: {exc}") from exc
+        compile_ms = (time.perf_counter() - started) * 1e3
     return LoadedModule(module, getattr(code, module.entry), path, compile_ms, _from_cache(code, name))
 
 
@@ -103,10 +110,12 @@ def _load_caches_lightly() -> None:
     and installs every typing and lowering registry numba has (about 250 modules' worth of
     declarations: 0.3-0.5 s, most of a warm start). Rebuilding a cached function needs none of
     them: it links the cached object code (NRT, the helper library and the threading layer
-    provide its symbols; the NRT is initialised here, the threading layer by the function's own
-    ``reload_init``) and wraps the entry point. A miss still compiles as before: numba's
-    compiler refreshes both contexts itself before it types anything. Only the functions of
-    our generated modules (``cuvil_dsl_cpu_*``) take this path.
+    provide its symbols; the NRT is initialised here, by ``numba_light.initialize_nrt`` before
+    the module runs or else by numba's ``rtsys.initialize``, the threading layer by the
+    function's own ``reload_init``) and wraps the entry point. A miss still compiles as before:
+    numba's compiler refreshes both contexts itself before it types anything (and the
+    collector, paused for the first load, runs again: ``numba_light.resume_gc``). Only the
+    functions of our generated modules (``cuvil_dsl_cpu_*``) take this path.
     """
     global _light
     if _light:
@@ -117,6 +126,7 @@ def _load_caches_lightly() -> None:
     _light = True
     internals = ("load_overload", "_load_overload", "_guard_against_spurious_io_errors")
     if not all(hasattr(caching.Cache, name) for name in internals) or not hasattr(rtsys, "initialize"):
+        numba_light.resume_gc()  # a miss would go unseen: never compile with the collector paused
         return  # another numba: its own (slower) cache load is always correct
 
     load_overload = caching.Cache.load_overload
@@ -127,7 +137,10 @@ def _load_caches_lightly() -> None:
             return load_overload(self, sig, target_context)
         rtsys.initialize(target_context)
         with self._guard_against_spurious_io_errors():
-            return self._load_overload(sig, target_context)
+            loaded = self._load_overload(sig, target_context)
+        if loaded is None:  # numba compiles it next: with the garbage collector on
+            numba_light.resume_gc()
+        return loaded
 
     light_load_overload.__wrapped__ = load_overload
     caching.Cache.load_overload = light_load_overload
