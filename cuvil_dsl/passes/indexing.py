@@ -159,7 +159,10 @@ def _row_map(op: ir.Op, layout_maps: dict, types: dict, domain: Shape, row_axis:
     if in_map is None or not _valid(x_shape, in_map, domain):
         return "its operand's shape cannot share the kernel's iteration space"
     axis = op.attr("axis", len(x_shape) - 1)
-    if row_axis is None or in_map[axis] != row_axis:
+    # a row of one element has no domain axis in the map (extents of 1 are never mapped): it runs
+    # along the kernel's row axis when that axis has extent 1 too
+    single = is_one(x_shape[axis]) and row_axis is not None and is_one(domain[row_axis]) and in_map[axis] is None
+    if row_axis is None or (in_map[axis] != row_axis and not single):
         return "it runs along another axis than the kernel's row operation"
     if op.op in REDUCE_OPS:
         if op.attr("keepdims"):

@@ -136,6 +136,8 @@ class ArenaLayout:
         """Names of the buffers whose bands differ from the canary; ``guard_bytes`` is the arena
         read at :attr:`guard_positions`."""
         bad = np.asarray(guard_bytes, dtype=np.uint8) != self._guard_expected
+        if not bad.any():  # the usual answer; np.unique would import numpy.ma on a process's first check
+            return []
         return [self.slots[i].name for i in np.unique(self._guard_owner[bad])]
 
     def snapshot(self, backend: str, image: np.ndarray) -> Snapshot:

@@ -238,3 +238,12 @@ def test_host_statements_become_steps():
         assert_finite(y)
     }""")
     assert [type(s) for s in plan.steps] == [Launch, HostStep, HostStep]
+
+
+def test_row_operation_along_an_axis_of_one_is_planned():
+    """A softmax of a keepdims sum runs along an axis of extent 1 (the hardening fuzzer's case):
+    planned like any row operation, not refused with an internal error."""
+    text = ("pipeline p(x: f32[N, N], v: f32[N]) -> y: f32[N, N] "
+            "{ t0 = cast(softmax(sum(x, axis=1, keepdims=true)), f16); y = x * 2 }")
+    plan, diags = plan_pipeline(check_source(text, "fuzz.cuvil").module.pipelines[0])
+    assert not [d for d in diags if d.is_error] and plan.kernels
