@@ -6,8 +6,9 @@ For each case the pipeline is loaded and bound as ``cuvil-dsl run`` does, planne
 the switch on and off, compiled (NVRTC, the compile service) and launched with CuPy in plan
 order on fresh random inputs; results are checked against the float64 reference
 (``cuvil_dsl.reference.execute``; for batches over 4, the first 2 batch entries) within the
-spec's tolerances, then the GEMM + softmax kernels are timed with CUDA events: warm-up, a
-256 MiB write between samples to flush L2, the median of ``--samples`` (>= 50).
+spec's tolerances, then the GEMM + softmax kernels are timed as ``cuvil-dsl bench`` times
+(``bench.timing.GpuTimer``: warm-up, L2 flushed and CUDA events around every sample, the queue
+kept full), the median of at least ``--samples`` (>= 50).
 
     python3 benchmarks/ab_attention.py [--samples 100]   # writes $OUT/ab_attention.md when OUT is set
 
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -29,6 +29,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from cuvil_dsl.bench.timing import CudaClock, GpuTimer, Settings  # noqa: E402
 
 ODD_BF16 = """# a bf16 case of odd sizes: M and N not multiples of any tile, K = 40 padded to 48
 pipeline attn_bf16_odd(q: bf16[B, M, D], k: bf16[B, N, D]) -> p: bf16[B, M, N] {
@@ -255,21 +257,13 @@ class Built:
             out[r.name] = data.view(dtype.numpy) if dtype is DType.BF16 else data.astype(bool) if dtype is DType.BOOL else data
         return out
 
-    def time_us(self, samples: int, flush) -> float:
+    def time_us(self, timer) -> float:
+        """Median device time of the timed kernels (``bench.timing.GpuTimer``: L2 flushed and
+        CUDA events around every sample, the queue kept full)."""
         import cupy
 
-        for _ in range(5):
-            self.run(only_timed=True)
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        times = []
-        for i in range(samples):
-            flush.fill(i & 0xFF)
-            start.record()
-            self.run(only_timed=True)
-            end.record()
-            end.synchronize()
-            times.append(cupy.cuda.get_elapsed_time(start, end) * 1000.0)
-        return statistics.median(times)
+        self.run(only_timed=True)
+        return timer.measure(lambda: self.run(only_timed=True), cupy.cuda.get_current_stream()).median_us
 
 
 def reference(pipeline, host: dict, params: dict, batch: int) -> tuple[dict, int | None]:
@@ -285,6 +279,8 @@ def reference(pipeline, host: dict, params: dict, batch: int) -> tuple[dict, int
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--samples", type=int, default=100)
+    parser.add_argument("--no-variants", action="store_true",
+                        help="skip VARIANTS (row band and generic, and CHECKED_VARIANTS, still run)")
     args = parser.parse_args(argv)
     samples = max(50, args.samples)
     try:
@@ -300,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     t0 = time.perf_counter()
-    flush = cupy.empty(256 << 20, dtype=np.uint8)
+    timer = GpuTimer(CudaClock(), Settings(budget_s=0.02, min_samples=samples, max_samples=max(samples, 200)))
     rows, notes, ok_all, variant_rows = [], [], True, []
     with tempfile.TemporaryDirectory() as tmp:
         for label, path in cases(Path(tmp)):
@@ -310,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
             want, first = reference(pipeline, host, binding.params, batch)
             timing, errors = {}, {}
             runs = [(True, None, "row band"), (False, None, "generic")]
-            if not rows:  # the first case: every variant too
+            if not rows and not args.no_variants:  # the first case: every variant too
                 runs += [(True, tuning, name) for name, tuning in VARIANTS]
             runs += [(True, tuning, name) for name, tuning in CHECKED_VARIANTS]
             prewarm(loaded, pipeline, binding, runs, arch)
@@ -330,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
                                      f"worst error {err:.3g} x tolerance")
                 key = band if tuning is None else name
                 errors[key] = worst
-                timing[key] = built.time_us(samples, flush)
+                timing[key] = built.time_us(timer)
                 notes.append(f"- {label}, {name}: {timing[key]:.1f} us, error {worst:.3f}; " + "; ".join(built.resources))
                 if tuning is not None and not rows:
                     variant_rows.append((name, tuning, timing[key], worst, "; ".join(built.resources)))

@@ -41,7 +41,9 @@ from cuvil_dsl.reference.executor import HostHooks  # noqa: E402
 # read one contiguous chunk (their unrolled vectors a block apart, not a grid stride apart). Round 3
 # measured (2026-11-30-h200-ab_rows-round3.md): softmax f16 256 threads 131.5/131.6 us against
 # 133.6/133.9 for 128 (default changed); elementwise chunked 132.8/132.9 against 133.1/133.2.
-# Round 4: the new softmax default, and elementwise block sizes around torch.compile's.
+# Round 4: the new softmax default, and elementwise block sizes around torch.compile's (measured:
+# 128 threads, chunked, 2 vectors 131.8 us, now the default; 2026-11-30-h200-ab_rows-round4.md).
+# Round 5: elementwise block sizes around the new default, and load qualifiers.
 ROW_VARIANTS = {
     "softmax_f16": [
         ("default (256 threads/row, min 4 blocks)", {}, {}),
@@ -54,12 +56,13 @@ ROW_VARIANTS = {
         ("default (128 threads/row, prefetch w,b)", {}, {}),
     ],
     "elementwise_f32": [
-        ("default (unroll 4, grid stride apart)", {}, {}),
-        ("chunked, unroll 4", {}, {"chunked": True}),
-        ("128 threads, chunked, unroll 2 (torch.compile's 1024-element blocks)", {},
-         {"threads": 128, "chunked": True, "unroll": 2}),
-        ("128 threads, chunked, unroll 4", {}, {"threads": 128, "chunked": True}),
-        ("512 threads, chunked, unroll 2", {}, {"threads": 512, "chunked": True, "unroll": 2}),
+        ("default (128 threads, chunked, 2 vectors)", {}, {}),
+        ("64 threads, chunked, 2 vectors", {}, {"threads": 64}),
+        ("128 threads, 1 vector", {}, {"unroll": 1}),
+        ("256 threads, 1 vector", {}, {"threads": 256, "unroll": 1}),
+        ("loads ld.global.nc", {}, {"load_hint": "nc"}),
+        ("loads ld.global.nc.L1::no_allocate", {}, {"load_hint": "nc_noalloc"}),
+        ("loads ld.global.L2::256B", {}, {"load_hint": "l2_256"}),
         ("default again", {}, {}),
     ],
 }

@@ -7,7 +7,8 @@ Builds ``y = gelu(a @ b + bias)`` (f16: a [M, K], b [K, N] row-major, bias [N]) 
 engine for 4096^3 and 1024 x 2048 x 512 (plus two check-only cases: ragged sizes, and b stored
 [N, K]), compiles with cuvil-dsl's compile service for sm_90a (registers, spills, HGMMA count
 printed), checks every kernel against a float64 CuPy reference (|y - ref| <= 2e-2 + 2e-2 |ref|),
-and times the ones that pass with CUDA events (warm-up, L2 flushed before every sample, median)
+and times the ones that pass as ``cuvil-dsl bench`` does (``bench.timing.GpuTimer``: warm-up, L2
+flushed and CUDA events around every sample, median)
 next to torch ``F.gelu(a @ b + bias)`` and ``cupy.matmul(a, b)``. A markdown table goes to stdout
 and to ``$OUT/ab_wgmma.md`` when OUT is set.
 
@@ -39,7 +40,6 @@ import argparse
 import faulthandler
 import os
 import re
-import statistics
 import sys
 import tempfile
 import time
@@ -48,6 +48,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cuvil_dsl.bench.timing import CudaClock, GpuTimer, Settings  # noqa: E402
 from cuvil_dsl.codegen.cuda_wgmma import gemm_bias_gelu_source  # noqa: E402
 from cuvil_dsl.compile import CompileUnit, compile_units  # noqa: E402
 
@@ -230,7 +231,7 @@ class Bench:
 
         self.cp = cp
         self.samples = samples
-        self.flush_buf = cp.empty(512 * 1024 * 1024 // 4, dtype=cp.float32)  # 512 MiB > L2
+        self.timer = GpuTimer(CudaClock(), Settings(budget_s=0.02, min_samples=samples, max_samples=max(samples, 200)))
         self.tmp = tempfile.mkdtemp(prefix="ab_wgmma_")
         try:
             import torch  # noqa: F401
@@ -239,24 +240,11 @@ class Bench:
         except Exception:
             self.torch = None
 
-    def flush(self):
-        self.flush_buf.fill(0)
-
     def time(self, fn) -> float:
-        cp = self.cp
-        for _ in range(3):
-            fn()
-        cp.cuda.runtime.deviceSynchronize()
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        times = []
-        for _ in range(self.samples):
-            self.flush()
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(cp.cuda.get_elapsed_time(start, end) * 1e3)
-        return statistics.median(times)
+        """Median device time of ``fn`` (``bench.timing.GpuTimer``: L2 flushed and CUDA events
+        around every sample, the queue kept full)."""
+        fn()
+        return self.timer.measure(fn, self.cp.cuda.get_current_stream()).median_us
 
     def load(self, k, u):
         cp = self.cp

@@ -40,6 +40,7 @@ STREAMING_BYTES = 128 << 20  # about twice an H100/H200 L2
 #   "threads": threads per block (a spec's `block` wins; default DEFAULT_THREADS);
 #   "chunked": with one block per chunk (waves 0), a thread's `unroll` vectors are a block apart
 #             inside its block's contiguous chunk, not a grid stride apart (default True);
+#   "load_hint": a key of LOAD_HINTS: 16-byte loads with those PTX qualifiers (default none);
 #   "streaming": evict-first loads and stores (ld/st.global.cs) of data read or written once
 #             (default: when the kernel moves at least STREAMING_BYTES).
 TUNING: dict = {}
@@ -55,6 +56,21 @@ template <typename T, int N>
 __device__ __forceinline__ void cvl_store_cs(T* dst, const T* src) {
     static_assert(N * sizeof(T) == 16, "one 16-byte vector");
     __stcs(reinterpret_cast<int4*>(dst), *reinterpret_cast<const int4*>(src));
+}
+"""
+
+# "load_hint" (A/B only): 16-byte loads with these PTX qualifiers (read-only path, L1 bypass, L2
+# sector prefetch) instead of plain ones
+LOAD_HINTS = {"nc": ".nc", "nc_noalloc": ".nc.L1::no_allocate", "l2_256": ".L2::256B",
+              "nc_noalloc_l2_256": ".nc.L1::no_allocate.L2::256B"}
+LOAD_HINT_HELPER = r"""
+template <typename T, int N>
+__device__ __forceinline__ void cvl_load_hinted(T* dst, const T* src) {
+    static_assert(N * sizeof(T) == 16, "one 16-byte vector");
+    uint4 v;
+    asm volatile("ld.globalQUALIFIERS.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(src));
+    *reinterpret_cast<uint4*>(dst) = v;
 }
 """
 
@@ -131,8 +147,15 @@ def render(k: CudaKernel, entry: str) -> Emitted:
     streaming = _streaming(k, total, accesses)
     helpers = []
 
+    hint = TUNING.get("load_hint")
+
     def copy(value: str, dst: str, src: str, load: bool, flat: bool) -> str:
         storage = k.storage(value)
+        if hint and load and vec * k.dtype(value).itemsize == 16:
+            helper = LOAD_HINT_HELPER.replace("QUALIFIERS", LOAD_HINTS[hint])
+            if helper not in helpers:
+                helpers.append(helper)
+            return f"cvl_load_hinted<{storage}, {vec}>({dst}, {src});"
         if streaming and flat and vec * k.dtype(value).itemsize == 16:
             if STREAM_HELPERS not in helpers:
                 helpers.append(STREAM_HELPERS)
