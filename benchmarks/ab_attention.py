@@ -3,8 +3,8 @@
 the default for 16-bit operands with K <= 128) against the generic template it replaced.
 
 For each case the pipeline is loaded and bound as ``cuvil-dsl run`` does, planned, rendered with
-the switch on and off, compiled (NVRTC, the compile service) and launched with CuPy in plan
-order on fresh random inputs; results are checked against the float64 reference
+the switch on and off, compiled (NVRTC, the compile service) and launched in plan order as the
+executor launches (argument cells, prebuilt parameter arrays) on fresh random inputs; results are checked against the float64 reference
 (``cuvil_dsl.reference.execute``; for batches over 4, the first 2 batch entries) within the
 spec's tolerances, then the GEMM + softmax kernels are timed as ``cuvil-dsl bench`` times
 (``bench.timing.GpuTimer``: warm-up, L2 flushed and CUDA events around every sample, the queue
@@ -92,6 +92,11 @@ VARIANTS = [
 # loop with stmatrix staging (predicted as the overlap above, 0-3 us less; with poly in the same build
 # the masked log_softmax program spills 40 bytes).
 CHECKED_VARIANTS = [
+    # the band on wgmma (cuda_matmul.render_band_wgmma; sm_90 only, elsewhere the mma.sync band):
+    # predicted 105-125 us on attention_f16 (the 64 HMMA + 24 ldmatrix issues of a step pair gone,
+    # A read by the tensor cores from shared memory; the exps and stores unchanged)
+    ("wgmma band, BN 128, 4 stages, 2 blocks/SM (all cases)", {"wgmma": (128, 4, 2)}),
+    ("wgmma band, BN 256, 3 stages, 1 block/SM (all cases)", {"wgmma": (256, 3, 1)}),
     ("poly exp2 for every element (all cases)", {"poly": (8, 8)}),
     ("overlap 16-row 4/SM + stmatrix (all cases)",
      {"overlap": True, "tile": (64, 64, 128), "min_blocks": 4, "stsm": True}),
@@ -180,10 +185,11 @@ class Built:
 
     def __init__(self, loaded, pipeline, binding, host: dict, row_band: bool, arch: str, tuning: dict | None = None):
         import cupy
-        from cupy_backends.cuda.api import driver
 
         from cuvil_dsl.compile import CompileUnit, compile_units
         from cuvil_dsl.reference.executor import eval_op
+        from cuvil_dsl.runtime.device import max_dynamic_shared_bytes
+        from cuvil_dsl.runtime.modules import ArgumentCells, load_kernels
         from cuvil_dsl.types import DType, concrete_shape
 
         sizes = binding.sizes
@@ -212,37 +218,31 @@ class Built:
         env = dict(binding.params)
         for op in plan.host_ops:
             env[op.out] = eval_op(op, env)
-        types = pipeline.value_types()
-
-        def scalar(value, dtype):
-            item = value.item() if hasattr(value, "item") else value
-            if dtype in (DType.F16, DType.BF16, DType.F32):
-                return np.float32(item)
-            return np.float64(item) if dtype is DType.F64 else np.int32(int(item))
-
+        # launched as the executor launches (argument cells, prebuilt parameter arrays): kernels may
+        # take TMA descriptors by value, which CuPy's kernel call cannot pass
+        self.cells = ArgumentCells()
+        for name, array in self.buffers.items():
+            self.cells.set_pointer(name, array.data.ptr)
+        loaded_kernels = load_kernels(rendered, units, self.cells, max_dynamic_shared_bytes())
+        self.cells.set_uniforms(env)
         by_name = {k.name: (k, u) for k, u in zip(rendered, units)}
         self.launches, self.resources = [], []
         for fused in plan.kernels:
             kernel, unit = by_name[fused.name]
-            module = cupy.cuda.function.Module()
-            module.load(unit.cubin)
-            fn = module.get_function(kernel.entry)
-            if kernel.shared_bytes > 48 * 1024:
-                driver.funcSetAttribute(fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                        kernel.shared_bytes)
-            args = tuple(self.buffers[a.name] if a.kind == "buffer" else scalar(env[a.name], types[a.name].dtype)
-                         for a in kernel.args)
             timed = fused.kind == "matmul_softmax"
-            self.launches.append((kernel, module, fn, args, timed))
+            self.launches.append((loaded_kernels[kernel.name], timed))
             if timed:
                 r = unit.resources[kernel.entry]
                 self.resources.append(f"{kernel.name}: {r.registers} regs, {r.spill_bytes} B spilled, "
                                       f"{kernel.shared_bytes} B smem, grid {kernel.grid[0]} x {kernel.block[0]}")
 
     def run(self, only_timed: bool = False) -> None:
-        for kernel, _module, fn, args, timed in self.launches:
+        import cupy
+
+        stream = cupy.cuda.get_current_stream().ptr
+        for kernel, timed in self.launches:
             if timed or not only_timed:
-                fn(kernel.grid, kernel.block, args, shared_mem=kernel.shared_bytes)
+                kernel.launch(stream)
 
     def results(self) -> dict[str, np.ndarray]:
         import cupy

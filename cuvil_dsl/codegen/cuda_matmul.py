@@ -52,6 +52,12 @@ from cuvil_dsl.types import DType
 # Render 16-bit GEMM + softmax kernels with a short K as row bands (see the module docstring);
 # False keeps every GEMM + softmax on the generic template (benchmarks/ab_attention.py compares).
 ROW_BAND = True
+# sm_90/sm_90a row bands on wgmma (see _GemmKernel.render_band_wgmma) instead of mma.sync, when
+# the band allows (16-bit K-major operands, K <= 64, one 16-bit output contiguous along N).
+# ROW_BAND_TUNING "wgmma": (BN, stages, min_blocks) of that kernel, and turns it on for A/B runs.
+# Off: correct, but 305 us against 147 us for the mma.sync band on attention_f16 (H200,
+# 2026-11-30): unstaged 4-byte stores and no overlap of wgmma with the exps (benchmarks/NOTES.md).
+ROW_BAND_WGMMA = False
 # 16-bit storage -> (its pair type, the intrinsic joining two rounded halves into one)
 PAIR = {DType.F16: ("__half2", "__halves2half2"), DType.BF16: ("__nv_bfloat162", "__halves2bfloat162")}
 LOG2E = "1.4426950408889634f"
@@ -128,6 +134,7 @@ __device__ __forceinline__ void cvl_ldsm_x4_at(unsigned (&r)[4], unsigned addr) 
 #   "poly": (statistics, write): in eighths, the share of each pass's per-element exps taken by
 #           ``cvl_ex2_fma`` (the FMA pipe) instead of the MUFU: elements whose index (ni * 2 + q) % 8 is
 #           below the number (spread over the tile so both pipes stay busy). Default (0, 0).
+#   "wgmma": (BN, stages, min_blocks): the band on wgmma where it applies (see ROW_BAND_WGMMA).
 ROW_BAND_TUNING: dict = {}
 
 
@@ -580,6 +587,112 @@ class _GemmKernel:
                        + (BAND_POLY_HELPER if any(self.poly) else "")
                        + (_stsm_helper() + STSM_PACK if self.band_stsm() else ""))
 
+    def band_wgmma_operands(self) -> bool:
+        """Whether :meth:`render_band_wgmma` can run this band (ROW_BAND_WGMMA on sm_90/sm_90a): both
+        operands K-major 16-bit with K <= 64 and 16-byte rows, at most one batch axis, each operand's
+        batch contiguous (its rows of all batches one 2-D tensor for TMA), one staged 16-bit output."""
+        wanted = ROW_BAND_WGMMA or "wgmma" in ROW_BAND_TUNING
+        if not wanted or self.k.arch not in cuda_wgmma.WGMMA_ARCHS or self.staged_store() is None:
+            return False
+        if len(self.p.domain) > 3 or self.k.config.overridden:
+            return False
+        for o in (self.a, self.b):
+            if not o.k_major or o.depth > 64 or o.depth % 8 or o.stride_k != 1 or o.stride_mn % 8 or o.dtype is not self.a.dtype:
+                return False
+            if len(o.batch) > 1 or any(st != o.extent * o.stride_mn for _axis, st in o.batch):
+                return False
+        return True
+
+    def render_band_wgmma(self, entry: str) -> Emitted:
+        """The row band on Hopper's wgmma: two consumer warpgroups own 128 rows (64 each, every
+        column), A (the band, all of K) is loaded once by TMA and read from shared memory by every
+        wgmma; B tiles (BN columns, all of K) stream through a ring of TMA stages. Each step is one
+        column tile: wait for its stage, ``__syncthreads`` (the stage refilled next was read by
+        the previous step's wgmma, retired by then), thread 0 refills, ``K / 16`` wgmma into fresh
+        accumulators, wait, then the band's epilogue on them (statistics pass, then write pass),
+        the same code as the mma.sync band (:meth:`band_statistics`, :meth:`band_merge`); the
+        write pass stores each pair of columns as one 32-bit store."""
+        k, a, b = self.k, self.a, self.b
+        bn, stages, min_blocks = ROW_BAND_TUNING.get("wgmma", (128, 4, 2))
+        wa = cuda_wgmma.WgmmaOperand("a", "", a.dtype, a.extent, 64, True, a.stride_mn, 1)
+        wb = cuda_wgmma.WgmmaOperand("b", "", b.dtype, b.extent, 64, True, b.stride_mn, 1)
+        eng = cuda_wgmma.WgmmaEngine(wa, wb, bm=128, bn=bn, stages=stages, pending=0, index_t=k.index_t)
+        self.eng, self.poly, self.stream = eng, (0, 0), False
+        self.mt, self.nt = -(-self.M // 128), -(-self.N // bn)
+        nt, S, steps = self.nt, stages, 2 * self.nt
+        self.fold = self.band_fold()
+        self.fold_log = self.fold is not None and k.dtype(self.softmax.out) in (DType.F16, DType.BF16)
+        k.config = replace(k.config, block=256, max_threads=256, min_blocks=min_blocks)
+        batches = {o.role: (element_count(self.p.domain[:-2]) if o.batch else 1) for o in (a, b)}
+        maps = {o.role: k.tensor_map(f"tma_{o.role}", o.buffer, (o.depth, o.extent * batches[o.role]),
+                                     o.stride_mn * 2, (64, 128 if o.role == "a" else bn)) for o in (a, b)}
+        eng.maps = maps
+        tile_a, tile_b = 128 * 128, bn * 128  # bytes: rows of 64 halves
+        ks = -(-a.depth // 16)
+        neg_inf = k.lang.literal(-math.inf, self.dtype)
+        row_a = f"{'bz * ' + str(self.M) + ' + ' if a.batch else ''}m0"
+        row_b = (f"{'bz * ' + str(self.N) + ' + ' if b.batch else ''}") + "({t}) % " + str(nt) + f" * {bn}"
+
+        def load_b(t: str) -> list[str]:
+            stage = f"({t}) % {S}"
+            return [f"    cvl_mbar_expect_tx(full0 + {stage} * 8, {tile_b}u);",
+                    f"    cvl_tma_2d(sb + {stage} * {tile_b}u, {maps['b']}, 0, {row_b.format(t=t)}, full0 + {stage} * 8);"]
+
+        body = [
+            "extern __shared__ __align__(1024) unsigned char cvl_smem[];",
+            "const unsigned smem0 = (cvl_smem_addr(cvl_smem) + 1023u) & ~1023u;",
+            "const unsigned sa = smem0;  // the A band: 128 rows x 64 of K",
+            f"const unsigned sb = smem0 + {tile_a}u;  // {S} B tiles of {bn} rows",
+            "const int lane = threadIdx.x % 32;", "const int wg = threadIdx.x / 128;", "const int wl = (threadIdx.x / 32) % 4;",
+            f"const unsigned long long desc_a = cvl_wgmma_desc(sa + wg * {64 * 128}u, 16u, 1024u);",
+            "const unsigned long long desc_b = cvl_wgmma_desc(sb, 16u, 1024u);",
+            f"float acc[{eng.regs}];",
+            f"__shared__ __align__(8) unsigned long long cvl_full[{S + 1}];  // B stages, then A",
+            "const unsigned full0 = cvl_smem_addr(cvl_full);",
+            f"const int mt = blockIdx.x % {self.mt};", f"const int bz = blockIdx.x / {self.mt};", "(void)bz;",
+            *self.batch_coords(),
+            "const int m0 = mt * 128;",
+            "if (threadIdx.x == 0) {",
+            f"    for (int s = 0; s <= {S}; ++s) cvl_mbar_init(full0 + s * 8, 1);",
+            "    asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");",
+            f"    cvl_mbar_expect_tx(full0 + {S * 8}, {tile_a}u);",
+            f"    cvl_tma_2d(sa, {maps['a']}, 0, {row_a}, full0 + {S * 8});",
+            f"    for (int t = 0; t < {min(S - 1, steps)}; ++t) {{", *load_b("t"), "    }",
+            "}",
+            "__syncthreads();",
+            f"float row_max[{eng.slots}], row_sum[{eng.slots}], row_base[{eng.slots}], row_norm[{eng.slots}];",
+            "#pragma unroll", f"for (int r = 0; r < {eng.slots}; ++r) {{",
+            f"    row_max[r] = {neg_inf};", "    row_sum[r] = 0.0f;", "}",
+        ]
+        if self.fold is not None:
+            u = self.fold or "1.0f"
+            body += [f"const float band_c = {u} * {LOG2E};  // exp(acc * u) = 2^(acc * band_c)",
+                     f"const float band_abs = fabsf({u});", f"const bool band_flip = {u} < 0.0f;"]
+        body += [f"cvl_mbar_wait(full0 + {S * 8}, 0);  // the band is in"]
+        staged = self.staged_store()
+        pre: list[str] = []
+        w = self.walk(pre, ("row_max", "row_norm"), unrounded_softmax=staged.value == self.softmax.out)
+        value = w.value(staged.value, staged.map)
+        pair, pack = ("__half2", "__floats2half2_rn") if k.dtype(staged.value) is DType.F16 else ("__nv_bfloat162", "__floats2bfloat162_rn")
+        target = f"{k.names[staged.value]}[{k.offset(staged.value, staged.map, self.coord)}]"
+        store = self.guarded([f"*reinterpret_cast<{pair}*>(&{target}) = {pack}(ACC0, ACC1);"])
+        write = [*eng.elements("m0", "n0", self.guarded([*pre, f"ACC = {value};"])), *eng.pairs("m0", "n0", store)]
+        epilogue = [f"const int n0 = step % {nt} * {bn};",
+                    f"if (step < {nt}) {{", *indent(self.band_statistics(neg_inf)),
+                    f"    if (step == {nt - 1}) {{", *indent(self.band_merge(), 2), "    }",
+                    "} else {", *indent(write), "}"]
+        loop = [f"cvl_mbar_wait(full0 + (step % {S}) * 8, (step / {S}) & 1);", "__syncthreads();",
+                f"if (threadIdx.x == 0 && step + {S - 1} < {steps}) {{", *load_b(f"step + {S - 1}"), "}",
+                *eng.zero(), "cvl_wgmma_pin(acc);", "cvl_wgmma_fence();", "#pragma unroll",
+                f"for (int kk = 0; kk < {ks}; ++kk)",
+                f"    cvl_wgmma(acc, desc_a + ((kk * 32) >> 4), desc_b + (((step % {S}) * {tile_b} + kk * 32) >> 4));",
+                "cvl_wgmma_commit();", "cvl_wgmma_wait<0>();", "cvl_wgmma_pin(acc);", *epilogue]
+        body += ["#pragma unroll 1", f"for (int step = 0; step < {steps}; ++step) {{", *indent(loop), "}"]
+        lines = [*k.signature(entry, 256), *indent(body), "}"]
+        shared = tile_a + S * tile_b + 1024
+        return Emitted(lines, (self.batch * self.mt, 1, 1), (256, 1, 1), shared,
+                       eng.helpers() + BAND_HELPERS, eng.options)
+
     def band_overlapped(self, steps: int, S: int, load_b, compute: list[str], epilogue: list[str]) -> list[str]:
         """ROW_BAND_TUNING "overlap": two accumulator sets; the mma of column tile t + 1 is issued before
         the exps and stores of tile t, so the tensor pipe runs while the MUFU and FMA pipes work on the
@@ -801,6 +914,8 @@ def _band_tuned(config):
 
 def render(k: CudaKernel, entry: str) -> Emitted:
     g = _GemmKernel(k)
+    if g.band and g.band_wgmma_operands():
+        return g.render_band_wgmma(entry)
     if g.band:
         return g.render_band(entry)
     return g.render_softmax(entry) if g.softmax is not None else g.render_plain(entry)

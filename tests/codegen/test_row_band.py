@@ -292,3 +292,36 @@ def test_stmatrix_staging(monkeypatch, tmp_path):
         assert count_instructions(sass, r"STS(\.\w+)* ") == 0
     (k80,) = _render(BENCH, "sm_80")
     assert "cvl_stsm_x4" not in k80.source
+
+
+@pytest.mark.parametrize("tune", [(128, 4, 2), (256, 3, 1)])
+def test_wgmma_band_loads_by_tma_and_compiles_without_spills(monkeypatch, tmp_path, tune):
+    """ROW_BAND_TUNING "wgmma" (or ROW_BAND_WGMMA): the band on sm_90a wgmma, both operands by TMA
+    (batches flattened into one 2-D map each), the same statistics and write passes."""
+    monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", {"wgmma": tune})
+    (k,) = _render(BENCH)
+    bn, stages, min_blocks = tune
+    maps = {a.name: a.tensor_map for a in k.args if a.kind == "tensormap"}
+    assert maps["tma_a"].dims == (64, 32 * 2048) and maps["tma_a"].box == (64, 128)
+    assert maps["tma_b"].dims == (64, 32 * 2048) and maps["tma_b"].box == (64, bn)
+    body = k.source.split('extern "C"')[1]
+    assert f"__launch_bounds__(256, {min_blocks})" in body and k.grid == (32 * 2048 // 128, 1, 1)
+    assert "cvl_wgmma(acc" in body and "cvl_mma(" not in body and "log2f(total)" in body
+    assert k.shared_bytes == 128 * 128 + stages * bn * 128 + 1024
+    from cuvil_dsl.compile import CompileUnit, compile_units, nvrtc
+
+    try:
+        nvrtc.library()
+    except nvrtc.NvrtcUnavailable as exc:
+        pytest.skip(str(exc))
+    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
+    (u,) = compile_units([CompileUnit(k.entry, k.source, (k.entry,), k.options)], "sm_90", fallback="none")
+    r = u.resources[k.entry]
+    assert u.arch == "sm_90a" and r.spill_bytes == 0 and r.stack_bytes == 0
+
+
+def test_wgmma_band_is_off_by_default_and_on_sm_80():
+    (k,) = _render(BENCH)
+    assert "cvl_wgmma(" not in k.source
+    (k80,) = _render(BENCH, "sm_80")
+    assert "cvl_wgmma(" not in k80.source
