@@ -211,7 +211,7 @@ class _GemmKernel:
                 mx, total = f"{stats[0]}[slot]", f"{stats[1]}[slot]"
                 exp, log = k.lang.function("exp", self.dtype), k.lang.function("log", self.dtype)
                 if self.band and self.fold is not None:  # row_base holds log2(sum) too when fold_log
-                    expr = self.band_ex2(1, "fmaf(ACC, band_c, -row_base[slot])") + ("" if self.fold_log else f" * {total}")
+                    expr = self.band_ex2(1, f"fmaf({acc}, band_c, -row_base[slot])") + ("" if self.fold_log else f" * {total}")
                 elif self.band:
                     expr = (self.band_ex2(1, f"fmaf({x}, {LOG2E}, -row_base[slot])") + f" * {total}" if self.softmax.op == "softmax"
                             else f"({x} - {mx}) - {total}")
@@ -606,14 +606,18 @@ class _GemmKernel:
     def render_band_wgmma(self, entry: str) -> Emitted:
         """The row band on Hopper's wgmma: two consumer warpgroups own 128 rows (64 each, every
         column), A (the band, all of K) is loaded once by TMA and read from shared memory by every
-        wgmma; B tiles (BN columns, all of K) stream through a ring of TMA stages. Each step is one
-        column tile: wait for its stage, ``__syncthreads`` (the stage refilled next was read by
-        the previous step's wgmma, retired by then), thread 0 refills, ``K / 16`` wgmma into fresh
-        accumulators, wait, then the band's epilogue on them (statistics pass, then write pass),
-        the same code as the mma.sync band (:meth:`band_statistics`, :meth:`band_merge`); the
-        write pass stores each pair of columns as one 32-bit store."""
+        wgmma; B tiles (BN columns, all of K) stream through a ring of ``S`` TMA stages.
+
+        Two accumulator sets: column tile ``t + 1``'s wgmma is issued (asynchronously) before tile
+        ``t``'s epilogue runs, so the tensor cores work while the exps do. Step ``t``: wait for tile
+        ``t + 1``'s stage and issue its wgmma; wait until only that group is in flight (tile ``t``
+        retired); ``__syncthreads`` (every warpgroup retired tile ``t``); thread 0 refills tile
+        ``t``'s stage with tile ``t + S``; then tile ``t``'s epilogue: the mma.sync band's
+        statistics pass (:meth:`band_statistics`, :meth:`band_merge`), or its write pass with each
+        warp's output tile staged in shared memory and written as coalesced 16-byte streaming stores.
+        """
         k, a, b = self.k, self.a, self.b
-        bn, stages, min_blocks = ROW_BAND_TUNING.get("wgmma", (128, 4, 2))
+        bn, stages, min_blocks = ROW_BAND_TUNING.get("wgmma", (64, 4, 2))
         wa = cuda_wgmma.WgmmaOperand("a", "", a.dtype, a.extent, 64, True, a.stride_mn, 1)
         wb = cuda_wgmma.WgmmaOperand("b", "", b.dtype, b.extent, 64, True, b.stride_mn, 1)
         eng = cuda_wgmma.WgmmaEngine(wa, wb, bm=128, bn=bn, stages=stages, pending=0, index_t=k.index_t)
@@ -628,6 +632,8 @@ class _GemmKernel:
                                      o.stride_mn * 2, (64, 128 if o.role == "a" else bn)) for o in (a, b)}
         eng.maps = maps
         tile_a, tile_b = 128 * 128, bn * 128  # bytes: rows of 64 halves
+        lds = bn + 8  # staging row, in halves (16 bytes of padding against bank conflicts)
+        stage_out = 8 * 16 * lds * 2  # 8 warps x 16 rows
         ks = -(-a.depth // 16)
         neg_inf = k.lang.literal(-math.inf, self.dtype)
         row_a = f"{'bz * ' + str(self.M) + ' + ' if a.batch else ''}m0"
@@ -638,15 +644,25 @@ class _GemmKernel:
             return [f"    cvl_mbar_expect_tx(full0 + {stage} * 8, {tile_b}u);",
                     f"    cvl_tma_2d(sb + {stage} * {tile_b}u, {maps['b']}, 0, {row_b.format(t=t)}, full0 + {stage} * 8);"]
 
+        def issue(t: str, acc: str) -> list[str]:  # tile t's wgmma into acc (waits for its stage)
+            db = f"desc_b + (((({t}) % {S}) * {tile_b} + kk * 32) >> 4)"
+            return [f"cvl_mbar_wait(full0 + (({t}) % {S}) * 8, (({t}) / {S}) & 1);", "cvl_wgmma_fence();",
+                    "{", "    const int kk = 0;", f"    cvl_wgmma_set({acc}, desc_a, {db});", "}",
+                    "#pragma unroll", f"for (int kk = 1; kk < {ks}; ++kk)",
+                    f"    cvl_wgmma({acc}, desc_a + ((kk * 32) >> 4), {db});",
+                    "cvl_wgmma_commit();"]
+
         body = [
             "extern __shared__ __align__(1024) unsigned char cvl_smem[];",
             "const unsigned smem0 = (cvl_smem_addr(cvl_smem) + 1023u) & ~1023u;",
             "const unsigned sa = smem0;  // the A band: 128 rows x 64 of K",
             f"const unsigned sb = smem0 + {tile_a}u;  // {S} B tiles of {bn} rows",
+            f"{eng.storage}* const so = reinterpret_cast<{eng.storage}*>(cvl_smem + (smem0 - cvl_smem_addr(cvl_smem))"
+            f" + {tile_a + S * tile_b}) + (threadIdx.x / 32) * {16 * lds};  // this warp's 16 staging rows",
             "const int lane = threadIdx.x % 32;", "const int wg = threadIdx.x / 128;", "const int wl = (threadIdx.x / 32) % 4;",
             f"const unsigned long long desc_a = cvl_wgmma_desc(sa + wg * {64 * 128}u, 16u, 1024u);",
             "const unsigned long long desc_b = cvl_wgmma_desc(sb, 16u, 1024u);",
-            f"float acc[{eng.regs}];",
+            f"float acc_even[{eng.regs}], acc_odd[{eng.regs}];  // even and odd column steps",
             f"__shared__ __align__(8) unsigned long long cvl_full[{S + 1}];  // B stages, then A",
             "const unsigned full0 = cvl_smem_addr(cvl_full);",
             f"const int mt = blockIdx.x % {self.mt};", f"const int bz = blockIdx.x / {self.mt};", "(void)bz;",
@@ -657,7 +673,7 @@ class _GemmKernel:
             "    asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");",
             f"    cvl_mbar_expect_tx(full0 + {S * 8}, {tile_a}u);",
             f"    cvl_tma_2d(sa, {maps['a']}, 0, {row_a}, full0 + {S * 8});",
-            f"    for (int t = 0; t < {min(S - 1, steps)}; ++t) {{", *load_b("t"), "    }",
+            f"    for (int t = 0; t < {min(S, steps)}; ++t) {{", *load_b("t"), "    }",
             "}",
             "__syncthreads();",
             f"float row_max[{eng.slots}], row_sum[{eng.slots}], row_base[{eng.slots}], row_norm[{eng.slots}];",
@@ -668,30 +684,53 @@ class _GemmKernel:
             u = self.fold or "1.0f"
             body += [f"const float band_c = {u} * {LOG2E};  // exp(acc * u) = 2^(acc * band_c)",
                      f"const float band_abs = fabsf({u});", f"const bool band_flip = {u} < 0.0f;"]
-        body += [f"cvl_mbar_wait(full0 + {S * 8}, 0);  // the band is in"]
+        body += [f"cvl_mbar_wait(full0 + {S * 8}, 0);  // the band is in", *issue("0", "acc_even")]
         staged = self.staged_store()
-        pre: list[str] = []
-        w = self.walk(pre, ("row_max", "row_norm"), unrounded_softmax=staged.value == self.softmax.out)
-        value = w.value(staged.value, staged.map)
-        pair, pack = ("__half2", "__floats2half2_rn") if k.dtype(staged.value) is DType.F16 else ("__nv_bfloat162", "__floats2bfloat162_rn")
+        pair, pack = (("__half2", "__floats2half2_rn") if k.dtype(staged.value) is DType.F16
+                      else ("__nv_bfloat162", "__floats2bfloat162_rn"))
+        per_row = bn // 8  # 16-byte chunks of a staged row
         target = f"{k.names[staged.value]}[{k.offset(staged.value, staged.map, self.coord)}]"
-        store = self.guarded([f"*reinterpret_cast<{pair}*>(&{target}) = {pack}(ACC0, ACC1);"])
-        write = [*eng.elements("m0", "n0", self.guarded([*pre, f"ACC = {value};"])), *eng.pairs("m0", "n0", store)]
+        guard = " && ".join(([f"m < {self.M}"] if self.M % 128 else []) + ([f"n < {self.N}"] if self.N % bn else []))
+        copy = ["#pragma unroll", f"for (int i = 0; i < {16 * per_row // 32}; ++i) {{",
+                "    const int c = i * 32 + lane;", f"    const int r = c / {per_row};",
+                "    const int m = m0 + wg * 64 + wl * 16 + r;", f"    const int n = n0 + c % {per_row} * 8;",
+                f"    {'if (' + guard + ') ' if guard else ''}__stcs(reinterpret_cast<uint4*>(&{target}), "
+                f"*reinterpret_cast<const uint4*>(so + r * {lds} + c % {per_row} * 8));", "}"]
+        # each pair of columns straight from the accumulators into the staging rows: no accumulator
+        # is written while the next tile's wgmma is in flight (ptxas would serialise the wgmma)
+        pre1: list[str] = []
+        rank = len(self.p.domain)
+        w1 = self.walk(pre1, ("row_max", "row_norm"), unrounded_softmax=staged.value == self.softmax.out, acc="ACC1",
+                       coord=lambda d: "(n + 1)" if d == rank - 1 else self.coord(d))
+        pre0: list[str] = []
+        w0 = self.walk(pre0, ("row_max", "row_norm"), unrounded_softmax=staged.value == self.softmax.out, acc="ACC0")
+        v0, v1 = w0.value(staged.value, staged.map), w1.value(staged.value, staged.map)
+        write = ["__syncwarp();  // the warp's previous tile is out of its staging rows",
+                 *eng.pairs("m0", "n0", self.guarded([*pre0, *pre1,
+                            f"*reinterpret_cast<{pair}*>(so + (lane / 4 + h * 8) * {lds} + ni * 8 + lane % 4 * 2) = "
+                            f"{pack}({v0}, {v1});"])),
+                 "__syncwarp();", *copy]
         epilogue = [f"const int n0 = step % {nt} * {bn};",
                     f"if (step < {nt}) {{", *indent(self.band_statistics(neg_inf)),
                     f"    if (step == {nt - 1}) {{", *indent(self.band_merge(), 2), "    }",
                     "} else {", *indent(write), "}"]
-        loop = [f"cvl_mbar_wait(full0 + (step % {S}) * 8, (step / {S}) & 1);", "__syncthreads();",
-                f"if (threadIdx.x == 0 && step + {S - 1} < {steps}) {{", *load_b(f"step + {S - 1}"), "}",
-                *eng.zero(), "cvl_wgmma_pin(acc);", "cvl_wgmma_fence();", "#pragma unroll",
-                f"for (int kk = 0; kk < {ks}; ++kk)",
-                f"    cvl_wgmma(acc, desc_a + ((kk * 32) >> 4), desc_b + (((step % {S}) * {tile_b} + kk * 32) >> 4));",
-                "cvl_wgmma_commit();", "cvl_wgmma_wait<0>();", "cvl_wgmma_pin(acc);", *epilogue]
-        body += ["#pragma unroll 1", f"for (int step = 0; step < {steps}; ++step) {{", *indent(loop), "}"]
+
+        def half(t: str, cur: str, nxt: str) -> list[str]:  # step t: epilogue of cur, wgmma of t + 1 into nxt
+            return ["{", f"    const int step = {t};",
+                    f"    if (step + 1 < {steps}) {{", *indent(issue("step + 1", nxt), 2),
+                    "        cvl_wgmma_wait<1>();", "    } else {", "        cvl_wgmma_wait<0>();", "    }",
+                    f"    cvl_wgmma_pin({cur});", "    __syncthreads();  // every warpgroup retired this tile's wgmma",
+                    f"    if (threadIdx.x == 0 && step + {S} < {steps}) {{", *indent(load_b(f"step + {S}")), "    }",
+                    f"    float (&acc)[{eng.regs}] = {cur};", *indent(epilogue), "}"]
+
+        body += ["#pragma unroll 1", f"for (int pair_step = 0; pair_step < {steps}; pair_step += 2) {{",
+                 *indent(half("pair_step", "acc_even", "acc_odd")),
+                 f"    if (pair_step + 1 < {steps}) {{", *indent(half("pair_step + 1", "acc_odd", "acc_even"), 2), "    }",
+                 "}"]
         lines = [*k.signature(entry, 256), *indent(body), "}"]
-        shared = tile_a + S * tile_b + 1024
+        shared = tile_a + S * tile_b + stage_out + 1024
         return Emitted(lines, (self.batch * self.mt, 1, 1), (256, 1, 1), shared,
-                       eng.helpers() + BAND_HELPERS, eng.options)
+                       eng.helpers() + eng.set_helper() + BAND_HELPERS, eng.options)
 
     def band_overlapped(self, steps: int, S: int, load_b, compute: list[str], epilogue: list[str]) -> list[str]:
         """ROW_BAND_TUNING "overlap": two accumulator sets; the mma of column tile t + 1 is issued before

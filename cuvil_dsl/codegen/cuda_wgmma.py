@@ -305,6 +305,12 @@ __device__ __forceinline__ void cvl_wgmma_pin(float (&d)[{n}]) {{
 }}
 """
 
+    def set_helper(self) -> str:
+        """``cvl_wgmma_set``: the wgmma of :meth:`_mma_helper` with scale-d 0 (D = A * B, the old D
+        unread), so a fresh tile needs no zeroing of registers a wgmma in flight may own."""
+        return self._mma_helper().split("// Pins")[0].replace("cvl_wgmma(", "cvl_wgmma_set(").replace(
+            '"n"(1)', '"n"(0)').replace(" += A", " = A")
+
     def setup(self) -> list[str]:
         a, b = self.a, self.b
         la, sa_ = self.offsets(a)
