@@ -217,7 +217,7 @@ class _Call:
     repeat: object = None  # the CUDA repeat call's short path (CompiledPipeline._repeat_cuda), once it applies
 
     def matches(self, args: tuple, named: dict) -> bool:
-        if len(args) != len(self.args) or (named and tuple(named) != self.named) or (not named and self.named):
+        if len(args) != len(self.args) or tuple(named) != self.named:
             return False
         for a, b in zip(args, self.args):
             if a is not b:

@@ -515,13 +515,7 @@ class _GemmKernel:
         body += [f"const int m0 = mt * {eng.bm};",
                  f"const {k.storage(a.buffer)}* pa = {a.pointer} + {batch_offset(k, a)};",
                  f"const {k.storage(b.buffer)}* pb = {b.pointer} + {batch_offset(k, b)};",
-                 f"float row_max[{eng.slots}], row_sum[{eng.slots}], row_base[{eng.slots}], row_norm[{eng.slots}];",
-                 "#pragma unroll", f"for (int r = 0; r < {eng.slots}; ++r) {{",
-                 f"    row_max[r] = {neg_inf};", "    row_sum[r] = 0.0f;", "}"]
-        if self.fold is not None:
-            u = self.fold or "1.0f"
-            body += [f"const float band_c = {u} * {LOG2E};  // exp(acc * u) = 2^(acc * band_c)",
-                     f"const float band_abs = fabsf({u});", f"const bool band_flip = {u} < 0.0f;"]
+                 *self.band_state(neg_inf)]
         b_elems = eng.tile_elems(b)
         if stream:
             rows_per = eng.threads // per_row_b  # B rows one pass of the block's threads covers
@@ -586,6 +580,18 @@ class _GemmKernel:
                        eng.helpers() + BAND_HELPERS + (BAND_STREAM_HELPER if stream else "")
                        + (BAND_POLY_HELPER if any(self.poly) else "")
                        + (_stsm_helper() + STSM_PACK if self.band_stsm() else ""))
+
+    def band_state(self, neg_inf: str) -> list[str]:
+        """The band's per-thread row statistics (and, when the scale folds, its constants)."""
+        slots = self.eng.slots
+        lines = [f"float row_max[{slots}], row_sum[{slots}], row_base[{slots}], row_norm[{slots}];",
+                 "#pragma unroll", f"for (int r = 0; r < {slots}; ++r) {{",
+                 f"    row_max[r] = {neg_inf};", "    row_sum[r] = 0.0f;", "}"]
+        if self.fold is not None:
+            u = self.fold or "1.0f"
+            lines += [f"const float band_c = {u} * {LOG2E};  // exp(acc * u) = 2^(acc * band_c)",
+                      f"const float band_abs = fabsf({u});", f"const bool band_flip = {u} < 0.0f;"]
+        return lines
 
     def band_wgmma_operands(self) -> bool:
         """Whether :meth:`render_band_wgmma` can run this band (ROW_BAND_WGMMA on sm_90/sm_90a): both
@@ -676,14 +682,8 @@ class _GemmKernel:
             f"    for (int t = 0; t < {min(S, steps)}; ++t) {{", *load_b("t"), "    }",
             "}",
             "__syncthreads();",
-            f"float row_max[{eng.slots}], row_sum[{eng.slots}], row_base[{eng.slots}], row_norm[{eng.slots}];",
-            "#pragma unroll", f"for (int r = 0; r < {eng.slots}; ++r) {{",
-            f"    row_max[r] = {neg_inf};", "    row_sum[r] = 0.0f;", "}",
+            *self.band_state(neg_inf),
         ]
-        if self.fold is not None:
-            u = self.fold or "1.0f"
-            body += [f"const float band_c = {u} * {LOG2E};  // exp(acc * u) = 2^(acc * band_c)",
-                     f"const float band_abs = fabsf({u});", f"const bool band_flip = {u} < 0.0f;"]
         body += [f"cvl_mbar_wait(full0 + {S * 8}, 0);  // the band is in", *issue("0", "acc_even")]
         staged = self.staged_store()
         pair, pack = (("__half2", "__floats2half2_rn") if k.dtype(staged.value) is DType.F16
@@ -691,11 +691,9 @@ class _GemmKernel:
         per_row = bn // 8  # 16-byte chunks of a staged row
         target = f"{k.names[staged.value]}[{k.offset(staged.value, staged.map, self.coord)}]"
         guard = " && ".join(([f"m < {self.M}"] if self.M % 128 else []) + ([f"n < {self.N}"] if self.N % bn else []))
-        copy = ["#pragma unroll", f"for (int i = 0; i < {16 * per_row // 32}; ++i) {{",
-                "    const int c = i * 32 + lane;", f"    const int r = c / {per_row};",
-                "    const int m = m0 + wg * 64 + wl * 16 + r;", f"    const int n = n0 + c % {per_row} * 8;",
-                f"    {'if (' + guard + ') ' if guard else ''}__stcs(reinterpret_cast<uint4*>(&{target}), "
-                f"*reinterpret_cast<const uint4*>(so + r * {lds} + c % {per_row} * 8));", "}"]
+        copy = staged_rows_copy("m0 + wg * 64 + wl * 16", per_row, 16 * per_row // 32, guard,
+                                f"__stcs(reinterpret_cast<uint4*>(&{target}), "
+                                f"*reinterpret_cast<const uint4*>(so + r * {lds} + c % {per_row} * 8));")
         # each pair of columns straight from the accumulators into the staging rows: no accumulator
         # is written while the next tile's wgmma is in flight (ptxas would serialise the wgmma)
         pre1: list[str] = []
@@ -911,10 +909,7 @@ class _GemmKernel:
                     "#pragma unroll", f"for (int i = 0; i < {iters}; ++i)",
                     f"    {'if (' + ' && '.join(tests) + ') ' if tests else ''}{store}"]
         else:
-            copy = ["#pragma unroll", f"for (int i = 0; i < {iters}; ++i) {{",
-                    "    const int c = i * 32 + lane;", f"    const int r = c / {per_row};",
-                    "    const int m = m0 + wm + r;", f"    const int n = n0 + c % {per_row} * 8;",
-                    *(indent([f"if ({guard}) {store}"]) if guard else indent([store])), "}"]
+            copy = staged_rows_copy("m0 + wm", per_row, iters, guard, store)
         return [
             *eng.elements("m0", "n0", self.guarded([*pre, f"ACC = {value};"])),
             f"{ost}* const so = reinterpret_cast<{ost}*>(cvl_smem);  // the warp's rows of the band",
@@ -923,6 +918,16 @@ class _GemmKernel:
             "__syncwarp();",
             *copy,
         ]
+
+
+def staged_rows_copy(first_row: str, per_row: int, iters: int, guard: str, store: str) -> list[str]:
+    """A warp's staged output rows to memory: 16-byte chunk ``c`` of the 32 lanes' ``iters`` passes
+    is row ``r = c / per_row`` (output row ``m = first_row + r``), columns ``n..n + 7``; ``store``
+    writes it (under ``guard`` when there is one)."""
+    return ["#pragma unroll", f"for (int i = 0; i < {iters}; ++i) {{",
+            "    const int c = i * 32 + lane;", f"    const int r = c / {per_row};",
+            f"    const int m = {first_row} + r;", f"    const int n = n0 + c % {per_row} * 8;",
+            *(indent([f"if ({guard}) {store}"]) if guard else indent([store])), "}"]
 
 
 def _stsm_helper() -> str:

@@ -287,29 +287,33 @@ class WgmmaEngine:
 
     def _mma_helper(self) -> str:
         n = self.regs
-        regs = ", ".join(f"%{i}" for i in range(n))
-        ta, tb = int(not self.a.k_major), int(not self.b.k_major)
-        outs = ", ".join(f'"+f"(d[{i}])' for i in range(n))
-        return f"""
-// D (64 x {self.bn}, f32) += A (64 x 16, descriptor) * B (16 x {self.bn}, descriptor); trans-a {ta}, trans-b {tb}
-__device__ __forceinline__ void cvl_wgmma(float (&d)[{n}], unsigned long long da, unsigned long long db) {{
-    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{n + 2}, 0;\\n"
-                 "{self.instruction()} {{{regs}}}, %{n}, %{n + 1}, p, 1, 1, {ta}, {tb};\\n}}\\n"
-                 : {outs}
-                 : "l"(da), "l"(db), "n"(1));
-}}
-// Pins the accumulators between wgmma's asynchronous writes and ordinary reads or writes.
+        return self._wgmma_function("cvl_wgmma", accumulate=True) + f"""// Pins the accumulators between wgmma's asynchronous writes and ordinary reads or writes.
 __device__ __forceinline__ void cvl_wgmma_pin(float (&d)[{n}]) {{
 #pragma unroll
     for (int i = 0; i < {n}; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
 }}
 """
 
+    def _wgmma_function(self, name: str, accumulate: bool) -> str:
+        """One wgmma of the whole BN: ``D += A * B``, or with ``accumulate`` False (scale-d 0) ``D = A * B``."""
+        n = self.regs
+        regs = ", ".join(f"%{i}" for i in range(n))
+        ta, tb = int(not self.a.k_major), int(not self.b.k_major)
+        outs = ", ".join(f'"+f"(d[{i}])' for i in range(n))
+        return f"""
+// D (64 x {self.bn}, f32) {'+=' if accumulate else '='} A (64 x 16, descriptor) * B (16 x {self.bn}, descriptor); trans-a {ta}, trans-b {tb}
+__device__ __forceinline__ void {name}(float (&d)[{n}], unsigned long long da, unsigned long long db) {{
+    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{n + 2}, 0;\\n"
+                 "{self.instruction()} {{{regs}}}, %{n}, %{n + 1}, p, 1, 1, {ta}, {tb};\\n}}\\n"
+                 : {outs}
+                 : "l"(da), "l"(db), "n"({int(accumulate)}));
+}}
+"""
+
     def set_helper(self) -> str:
-        """``cvl_wgmma_set``: the wgmma of :meth:`_mma_helper` with scale-d 0 (D = A * B, the old D
-        unread), so a fresh tile needs no zeroing of registers a wgmma in flight may own."""
-        return self._mma_helper().split("// Pins")[0].replace("cvl_wgmma(", "cvl_wgmma_set(").replace(
-            '"n"(1)', '"n"(0)').replace(" += A", " = A")
+        """``cvl_wgmma_set``: the wgmma with scale-d 0 (D = A * B, the old D unread), so a fresh tile
+        needs no zeroing of registers that a wgmma in flight may own."""
+        return self._wgmma_function("cvl_wgmma_set", accumulate=False)
 
     def setup(self) -> list[str]:
         a, b = self.a, self.b

@@ -67,7 +67,9 @@ class CudaExecutor(Executor):
         self.sizes = dict(sizes)
         self.graphs = graphs if graphs is not None else GraphCache()
         self.device = cupy.cuda.Device(target.device)
-        self._new_array, self._memcpy = cupy.ndarray, cupy.cuda.runtime.memcpyAsync  # fetch_device_on's calls
+        # fetch_device_on's calls, bound once (it runs on every API call)
+        self._new_array, self._memcpy = cupy.ndarray, cupy.cuda.runtime.memcpyAsync
+        self._device_to_device = cupy.cuda.runtime.memcpyDeviceToDevice
         self._rendered = tuple(kernels)
         self._units = tuple(units)
         with self.device:
@@ -295,23 +297,18 @@ class CudaExecutor(Executor):
         """
         import cupy
 
-        source = self._current[name]
         work = self._work
         if cupy.cuda.get_current_stream().ptr == work.ptr:  # the API's device callers: already current
-            out = cupy.ndarray(source.shape, source.dtype)
-        else:
-            with work:
-                out = cupy.ndarray(source.shape, source.dtype)
-        cupy.cuda.runtime.memcpyAsync(out.data.ptr, source.data.ptr, source.nbytes,
-                                      cupy.cuda.runtime.memcpyDeviceToDevice, work.ptr)
-        return out
+            return self.fetch_device_on(name, work)
+        with work:
+            return self.fetch_device_on(name, work)
 
     def fetch_device_on(self, name: str, current):
-        """:meth:`fetch_device` when the caller's current stream ``current`` is the work stream
-        (the API's repeat path, after :meth:`use_stream`)."""
+        """:meth:`fetch_device` when ``current``, the current stream, is the work stream (the API's
+        repeat path, after :meth:`use_stream`)."""
         source = self._current[name]
         out = self._new_array(source.shape, source.dtype)
-        self._memcpy(out.data.ptr, source.data.ptr, source.nbytes, 3, current.ptr)  # 3: cudaMemcpyDeviceToDevice
+        self._memcpy(out.data.ptr, source.data.ptr, source.nbytes, self._device_to_device, current.ptr)
         return out
 
     def synchronize(self) -> None:

@@ -62,7 +62,7 @@ class ArgumentCells:
     def __init__(self) -> None:
         self._pointers: dict[str, ctypes.c_void_p] = {}
         self._scalars: dict[tuple[str, type], ctypes._SimpleCData] = {}
-        self._maps: dict[tuple[str, TensorMap], tuple[str, DType, object]] = {}  # (arg, spec) -> (arg, dtype, cell)
+        self._maps: dict[tuple[str, TensorMap], tuple[DType, object]] = {}  # (argument, geometry) -> (dtype, cell)
         self.version = 0  # bumped whenever any cell's value changes
         self._changed: dict[str, int] = {}  # argument name -> the version of its last change
 
@@ -82,8 +82,8 @@ class ArgumentCells:
         if found is None:
             cell = TensorMapCell()
             encode(cell, arg.tensor_map, arg.dtype, self.pointer(arg.tensor_map.buffer).value or 0)
-            found = self._maps[key] = (arg.name, arg.dtype, cell)
-        return found[2]
+            found = self._maps[key] = (arg.dtype, cell)
+        return found[1]
 
     def set_pointer(self, name: str, ptr: int) -> None:
         cell = self.pointer(name)
@@ -97,7 +97,7 @@ class ArgumentCells:
     def _encode_maps_of(self, buffer: str, ptr: int) -> None:
         from cuvil_dsl.runtime.tensor_maps import encode
 
-        for (arg_name, spec), (_name, dtype, cell) in self._maps.items():
+        for (arg_name, spec), (dtype, cell) in self._maps.items():
             if spec.buffer == buffer:
                 encode(cell, spec, dtype, ptr)
                 self._changed[arg_name] = self.version

@@ -2,7 +2,7 @@
 
 Every spec of ``specs/`` and every program of ``tests/codegen/programs/`` is loaded and bound
 as ``cuvil-dsl run`` does, planned, rendered for the device's arch, compiled with NVRTC and
-launched with CuPy in plan order (host statements skipped); every result must match
+launched in plan order through the runtime's argument cells (host statements skipped); every result must match
 ``cuvil_dsl.reference.execute`` within the spec's tolerances (LANGUAGE.md section 7), NaN
 matching NaN. Together they cover every kernel kind, every dtype, every builtin,
 broadcasting, transposed operands, sizes that are not multiples of any tile or vector, and
@@ -60,24 +60,14 @@ def _uniform_values(plan, params: dict) -> dict:
     return env
 
 
-def _scalar_arg(value, dtype: DType):
-    item = value.item() if hasattr(value, "item") else value
-    if dtype in (DType.F16, DType.BF16, DType.F32):
-        return np.float32(item)
-    if dtype is DType.F64:
-        return np.float64(item)
-    return np.int32(int(item))
-
-
 class Prepared:
     """One case compiled, loaded and bound to device buffers: ``launches`` in plan order."""
 
     def __init__(self, case: Case):
-        from cupy_backends.cuda.api import driver
-
         from cuvil_dsl.codegen import render_cuda
         from cuvil_dsl.compile import CompileUnit, compile_units
-        from cuvil_dsl.runtime.device import device_arch
+        from cuvil_dsl.runtime.device import device_arch, max_dynamic_shared_bytes
+        from cuvil_dsl.runtime.modules import ArgumentCells, load_kernels
 
         arch = device_arch()
         plan = case.plan(arch)
@@ -90,43 +80,19 @@ class Prepared:
             else _poisoned(concrete_shape(b.type.shape, sizes), b.type.dtype)
             for b in plan.buffers
         }
-        uniforms = _uniform_values(plan, case.binding.params)
-        types = case.pipeline.value_types()
-        by_name = {k.name: (k, u) for k, u in zip(rendered, units)}
-        self.launches = []
-        tma = [k for k in rendered if any(a.kind == "tensormap" for a in k.args)]
-        if tma:
-            # TMA descriptors are passed by value (CuPy cannot): these go through the runtime's
-            # argument cells and parameter arrays, as the executor launches them
-            from cuvil_dsl.runtime.device import max_dynamic_shared_bytes
-            from cuvil_dsl.runtime.modules import ArgumentCells, load_kernels
-
-            self.cells = ArgumentCells()
-            for name, array in self.buffers.items():
-                self.cells.set_pointer(name, array.data.ptr)
-            loaded = load_kernels(tma, [by_name[k.name][1] for k in tma], self.cells, max_dynamic_shared_bytes())
-            self.cells.set_uniforms({n: v for n, v in uniforms.items()})
-        for fused in plan.kernels:
-            kernel, unit = by_name[fused.name]
-            if kernel in tma:
-                self.launches.append((kernel, None, loaded[kernel.name], None))
-                continue
-            module = cupy.cuda.function.Module()
-            module.load(unit.cubin)
-            fn = module.get_function(kernel.entry)
-            if kernel.shared_bytes > 48 * 1024:
-                driver.funcSetAttribute(fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                        kernel.shared_bytes)
-            args = tuple(self.buffers[a.name] if a.kind == "buffer"
-                         else _scalar_arg(uniforms[a.name], types[a.name].dtype) for a in kernel.args)
-            self.launches.append((kernel, module, fn, args))
+        # launched as the executor launches them: argument cells and prebuilt parameter arrays (kernels
+        # may take TMA descriptors by value, which CuPy's kernel call cannot pass)
+        self.cells = ArgumentCells()
+        for name, array in self.buffers.items():
+            self.cells.set_pointer(name, array.data.ptr)
+        loaded = load_kernels(rendered, units, self.cells, max_dynamic_shared_bytes())
+        self.cells.set_uniforms(_uniform_values(plan, case.binding.params))
+        self.launches = [loaded[fused.name] for fused in plan.kernels]
 
     def run(self) -> None:
-        for kernel, _module, fn, args in self.launches:
-            if args is None:  # a LoadedKernel
-                fn.launch(cupy.cuda.get_current_stream().ptr)
-            else:
-                fn(kernel.grid, kernel.block, args, shared_mem=kernel.shared_bytes)
+        stream = cupy.cuda.get_current_stream().ptr
+        for kernel in self.launches:
+            kernel.launch(stream)
 
     def results(self) -> dict[str, np.ndarray]:
         cupy.cuda.runtime.deviceSynchronize()
