@@ -85,22 +85,36 @@ VARIANTS = [
     # stmatrix.x4 staging of the output tile: 8 stores a write step instead of 32 (1168 instructions
     # a step pair against 1184). Predicted 0-3 us less. 128 regs, 0 spills.
     ("stmatrix staging", {"stsm": True}),
+    # measured 2026-11-30 (all cases, see NOTES): every exp on the FMA pipe 232.9 us; overlapped
+    # 16-row loop with stmatrix 171.0; the wgmma band with BN 128 at 1/SM 170.3 (default 147.2)
+    ("poly exp2 for every element", {"poly": (8, 8)}),
+    ("overlap 16-row 4/SM + stmatrix", {"overlap": True, "tile": (64, 64, 128), "min_blocks": 4, "stsm": True}),
+    ("wgmma band, BN 128, 4 stages, 1 block/SM", {"wgmma": (128, 4, 1)}),
 ]
-# Run on every case (checked against the reference, timed) so the masked (-inf), log_softmax, unfolded
-# and odd-size (unstreamed) paths of the new code meet the reference: every exp of both passes on the
-# FMA pipe (predicted on attention_f16: 190-230 us, 2464 instructions a step pair), and the overlapped
-# loop with stmatrix staging (predicted as the overlap above, 0-3 us less; with poly in the same build
-# the masked log_softmax program spills 40 bytes).
+# Run on every case (checked against the reference, timed) so the masked (-inf), unfolded and
+# odd-size paths of new code meet the reference.
 CHECKED_VARIANTS = [
+    ("mma.sync band (all cases)", {"mma": True}),
     # the band on wgmma (cuda_matmul.render_band_wgmma; sm_90 only, elsewhere the mma.sync band).
-    # Round 1 (no overlap, 4-byte stores): 305.2 us (BN 128), 324.3 (BN 256) against 146.8. Round 2:
-    # the next tile's wgmma issued before this tile's epilogue (two accumulator sets) and the output
-    # staged for 16-byte streaming stores; predicted 110-140 us
+    # Round 1 (no overlap, 4-byte stores): 305.2 us (BN 128), 324.3 (BN 256) against 146.8. Round 2
+    # (the next tile's wgmma issued before this tile's epilogue, two accumulator sets; the output
+    # staged for 16-byte streaming stores), 2026-11-30 session 4: 139.8 us against 147.2 (BN 64, 2/SM);
+    # BN 128 1/SM 170.3; small cases 1.2-1.6x slower than the mma.sync band.
     ("wgmma band, BN 64, 4 stages, 2 blocks/SM (all cases)", {"wgmma": (64, 4, 2)}),
-    ("wgmma band, BN 128, 4 stages, 1 block/SM (all cases)", {"wgmma": (128, 4, 1)}),
-    ("poly exp2 for every element (all cases)", {"poly": (8, 8)}),
-    ("overlap 16-row 4/SM + stmatrix (all cases)",
-     {"overlap": True, "tile": (64, 64, 128), "min_blocks": 4, "stsm": True}),
+    # one pass over the logits on a cluster of CTAs (cuda_band_cluster): each logit computed and
+    # exponentiated once, the numerators kept in registers as f16 until the cluster has merged the
+    # row statistics through distributed shared memory. Per element about 6 issued instructions
+    # (against about 11 for the two passes), half the exps (134 M: 32 us of MUFU) and half the
+    # tensor work; the write of P (63 us at the copy ceiling) is then the floor. 64-row CTAs: 140
+    # regs at 3/SM, 128 at 4/SM, 0 spills, 51 KB smem. Predicted 85-105 us on attention_f16;
+    # small cases slower than the mma.sync band (16 CTAs for [4, 256, 256]).
+    # Measured (2026-11-30, session 4): 166.9 us at 4/SM (3/SM 183.9; 128-row CTAs at 2/SM 177.9);
+    # faster than the mma.sync band on the small cases (7.0 against 8.9 us; bf16 odd 18.7 against
+    # 34.8). Persistent clusters (fill 1.0: 66 clusters, but ncu reports at most 62 active) 167.9, at
+    # half 188.6. Ablations (timing only, wrong results): without the cluster exchange 102.6 us, without
+    # the global stores 114.7, without both 86.2: the exchange (a cluster barrier that waits for the
+    # slowest of 8 CTAs, each sharing its SM with 3 others) and the stores after it cost the most.
+    ("one pass, cluster, 64-row CTAs, 4/SM (3 with a walked argument) (all cases)", {"cluster": (1,)}),
 ]
 
 
@@ -114,6 +128,24 @@ def cases(tmp: Path) -> list[tuple[str, Path]]:
         ("bf16 odd [8, 1000, 1000], D 40", tmp / "attn_bf16_odd.yaml"),
         ("programs/attention_f16 (masks, log_softmax)", ROOT / "tests" / "codegen" / "programs" / "attention_f16.yaml"),
     ]
+
+
+# --sweep: attention_f16 at other sizes, to place the switches between the band's engines
+# (cuda_matmul.row_band_engine): (B, M, N), D 64
+SWEEP = [(4, 2048, 2048), (8, 2048, 2048), (16, 2048, 2048), (32, 1024, 1024), (64, 512, 512), (128, 256, 256)]
+SWEEP_RUNS = [("mma.sync band", {"mma": True}), ("wgmma band", {"wgmma": (64, 4, 2)}),
+              ("cluster band", {"cluster": (1,)})]
+
+
+def sweep_cases(tmp: Path) -> list[tuple[str, Path]]:
+    out = []
+    (tmp / "attention_f16.cuvil").write_text((ROOT / "benchmarks" / "attention_f16.cuvil").read_text())
+    for b, m, n in SWEEP:
+        spec = tmp / f"attn_{b}_{m}_{n}.yaml"
+        spec.write_text("pipeline: attention_f16.cuvil\n"
+                        f"shapes: {{B: {b}, M: {m}, N: {n}, D: 64}}\ncheck: {{rtol: 2.0e-3, atol: 2.0e-3}}\n")
+        out.append((f"sweep attention_f16 [{b}, {m}, {n}]", spec))
+    return out
 
 
 def load(path: Path):
@@ -282,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=100)
     parser.add_argument("--no-variants", action="store_true",
                         help="skip VARIANTS (row band and generic, and CHECKED_VARIANTS, still run)")
+    parser.add_argument("--sweep", action="store_true",
+                        help="also time the default and each engine of the band on attention_f16 at SWEEP's sizes")
     args = parser.parse_args(argv)
     samples = max(50, args.samples)
     try:
@@ -298,9 +332,10 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.perf_counter()
     timer = GpuTimer(CudaClock(), Settings(budget_s=0.02, min_samples=samples, max_samples=max(samples, 200)))
-    rows, notes, ok_all, variant_rows = [], [], True, []
+    rows, notes, ok_all, variant_rows, sweep_rows = [], [], True, [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for label, path in cases(Path(tmp)):
+        for label, path in cases(Path(tmp)) + (sweep_cases(Path(tmp)) if args.sweep else []):
+            sweep = label.startswith("sweep")
             loaded, pipeline, binding = load(path)
             host = fresh_inputs(binding, pipeline, seed=int(time.time()) & 0xFFFF)
             batch = next((a.shape[0] for a in host.values() if a.ndim == 3), 1)
@@ -310,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
             if not rows and not args.no_variants:  # the first case: every variant too
                 runs += [(True, tuning, name) for name, tuning in VARIANTS]
             runs += [(True, tuning, name) for name, tuning in CHECKED_VARIANTS]
+            if sweep:  # the default and each engine
+                runs = [(True, None, "row band"), *((True, tuning, name) for name, tuning in SWEEP_RUNS)]
             prewarm(loaded, pipeline, binding, runs, arch)
             for band, tuning, name in runs:
                 built = Built(loaded, pipeline, binding, host, band, arch, tuning)
@@ -332,6 +369,9 @@ def main(argv: list[str] | None = None) -> int:
                 if tuning is not None and not rows:
                     variant_rows.append((name, tuning, timing[key], worst, "; ".join(built.resources)))
                 del built
+            if sweep:
+                sweep_rows.append((label, timing[True], *(timing[name] for name, _ in SWEEP_RUNS)))
+                continue
             rows.append((label, timing[True], timing[False], errors[True], errors[False]))
             print(f"{label}: row band {timing[True]:.1f} us, generic {timing[False]:.1f} us", file=sys.stderr)
 
@@ -352,6 +392,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"| default | {{}} | {default:.1f} | 1.00x | {generic / default:.2f}x | {rows[0][3]:.3f} | |"]
         for name, tuning, us, err, res in variant_rows:
             lines.append(f"| {name} | {tuning} | {us:.1f} | {default / us:.2f}x | {generic / us:.2f}x | {err:.3f} | {res} |")
+    if sweep_rows:
+        lines += ["", "Engines of the row band at other sizes (attention_f16, D 64; us):", "",
+                  "| case | default | " + " | ".join(name for name, _ in SWEEP_RUNS) + " |",
+                  "|---|---|" + "---|" * len(SWEEP_RUNS)]
+        lines += [f"| {label} | " + " | ".join(f"{t:.1f}" for t in times) + " |" for label, *times in sweep_rows]
     lines += ["", *notes, "", f"total {time.perf_counter() - t0:.1f} s"]
     text = "\n".join(lines) + "\n"
     print(text)

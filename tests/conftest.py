@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,12 @@ def gpu_available() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+        shared = pytest.mark.skip(reason="measures time or device-wide memory, which the other pytest-xdist "
+                                         "workers disturb: run it without -n (benchmarks/gpu_session.py does)")
+        for item in items:
+            if "alone" in item.keywords:
+                item.add_marker(shared)
     if gpu_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

@@ -52,12 +52,23 @@ from cuvil_dsl.types import DType
 # Render 16-bit GEMM + softmax kernels with a short K as row bands (see the module docstring);
 # False keeps every GEMM + softmax on the generic template (benchmarks/ab_attention.py compares).
 ROW_BAND = True
-# sm_90/sm_90a row bands on wgmma (see _GemmKernel.render_band_wgmma) instead of mma.sync, when
-# the band allows (16-bit K-major operands, K <= 64, one 16-bit output contiguous along N).
-# ROW_BAND_TUNING "wgmma": (BN, stages, min_blocks) of that kernel, and turns it on for A/B runs.
-# Off: correct, but 305 us against 147 us for the mma.sync band on attention_f16 (H200,
-# 2026-11-30): unstaged 4-byte stores and no overlap of wgmma with the exps (benchmarks/NOTES.md).
-ROW_BAND_WGMMA = False
+# Which engine runs a row band on sm_90 when the band suits wgmma (16-bit K-major operands, K <= 64,
+# one 16-bit output contiguous along N; _GemmKernel.band_wgmma_operands), by the size of its grid
+# (row_band_engine). benchmarks/ab_attention.py --sweep times each engine at 9 sizes; on the H200
+# (2026-11-30) these switches pick the fastest at every one of them:
+# * the two-pass band on wgmma (render_band_wgmma) needs WGMMA_BANDS_PER_SM 128-row bands a
+#   multiprocessor (at one a multiprocessor it ties with mma.sync, below it loses: 49.2 against
+#   37.6 us for [4, 2048, 2048]);
+# * the one-pass band on a cluster of CTAs (cuda_band_cluster; a softmax with N <= 2048) runs while
+#   its grid is at most CLUSTER_CTAS_PER_SM CTAs a multiprocessor, CLUSTER_CTAS_PER_SM_NO_WGMMA when
+#   the wgmma band does not apply (mma.sync is the alternative then);
+# * else the mma.sync band (render_band), the band everywhere before sm_90.
+# ROW_BAND_TUNING "mma", "wgmma" or "cluster" forces one engine (A/B runs).
+WGMMA_BANDS_PER_SM = 1.5
+# ROW_BAND_TUNING keys that tune the mma.sync band only (and so ask for it)
+MMA_ONLY_TUNING = frozenset({"mma", "poly", "stsm", "overlap", "tile", "min_blocks", "stream"})
+CLUSTER_CTAS_PER_SM = 8.0
+CLUSTER_CTAS_PER_SM_NO_WGMMA = 16.0
 # 16-bit storage -> (its pair type, the intrinsic joining two rounded halves into one)
 PAIR = {DType.F16: ("__half2", "__halves2half2"), DType.BF16: ("__nv_bfloat162", "__halves2bfloat162")}
 LOG2E = "1.4426950408889634f"
@@ -134,7 +145,11 @@ __device__ __forceinline__ void cvl_ldsm_x4_at(unsigned (&r)[4], unsigned addr) 
 #   "poly": (statistics, write): in eighths, the share of each pass's per-element exps taken by
 #           ``cvl_ex2_fma`` (the FMA pipe) instead of the MUFU: elements whose index (ni * 2 + q) % 8 is
 #           below the number (spread over the tile so both pipes stay busy). Default (0, 0).
-#   "wgmma": (BN, stages, min_blocks): the band on wgmma where it applies (see ROW_BAND_WGMMA).
+#   "mma": True: the mma.sync band wherever a band applies (see CLUSTER_CTAS_PER_SM); so do the
+#           keys above that tune it (MMA_ONLY_TUNING).
+#   "wgmma": (BN, stages, min_blocks): the two-pass band on wgmma where it applies.
+#   "cluster": (warpgroups a CTA, min_blocks, fill): the one-pass band on a cluster of CTAs where it
+#           applies (see cuda_band_cluster.render).
 ROW_BAND_TUNING: dict = {}
 
 
@@ -594,11 +609,10 @@ class _GemmKernel:
         return lines
 
     def band_wgmma_operands(self) -> bool:
-        """Whether :meth:`render_band_wgmma` can run this band (ROW_BAND_WGMMA on sm_90/sm_90a): both
+        """Whether :meth:`render_band_wgmma` (and the cluster band) can run this band on sm_90/sm_90a: both
         operands K-major 16-bit with K <= 64 and 16-byte rows, at most one batch axis, each operand's
         batch contiguous (its rows of all batches one 2-D tensor for TMA), one staged 16-bit output."""
-        wanted = ROW_BAND_WGMMA or "wgmma" in ROW_BAND_TUNING
-        if not wanted or self.k.arch not in cuda_wgmma.WGMMA_ARCHS or self.staged_store() is None:
+        if self.k.arch not in cuda_wgmma.WGMMA_ARCHS or self.staged_store() is None:
             return False
         if len(self.p.domain) > 3 or self.k.config.overridden:
             return False
@@ -956,10 +970,33 @@ def _band_tuned(config):
     return config
 
 
+def row_band_engine(g: _GemmKernel) -> str:
+    """"cluster", "wgmma" or "mma": the engine of row band ``g`` (see CLUSTER_CTAS_PER_SM)."""
+    from cuvil_dsl.codegen import cuda_band_cluster  # it builds on this module
+
+    if MMA_ONLY_TUNING & ROW_BAND_TUNING.keys() or not g.band_wgmma_operands():
+        return "mma"
+    cluster = cuda_band_cluster.applies(g)
+    if "cluster" in ROW_BAND_TUNING and cluster:
+        return "cluster"
+    if "wgmma" in ROW_BAND_TUNING:
+        return "wgmma"
+    if "cluster" in ROW_BAND_TUNING:
+        return "mma"
+    sms = g.k.sm_count
+    wgmma = g.batch * -(-g.M // 128) >= WGMMA_BANDS_PER_SM * sms
+    if cluster and cuda_band_cluster.grid_ctas(g) <= (CLUSTER_CTAS_PER_SM if wgmma else CLUSTER_CTAS_PER_SM_NO_WGMMA) * sms:
+        return "cluster"
+    return "wgmma" if wgmma else "mma"
+
+
 def render(k: CudaKernel, entry: str) -> Emitted:
+    from cuvil_dsl.codegen import cuda_band_cluster
+
     g = _GemmKernel(k)
-    if g.band and g.band_wgmma_operands():
-        return g.render_band_wgmma(entry)
     if g.band:
-        return g.render_band(entry)
+        engine = row_band_engine(g)
+        if engine == "cluster":
+            return cuda_band_cluster.render(g, entry, *ROW_BAND_TUNING.get("cluster", ()))
+        return g.render_band_wgmma(entry) if engine == "wgmma" else g.render_band(entry)
     return g.render_softmax(entry) if g.softmax is not None else g.render_plain(entry)

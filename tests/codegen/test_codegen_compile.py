@@ -42,10 +42,13 @@ def test_launch_shapes_fit_the_hardware(built, arch):
 
 def test_kernel_arguments_are_buffers_then_uniforms():
     case = load_case(next(p for p in case_paths() if p.stem == "attention_scores"))
-    (k,) = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")
+    (k,) = render_cuda(case.plan("sm_80"), case.binding.sizes, "sm_80")
     assert [a.kind for a in k.args] == ["buffer", "buffer", "buffer", "scalar"]
     assert [a.ctype for a in k.args] == ["const __half* __restrict__", "const __half* __restrict__",
                                          "__half* __restrict__", "float"]
+    # on sm_90 the band loads its operands by TMA: one descriptor each, after the uniforms
+    (k90,) = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")
+    assert [a.kind for a in k90.args] == ["buffer", "buffer", "buffer", "scalar", "tensormap", "tensormap"]
     assert k.entry == "cvl_qk_softmax" and k.graph == "forward"
 
 

@@ -26,7 +26,10 @@ def _is_band(source: str) -> bool:
     return "the A band" in source and "__shared__ float warp_max" not in source
 
 
-def test_attention_benchmark_takes_the_row_band():
+def test_attention_benchmark_takes_the_row_band(monkeypatch):
+    # the mma.sync band (asked for: on sm_90 the benchmark's size picks the wgmma band, see
+    # test_band_engines_follow_the_measured_sweep)
+    monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", {"mma": True})
     (k,) = _render(BENCH)
     assert _is_band(k.source)
     # 128 rows (4 warps of 32) per block, 4 blocks per SM, every column of a row in one warp
@@ -82,9 +85,11 @@ def test_spec_tiles_pick_the_template():
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_benchmark_kernel_resources(arch, tmp_path, monkeypatch):
+    """The mma.sync band (on sm_90 asked for: the benchmark's size picks the wgmma band there)."""
     from cuvil_dsl.compile import CompileUnit, SassUnavailable, compile_units, count_instructions, disassemble
 
     monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", {"mma": True})
     (k,) = _render(BENCH, arch)
     (unit,) = compile_units([CompileUnit(k.entry, k.source, (k.entry,), k.options)], arch)
     r = unit.resources[k.entry]
@@ -203,7 +208,7 @@ def test_ab_attention_variants_build_without_spills(tmp_path, monkeypatch):
     mod = _bench_module()
     variants = mod.VARIANTS + mod.CHECKED_VARIANTS
     assert len(variants) >= 10
-    monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", {})
+    monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", {"mma": True})  # the band the poly variants tune
     _, base_sass = _compile_sass(_render(BENCH)[0])
     for name, tuning in variants:
         monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", dict(tuning))
@@ -322,8 +327,107 @@ def test_wgmma_band_loads_by_tma_and_compiles_without_spills(monkeypatch, tmp_pa
     assert "serialized" not in u.log  # the next tile's wgmma really overlaps this tile's epilogue
 
 
-def test_wgmma_band_is_off_by_default_and_on_sm_80():
+ATTENTION = """pipeline a(q: f16[B, M, D], k: f16[B, N, D]) -> p: f16[B, M, N] {
+    kernel s { p = softmax((q @ k.T) * 0.125, axis=-1) }
+}"""
+
+
+def _engine(source: str) -> str:
+    return "cluster" if "cvl_cluster_" in source else "wgmma" if "cvl_wgmma(" in source else "mma"
+
+
+# (B, M, N) -> the engine that was fastest on the H200 (benchmarks/ab_attention.py --sweep, 2026-11-30,
+# benchmarks/results/2026-11-30-h200-ab_attention-engines-sweep.md; D 64)
+FASTEST = {(4, 2048, 2048): "cluster", (8, 2048, 2048): "cluster", (16, 2048, 2048): "wgmma",
+           (32, 1024, 1024): "wgmma", (64, 512, 512): "cluster", (128, 256, 256): "cluster",
+           (32, 2048, 2048): "wgmma", (4, 256, 256): "cluster"}
+
+
+@pytest.mark.parametrize("shape", sorted(FASTEST))
+def test_band_engines_follow_the_measured_sweep(shape):
+    """sm_90 picks the row band's engine by the size of its grid (cuda_matmul.row_band_engine): the
+    fastest measured at each size; sm_80 always has the mma.sync band."""
+    plan, _ = plan_pipeline(check_source(ATTENTION, "a.cuvil").module.pipelines[0])
+    sizes = dict(zip("BMN", shape), D=64)
+    (k,) = render_cuda(plan, sizes, "sm_90")
+    assert _engine(k.source) == FASTEST[shape]
+    (k80,) = render_cuda(plan, sizes, "sm_80")
+    assert _engine(k80.source) == "mma" and _is_band(k80.source)
+
+
+def test_engine_keys_force_an_engine(monkeypatch):
+    plan, _ = plan_pipeline(check_source(ATTENTION, "a.cuvil").module.pipelines[0])
+    sizes = {"B": 4, "M": 256, "N": 256, "D": 64}
+    for tuning, want in [({"mma": True}, "mma"), ({"poly": (1, 1)}, "mma"), ({"wgmma": (64, 4, 2)}, "wgmma"),
+                         ({"cluster": (1,)}, "cluster"), ({}, "cluster")]:
+        monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", tuning)
+        (k,) = render_cuda(plan, sizes, "sm_90")
+        assert _engine(k.source) == want, tuning
+
+
+LOG_SOFTMAX = """pipeline l(q: f16[M, D], k: f16[N, D]) -> p: f16[M, N] {
+    kernel s { p = log_softmax(q @ k.T, axis=-1) }
+}"""
+WIDE = """pipeline w(q: f16[M, D], k: f16[N, D]) -> p: f16[M, N] {
+    kernel s { p = softmax(q @ k.T, axis=-1) }
+}"""
+
+
+def test_cluster_band_only_for_a_stored_softmax_of_at_most_2048_columns(monkeypatch):
+    monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", {"cluster": (1,)})
+    plan, _ = plan_pipeline(check_source(LOG_SOFTMAX, "l.cuvil").module.pipelines[0])
+    (k,) = render_cuda(plan, {"M": 256, "N": 256, "D": 64}, "sm_90")
+    assert _engine(k.source) == "mma"  # log_softmax: the two-pass band
+    plan, _ = plan_pipeline(check_source(WIDE, "w.cuvil").module.pipelines[0])
+    (k,) = render_cuda(plan, {"M": 256, "N": 2048, "D": 64}, "sm_90")
+    assert _engine(k.source) == "cluster" and "__cluster_dims__(8, 1, 1)" in k.source
+    (k,) = render_cuda(plan, {"M": 256, "N": 2049, "D": 64}, "sm_90")
+    assert _engine(k.source) == "mma"  # 33 column tiles: more than 8 CTAs of 4
+
+
+ODD_CLUSTER = [(ROOT / "specs" / "masked_attention.yaml", "masked_softmax", 16, 1, 3),  # masks: walked, 3/SM
+               (ROOT / "specs" / "attention_scores.yaml", "qk_softmax", 16, 1, 3),  # N 256: one CTA, no cluster
+               (None, "scores", 8 * 16, 4, 3)]  # bf16 [8, 1000, 1000], D 40: ragged M, N and K
+
+
+@pytest.mark.parametrize("path,name,bands,ctas,per_sm", ODD_CLUSTER)
+def test_cluster_band_renders_and_builds_without_spills(path, name, bands, ctas, per_sm, tmp_path, monkeypatch):
+    """The one-pass band: a cluster of ``ctas`` CTAs a 64-row band (``__cluster_dims__`` only when more
+    than one), TMA boxes of 64 rows, the statistics merged through distributed shared memory, staged
+    16-byte stores; sm_90a, no spills, within the CTAs a multiprocessor it asks for."""
+    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
+    if path is None:
+        plan, _ = plan_pipeline(check_source(ODD, "odd.cuvil").module.pipelines[0])
+        kernels = render_cuda(plan, {"B": 8, "M": 1000, "N": 1000, "D": 40}, "sm_90")
+    else:
+        kernels = _render(path)
+    (k,) = [k for k in kernels if k.name == name]
+    body = k.source.split('extern "C"')[1]
+    assert _engine(k.source) == "cluster" and k.grid == (bands * ctas, 1, 1) and k.block == (128, 1, 1)
+    assert ("__cluster_dims__" in body) == (ctas > 1) and ("cvl_cluster_ld2(" in body) == (ctas > 1)
+    assert f"__launch_bounds__(128, {per_sm})" in body and per_sm * k.shared_bytes <= 227 * 1024
+    maps = [a.tensor_map for a in k.args if a.kind == "tensormap"]
+    assert [m.box for m in maps] == [(64, 64), (64, 64)]
+    assert "__stcs(reinterpret_cast<uint4*>" in body and body.count("cvl_wgmma_set(") == 4
+    r, _ = _compile_sass(k)
+    assert r.spill_bytes == 0 and r.stack_bytes == 0 and r.registers <= 65536 // (128 * per_sm), r
+
+
+def test_cluster_band_of_the_benchmark(monkeypatch, tmp_path):
+    """attention_f16 on the cluster band (its size picks the wgmma band; forced here): clusters of 8,
+    one exp an element (half the two-pass band's), the next tile's wgmma overlapping this tile's exps."""
+    from cuvil_dsl.compile import CompileUnit, compile_units, count_instructions
+
+    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", {"cluster": (1,)})
     (k,) = _render(BENCH)
-    assert "cvl_wgmma(" not in k.source
-    (k80,) = _render(BENCH, "sm_80")
-    assert "cvl_wgmma(" not in k80.source
+    body = k.source.split('extern "C"')[1]
+    assert "__cluster_dims__(8, 1, 1) __launch_bounds__(128, 4)" in body and k.grid == (32 * 32 * 8, 1, 1)
+    assert k.shared_bytes == 8192 + 4 * 8192 + 4 * 16 * 72 * 2 + 1024
+    (u,) = compile_units([CompileUnit(k.entry, k.source, (k.entry,), k.options)], "sm_90", fallback="none")
+    r = u.resources[k.entry]
+    assert u.arch == "sm_90a" and r.spill_bytes == 0 and r.registers <= 128 and "serialized" not in u.log
+    _, sass = _compile_sass(k)
+    if sass is not None:  # 4 tiles x 64 columns x 2 rows a thread: 128 exps, a few per row besides
+        assert 128 <= count_instructions(sass, r"MUFU\.EX2") <= 176
+        assert count_instructions(sass, "HGMMA") == 16 and count_instructions(sass, "HMMA") == 0

@@ -33,6 +33,8 @@ def _open_fds() -> set[str]:
 
 
 def _free_device_bytes() -> int:
+    """The device's free memory: a device-wide number, so other processes on the GPU move it too
+    (the tests that read it are marked ``alone``)."""
     import cupy
 
     cupy.cuda.runtime.deviceSynchronize()
@@ -71,6 +73,7 @@ def _inputs_for(program, rows: int = 64, device: bool = False) -> dict:
     return arrays
 
 
+@pytest.mark.alone
 @pytest.mark.parametrize("device_inputs", [False, True], ids=["host arrays", "device arrays"])
 def test_a_thousand_build_run_close_cycles_return_to_baseline(device_inputs):
     import cuvil_dsl
@@ -88,6 +91,7 @@ def test_a_thousand_build_run_close_cycles_return_to_baseline(device_inputs):
         f"device memory not returned: {(free_before - free_after) / 2**20:.1f} MiB less free after {CYCLES} cycles")
 
 
+@pytest.mark.alone
 def test_many_shapes_then_close_releases_every_executor():
     """One compiled pipeline, executors for 50 shape signatures (each with its arena, modules and
     graph), closed once: everything comes back."""

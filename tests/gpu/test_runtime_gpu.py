@@ -477,6 +477,7 @@ def test_api_on_torch_tensors():
     assert isinstance(cpu, torch.Tensor) and not cpu.is_cuda
 
 
+@pytest.mark.alone
 def test_api_overhead_against_a_raw_cupy_graph_replay():
     """An 8-kernel graph called through the API (CuPy in, CuPy out) within 1.25x of raw replay."""
     import cupy
@@ -569,6 +570,7 @@ print(json.dumps({{"import_ms": (imported - started) * 1e3, "load_ms": (loaded -
 """
 
 
+@pytest.mark.alone
 def test_a_new_process_with_a_warm_cache_loads_a_pipeline_in_milliseconds(tmp_path):
     """Plan, render, compile (from the cache) and load the kernels of a pipeline in a fresh process."""
     script = tmp_path / "warm.py"

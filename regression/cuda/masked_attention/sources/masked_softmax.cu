@@ -78,33 +78,93 @@ template <typename T> __device__ __forceinline__ T cvl_warp_min(T v, int width) 
 __device__ __forceinline__ unsigned cvl_smem_addr(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
-// 16 bytes global -> shared, bypassing L1; zero-filled when !valid (src is then not read).
-__device__ __forceinline__ void cvl_cp_async16(void* dst, const void* src, bool valid) {
+// 16 bytes global -> shared (a shared-window address), bypassing L1; zero-filled when !valid.
+__device__ __forceinline__ void cvl_cp_async16s(unsigned dst, const void* src, bool valid) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                 :: "r"(cvl_smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0) : "memory");
+                 :: "r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
 }
 __device__ __forceinline__ void cvl_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cvl_cp_wait() {
     asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
 }
-__device__ __forceinline__ void cvl_ldsm_x4(unsigned (&r)[4], const void* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(cvl_smem_addr(p)) : "memory");
+// cp.async wrote through the generic proxy; wgmma reads through the async proxy.
+__device__ __forceinline__ void cvl_fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
-__device__ __forceinline__ void cvl_ldsm_x4_trans(unsigned (&r)[4], const void* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(cvl_smem_addr(p)) : "memory");
+__device__ __forceinline__ void cvl_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void cvl_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cvl_wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
 }
-__device__ __forceinline__ unsigned cvl_tf32(float x) {
-    unsigned r;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-    return r;
+// Matrix descriptor: start >> 4 (bits 0-13), LBO >> 4 (16-29), SBO >> 4 (32-45), swizzle (62-63).
+__device__ __forceinline__ unsigned long long cvl_wgmma_desc(unsigned addr, unsigned lbo, unsigned sbo) {
+    return (unsigned long long)((addr & 0x3FFFF) >> 4)
+         | ((unsigned long long)((lbo & 0x3FFFF) >> 4) << 16)
+         | ((unsigned long long)((sbo & 0x3FFFF) >> 4) << 32)
+         | ((unsigned long long)1 << 62);
 }
 
-__device__ __forceinline__ void cvl_mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+// D (64 x 64, f32) += A (64 x 16, descriptor) * B (16 x 64, descriptor); trans-a 0, trans-b 0
+__device__ __forceinline__ void cvl_wgmma(float (&d)[32], unsigned long long da, unsigned long long db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "n"(1));
+}
+// Pins the accumulators between wgmma's asynchronous writes and ordinary reads or writes.
+__device__ __forceinline__ void cvl_wgmma_pin(float (&d)[32]) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
+}
+
+// CUtensorMap (cuda.h): 128 opaque bytes, passed by value as a __grid_constant__ parameter
+struct __align__(64) cvl_tensor_map { unsigned long long opaque[16]; };
+__device__ __forceinline__ void cvl_mbar_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n"
+                 :: "r"(bar), "r"(bytes) : "memory");
+}
+// box (c0, c1) of the tensor map (c0 innermost, in elements; out of bounds reads as zero) -> shared
+// memory at dst, in the map's 128-byte swizzle; its bytes complete a transaction on bar
+__device__ __forceinline__ void cvl_tma_2d(unsigned dst, const cvl_tensor_map& map, int c0, int c1, unsigned bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3}], [%4];\n"
+                 :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(&map)), "r"(c0), "r"(c1), "r"(bar)
+                 : "memory");
+}
+__device__ __forceinline__ void cvl_tma_prefetch(const cvl_tensor_map& map) {
+    asm volatile("prefetch.tensormap [%0];\n" :: "l"(reinterpret_cast<unsigned long long>(&map)) : "memory");
+}
+
+__device__ __forceinline__ void cvl_mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void cvl_mbar_arrive(unsigned bar) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" :: "r"(bar) : "memory");
+}
+// arrives on bar once every cp.async this thread issued so far has landed (no pending-count increment)
+__device__ __forceinline__ void cvl_cp_arrive(unsigned bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(bar) : "memory");
+}
+// waits until the phase of parity `parity` of bar completed; traps after about 2^31 cycles
+__device__ __forceinline__ void cvl_mbar_wait(unsigned bar, unsigned parity) {
+    unsigned done;
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    if (done) return;
+    const long long t0 = clock64();
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+        if (!done && clock64() - t0 > (1ll << 31)) __trap();
+    } while (!done);
+}
+
+// D (64 x 64, f32) = A (64 x 16, descriptor) * B (16 x 64, descriptor); trans-a 0, trans-b 0
+__device__ __forceinline__ void cvl_wgmma_set(float (&d)[32], unsigned long long da, unsigned long long db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "n"(0));
 }
 
 // 2^x by the MUFU (relative error below 2^-21; -inf -> 0, NaN -> NaN); subnormal results flush to 0.
@@ -114,148 +174,118 @@ __device__ __forceinline__ float cvl_ex2(float x) {
     return y;
 }
 
-// cp.async of 16 bytes to a shared address, no zero fill (the row band's unguarded B tiles)
-__device__ __forceinline__ void cvl_cp_async16_at(unsigned dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(dst), "l"(src) : "memory");
+// the CTAs of a cluster: the two halves of its barrier, and a float2 in another CTA's shared memory
+__device__ __forceinline__ void cvl_cluster_arrive() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
 }
-__device__ __forceinline__ void cvl_ldsm_x4_at(unsigned (&r)[4], unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+__device__ __forceinline__ void cvl_cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ float2 cvl_cluster_ld2(unsigned local, unsigned rank) {
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
+    float2 v;
+    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(remote) : "memory");
+    return v;
 }
 
-extern "C" __global__ void __launch_bounds__(32, 5) cvl_masked_softmax(
+extern "C" __global__ void __launch_bounds__(128, 3) cvl_masked_softmax(
     const __half* __restrict__ b0,  // k: f16[B, N, D] input
     const __half* __restrict__ b1,  // q: f16[B, M, D] input
     const unsigned char* __restrict__ b2,  // causal: bool[M, N] input
     __half* __restrict__ b3,  // p: f16[B, M, N] output
     float u0,  // %3: f16[] scalar
-    float u1  // %7: f16[] scalar
+    float u1,  // %7: f16[] scalar
+    const __grid_constant__ cvl_tensor_map tma_a,  // TMA descriptor of q: 256 x 64, box 64 x 64
+    const __grid_constant__ cvl_tensor_map tma_b  // TMA descriptor of k: 512 x 64, box 64 x 64
 ) {
-    extern __shared__ __align__(16) unsigned char cvl_smem[];
-    __half* const sa = reinterpret_cast<__half*>(cvl_smem);  // the A band, later output staging
-    __half* const sb = sa + 1152;  // 4 B tiles
+    extern __shared__ __align__(1024) unsigned char cvl_smem[];
+    const unsigned smem0 = (cvl_smem_addr(cvl_smem) + 1023u) & ~1023u;
+    const unsigned sa = smem0;  // the A band: 64 rows x 64 of K
+    const unsigned sb = smem0 + 8192u;  // 2 B tiles of 64 rows
+    __half* const so = reinterpret_cast<__half*>(cvl_smem + (smem0 - cvl_smem_addr(cvl_smem)) + 24576) + (threadIdx.x / 32) * 1152;  // this warp's 16 staging rows
     const int lane = threadIdx.x % 32;
-    const int wm = threadIdx.x / 32 * 16;  // this warp's rows of the band
-    const int wn = 0;
-    float acc[1][8][4];
-    unsigned af[1][4][4];  // the warp's A rows, all of K
-    const int mt = blockIdx.x % 4;
-    const int bz = blockIdx.x / 4;
-    const int c0 = (bz) % 4;
-    const int m0 = mt * 16;
-    const __half* pa = b1 + (int)c0 * 4096;
-    const __half* pb = b0 + (int)c0 * 8192;
-    float row_max[2], row_sum[2], row_base[2], row_norm[2];
-    #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        row_max[r] = (-__int_as_float(0x7f800000));
-        row_sum[r] = 0.0f;
-    }
-    const __half* b_src = pb + threadIdx.x / 8 * 64 + threadIdx.x % 8 * 8;  // this thread's chunks of the next B tile
-    const unsigned b_dst = cvl_smem_addr(sb + threadIdx.x / 8 * 72 + threadIdx.x % 8 * 8);
-    unsigned b_stage = 0;  // byte offset of the stage the next load fills
-    unsigned c_stage = 0;  // byte offset of the stage the next step reads
-    int b_tile = 0;  // column tile of the next load
-    #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int c = i * 32 + threadIdx.x;
-        const int r = c / 8;
-        const int cc = c % 8 * 8;
-        const int gmn = m0 + r;
-        const int gk = 0 + cc;
-        const bool ok = gmn < 64 && gk < 64;
-        __half* dst = sa + (0) * 1152 + r * 72 + cc;
-        cvl_cp_async16(dst, ok ? pa + (int)gmn * 64 + (int)gk * 1 : pa, ok);
-    }
-    cvl_cp_commit();
-    if (0 < 4) {
-        #pragma unroll
-        for (int i = 0; i < 16; ++i)
-            cvl_cp_async16_at(b_dst + b_stage + i * 576, b_src + i * 256);
-        b_src += 4096;
-        if (++b_tile == 2) { b_tile = 0; b_src -= 8192; }
-        b_stage = b_stage == 27648 ? 0 : b_stage + 9216;
-    }
-    cvl_cp_commit();
-    if (1 < 4) {
-        #pragma unroll
-        for (int i = 0; i < 16; ++i)
-            cvl_cp_async16_at(b_dst + b_stage + i * 576, b_src + i * 256);
-        b_src += 4096;
-        if (++b_tile == 2) { b_tile = 0; b_src -= 8192; }
-        b_stage = b_stage == 27648 ? 0 : b_stage + 9216;
-    }
-    cvl_cp_commit();
-    if (2 < 4) {
-        #pragma unroll
-        for (int i = 0; i < 16; ++i)
-            cvl_cp_async16_at(b_dst + b_stage + i * 576, b_src + i * 256);
-        b_src += 4096;
-        if (++b_tile == 2) { b_tile = 0; b_src -= 8192; }
-        b_stage = b_stage == 27648 ? 0 : b_stage + 9216;
-    }
-    cvl_cp_commit();
-    cvl_cp_wait<3>();
-    __syncthreads();
-    #pragma unroll
-    for (int mi = 0; mi < 1; ++mi)
-    #pragma unroll
-        for (int kq = 0; kq < 4; ++kq) cvl_ldsm_x4(af[mi][kq], sa + (wm + mi * 16 + (lane / 8) % 2 * 8 + lane % 8) * 72 + kq * 16 + lane / 16 * 8);
-    const unsigned b_frag = cvl_smem_addr(sb) + ((lane / 16 * 8 + lane % 8) * 72 + (lane / 8) % 2 * 8) * 2;
-    for (int step = 0; step < 4; ++step) {
-        cvl_cp_wait<2>();
-        __syncthreads();
-        if (step + 3 < 4) {
-            #pragma unroll
-            for (int i = 0; i < 16; ++i)
-                cvl_cp_async16_at(b_dst + b_stage + i * 576, b_src + i * 256);
-            b_src += 4096;
-            if (++b_tile == 2) { b_tile = 0; b_src -= 8192; }
-            b_stage = b_stage == 27648 ? 0 : b_stage + 9216;
-        }
-        cvl_cp_commit();
-        #pragma unroll
-        for (int mi = 0; mi < 1; ++mi)
-        #pragma unroll
-            for (int ni = 0; ni < 8; ++ni)
-        #pragma unroll
-                for (int q = 0; q < 4; ++q) acc[mi][ni][q] = 0.0f;
+    const int wg = threadIdx.x / 128;
+    const int wl = (threadIdx.x / 32) % 4;
+    const int warp_row = wg * 64 + wl * 16;  // the warp's first row in the band
+    const int row0 = warp_row + lane / 4;  // the thread's first row
+    const unsigned long long desc_a = cvl_wgmma_desc(sa + wg * 8192u, 16u, 1024u);
+    const unsigned long long desc_b = cvl_wgmma_desc(sb, 16u, 1024u);
+    float acc_even[32], acc_odd[32];  // even and odd column tiles
+    __half2 pv[2][16];  // the numerators of each tile, rounded to f16
+    float tile_base[2][2];  // the thread's base of each row after each tile
+    __shared__ __align__(8) unsigned long long cvl_full[3];  // B tiles, then A
+    const unsigned full0 = cvl_smem_addr(cvl_full);
+    const int n_cta = blockIdx.x % 1 * 128;  // the cluster rank's columns
+    const int clusters = gridDim.x / 1;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s <= 2; ++s) cvl_mbar_init(full0 + s * 8, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         {
-            const unsigned tb = b_frag + c_stage;
-            c_stage = c_stage == 27648 ? 0 : c_stage + 9216;
-            #pragma unroll
-            for (int kq = 0; kq < 4; ++kq) {
-                unsigned bf[8][2];
-                #pragma unroll
-                for (int nj = 0; nj < 4; ++nj) {
-                    unsigned r[4];
-                    cvl_ldsm_x4_at(r, tb + (nj * 1152 + kq * 16) * 2);
-                    bf[2 * nj][0] = r[0]; bf[2 * nj][1] = r[1];
-                    bf[2 * nj + 1][0] = r[2]; bf[2 * nj + 1][1] = r[3];
-                }
-            #pragma unroll
-                for (int mi = 0; mi < 1; ++mi)
-            #pragma unroll
-                    for (int ni = 0; ni < 8; ++ni) cvl_mma(acc[mi][ni], af[mi][kq], bf[ni]);
-            }
+            const int ld_mt = (blockIdx.x / 1) % 1;
+            const int ld_bz = (blockIdx.x / 1) / 1;
+            (void)ld_bz;
+            cvl_mbar_expect_tx(full0 + 16, 8192u);
+            cvl_tma_2d(sa, tma_a, 0, ld_bz * 64 + ld_mt * 64, full0 + 16);
+            cvl_mbar_expect_tx(full0 + 0, 8192u);
+            cvl_tma_2d(sb + 0u, tma_b, 0, ld_bz * 128 + n_cta + 0, full0 + 0);
+            cvl_mbar_expect_tx(full0 + 8, 8192u);
+            cvl_tma_2d(sb + 8192u, tma_b, 0, ld_bz * 128 + n_cta + 64, full0 + 8);
         }
-        const int n0 = step % 2 * 64;
-        if (step < 2) {
+    }
+    __syncthreads();
+    #pragma unroll 1
+    for (int band = blockIdx.x / 1, round = 0; band < 4; band += clusters, ++round) {
+        const int mt = band % 1;
+        const int bz = band / 1;
+        (void)bz;
+        const int c0 = (bz) % 4;
+        const int m0 = mt * 64;
+        const unsigned parity = round & 1;  // of every barrier's phase this round
+        float row_max[2], row_sum[2], row_base[2], row_norm[2];
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            row_max[r] = (-__int_as_float(0x7f800000));
+            row_sum[r] = 0.0f;
+        }
+        cvl_mbar_wait(full0 + 16, parity);  // the band is in
+        cvl_mbar_wait(full0 + 0, parity);
+        cvl_wgmma_fence();
+        {
+            const int kk = 0;
+            cvl_wgmma_set(acc_even, desc_a, desc_b + ((0 + kk * 32) >> 4));
+        }
+        #pragma unroll
+        for (int kk = 1; kk < 4; ++kk)
+            cvl_wgmma(acc_even, desc_a + ((kk * 32) >> 4), desc_b + ((0 + kk * 32) >> 4));
+        cvl_wgmma_commit();
+        {
+            cvl_mbar_wait(full0 + 8, parity);
+            cvl_wgmma_fence();
+            {
+                const int kk = 0;
+                cvl_wgmma_set(acc_odd, desc_a, desc_b + ((8192 + kk * 32) >> 4));
+            }
+            #pragma unroll
+            for (int kk = 1; kk < 4; ++kk)
+                cvl_wgmma(acc_odd, desc_a + ((kk * 32) >> 4), desc_b + ((8192 + kk * 32) >> 4));
+            cvl_wgmma_commit();
+            cvl_wgmma_wait<1>();
+            cvl_wgmma_pin(acc_even);
+            float (&acc)[32] = acc_even;
+            const int n0 = n_cta + 0;
             float tile_max[2], base[2];
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) tile_max[r] = (-__int_as_float(0x7f800000));
-            #pragma unroll
-            for (int mi = 0; mi < 1; ++mi)
+            tile_max[0] = tile_max[1] = (-__int_as_float(0x7f800000));
             #pragma unroll
             for (int ni = 0; ni < 8; ++ni)
             #pragma unroll
             for (int h = 0; h < 2; ++h)
             #pragma unroll
             for (int q = 0; q < 2; ++q) {
-                const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
-                const int n = n0 + wn + ni * 8 + lane % 4 * 2 + q;
-                const int slot = mi * 2 + h;
-                float& ACC = acc[mi][ni][h * 2 + q];
+                const int m = m0 + wg * 64 + wl * 16 + lane / 4 + h * 8;
+                const int n = n0 + ni * 8 + lane % 4 * 2 + q;
+                const int slot = h;
+                float& ACC = acc[ni * 4 + h * 2 + q];
                 float s = (-__int_as_float(0x7f800000));
                 const float t1 = ACC;
                 const float t2 = cvl_f16((t1 * u0));
@@ -271,70 +301,146 @@ extern "C" __global__ void __launch_bounds__(32, 5) cvl_masked_softmax(
                 if (row_max[r] != top) row_sum[r] *= cvl_ex2(__fmul_rn(row_max[r], 1.4426950408889634f) - bl);
                 row_max[r] = top;
                 base[r] = top == (-__int_as_float(0x7f800000)) ? 0.0f : bl;  // a row all -inf so far adds exp(-inf) = 0
+                tile_base[0][r] = bl;  // -inf while the row is: its numerators are 0
             }
-            #pragma unroll
-            for (int mi = 0; mi < 1; ++mi)
             #pragma unroll
             for (int ni = 0; ni < 8; ++ni)
             #pragma unroll
-            for (int h = 0; h < 2; ++h)
-            #pragma unroll
-            for (int q = 0; q < 2; ++q) {
-                const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
-                const int n = n0 + wn + ni * 8 + lane % 4 * 2 + q;
-                const int slot = mi * 2 + h;
-                float& ACC = acc[mi][ni][h * 2 + q];
-                row_sum[slot] += cvl_ex2(fmaf(ACC, 1.4426950408889634f, -base[slot]));
+            for (int h = 0; h < 2; ++h) {
+                const int m = m0 + wg * 64 + wl * 16 + lane / 4 + h * 8;
+                const int n = n0 + ni * 8 + lane % 4 * 2;
+                const int slot = h;
+                (void)slot;
+                float& ACC0 = acc[ni * 4 + h * 2];
+                float& ACC1 = acc[ni * 4 + h * 2 + 1];
+                const float p0 = cvl_ex2(fmaf(ACC0, 1.4426950408889634f, -base[slot]));
+                const float p1 = cvl_ex2(fmaf(ACC1, 1.4426950408889634f, -base[slot]));
+                row_sum[slot] += p0 + p1;
+                pv[0][ni * 2 + h] = __floats2half2_rn(p0, p1);
             }
-            if (step == 1) {
-                #pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const float top = cvl_warp_max(row_max[r], 4);
-                    row_base[r] = __fmul_rn(top, 1.4426950408889634f);
-                    const float part = row_max[r] == top ? row_sum[r]
-                                       : row_sum[r] * cvl_ex2(__fmul_rn(row_max[r], 1.4426950408889634f) - row_base[r]);
-                    const float total = cvl_warp_sum(part, 4);
-                    row_max[r] = top;
-                    row_norm[r] = 1.0f / total;
+        }
+        {
+            cvl_wgmma_wait<0>();
+            cvl_wgmma_pin(acc_odd);
+            __syncthreads();  // every warpgroup is past its last wgmma of this band
+            if (threadIdx.x == 0 && band + clusters < 4) {
+                {
+                    const int ld_mt = (band + clusters) % 1;
+                    const int ld_bz = (band + clusters) / 1;
+                    (void)ld_bz;
+                    cvl_mbar_expect_tx(full0 + 16, 8192u);
+                    cvl_tma_2d(sa, tma_a, 0, ld_bz * 64 + ld_mt * 64, full0 + 16);
+                    cvl_mbar_expect_tx(full0 + 0, 8192u);
+                    cvl_tma_2d(sb + 0u, tma_b, 0, ld_bz * 128 + n_cta + 0, full0 + 0);
+                    cvl_mbar_expect_tx(full0 + 8, 8192u);
+                    cvl_tma_2d(sb + 8192u, tma_b, 0, ld_bz * 128 + n_cta + 64, full0 + 8);
                 }
             }
-        } else {
-            #pragma unroll
-            for (int mi = 0; mi < 1; ++mi)
+            float (&acc)[32] = acc_odd;
+            const int n0 = n_cta + 64;
+            float tile_max[2], base[2];
+            tile_max[0] = tile_max[1] = (-__int_as_float(0x7f800000));
             #pragma unroll
             for (int ni = 0; ni < 8; ++ni)
             #pragma unroll
             for (int h = 0; h < 2; ++h)
             #pragma unroll
             for (int q = 0; q < 2; ++q) {
-                const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
-                const int n = n0 + wn + ni * 8 + lane % 4 * 2 + q;
-                const int slot = mi * 2 + h;
-                float& ACC = acc[mi][ni][h * 2 + q];
+                const int m = m0 + wg * 64 + wl * 16 + lane / 4 + h * 8;
+                const int n = n0 + ni * 8 + lane % 4 * 2 + q;
+                const int slot = h;
+                float& ACC = acc[ni * 4 + h * 2 + q];
+                float s = (-__int_as_float(0x7f800000));
                 const float t4 = ACC;
                 const float t5 = cvl_f16((t4 * u0));
                 const float t6 = ((b2[m * 128 + n] != 0) ? t5 : u1);
-                const float t7 = cvl_ex2(fmaf(t6, 1.4426950408889634f, -row_base[slot])) * row_norm[slot];
-                ACC = t7;
+                s = t6;
+                ACC = s;
+                tile_max[slot] = fmaxf(tile_max[slot], s);
             }
-            __half* const so = reinterpret_cast<__half*>(cvl_smem);  // the warp's rows of the band
-            __syncwarp();  // the warp's previous tile is out of the staging rows
             #pragma unroll
-            for (int mi = 0; mi < 1; ++mi)
+            for (int r = 0; r < 2; ++r) {
+                const float top = fmaxf(row_max[r], tile_max[r]);
+                const float bl = __fmul_rn(top, 1.4426950408889634f);
+                if (row_max[r] != top) row_sum[r] *= cvl_ex2(__fmul_rn(row_max[r], 1.4426950408889634f) - bl);
+                row_max[r] = top;
+                base[r] = top == (-__int_as_float(0x7f800000)) ? 0.0f : bl;  // a row all -inf so far adds exp(-inf) = 0
+                tile_base[1][r] = bl;  // -inf while the row is: its numerators are 0
+            }
             #pragma unroll
             for (int ni = 0; ni < 8; ++ni)
             #pragma unroll
-            for (int h = 0; h < 2; ++h)
-                *reinterpret_cast<__half2*>(so + (wm + mi * 16 + h * 8 + lane / 4) * 72 + ni * 8 + lane % 4 * 2) =
-                    __floats2half2_rn(acc[mi][ni][h * 2], acc[mi][ni][h * 2 + 1]);
-            __syncwarp();
-            const int m = m0 + wm + lane / 8;
-            const int n = n0 + lane % 8 * 8;
-            __half* const orow = &b3[c0 * 8192 + m * 128 + n];
-            const __half* const srow = so + (wm + lane / 8) * 72 + lane % 8 * 8;
+            for (int h = 0; h < 2; ++h) {
+                const int m = m0 + wg * 64 + wl * 16 + lane / 4 + h * 8;
+                const int n = n0 + ni * 8 + lane % 4 * 2;
+                const int slot = h;
+                (void)slot;
+                float& ACC0 = acc[ni * 4 + h * 2];
+                float& ACC1 = acc[ni * 4 + h * 2 + 1];
+                const float p0 = cvl_ex2(fmaf(ACC0, 1.4426950408889634f, -base[slot]));
+                const float p1 = cvl_ex2(fmaf(ACC1, 1.4426950408889634f, -base[slot]));
+                row_sum[slot] += p0 + p1;
+                pv[1][ni * 2 + h] = __floats2half2_rn(p0, p1);
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {  // the four lanes of a row
+            const float top = cvl_warp_max(row_max[r], 4);
+            const float bl = __fmul_rn(top, 1.4426950408889634f);
+            const float part = row_max[r] == top ? row_sum[r]
+                               : row_sum[r] * cvl_ex2(__fmul_rn(row_max[r], 1.4426950408889634f) - bl);
+            row_sum[r] = cvl_warp_sum(part, 4);
+            row_max[r] = top;
+        }
+        float fin_base[2], inv_sum[2];
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            fin_base[r] = __fmul_rn(row_max[r], 1.4426950408889634f);
+            inv_sum[r] = 1.0f / row_sum[r];
+        }
+        {
+            const int n0 = n_cta + 0;
+            float sc[2];
             #pragma unroll
-            for (int i = 0; i < 4; ++i)
-                __stcs(reinterpret_cast<uint4*>(orow + i * 512), *reinterpret_cast<const uint4*>(srow + i * 288));
+            for (int r = 0; r < 2; ++r) sc[r] = cvl_ex2(tile_base[0][r] - fin_base[r]) * inv_sum[r];
+            __syncwarp();  // the warp's previous tile is out of its staging rows
+            #pragma unroll
+            for (int ni = 0; ni < 8; ++ni)
+            #pragma unroll
+            for (int h = 0; h < 2; ++h) {  // columns ni * 8 + lane % 4 * 2, + 1 of row h
+                const float2 v = __half22float2(pv[0][ni * 2 + h]);
+                *reinterpret_cast<__half2*>(so + (lane / 4 + h * 8) * 72 + ni * 8 + lane % 4 * 2) = __floats2half2_rn(v.x * sc[h], v.y * sc[h]);
+            }
+            __syncwarp();
+            #pragma unroll
+            for (int i = 0; i < 4; ++i) {  // 16 rows of 8 chunks of 16 bytes
+                const int c = i * 32 + lane;
+                const int m = m0 + warp_row + c / 8;
+                const int n = n0 + c % 8 * 8;
+                __stcs(reinterpret_cast<uint4*>(&b3[c0 * 8192 + m * 128 + n]), *reinterpret_cast<const uint4*>(so + c / 8 * 72 + c % 8 * 8));
+            }
+        }
+        {
+            const int n0 = n_cta + 64;
+            float sc[2];
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) sc[r] = cvl_ex2(tile_base[1][r] - fin_base[r]) * inv_sum[r];
+            __syncwarp();  // the warp's previous tile is out of its staging rows
+            #pragma unroll
+            for (int ni = 0; ni < 8; ++ni)
+            #pragma unroll
+            for (int h = 0; h < 2; ++h) {  // columns ni * 8 + lane % 4 * 2, + 1 of row h
+                const float2 v = __half22float2(pv[1][ni * 2 + h]);
+                *reinterpret_cast<__half2*>(so + (lane / 4 + h * 8) * 72 + ni * 8 + lane % 4 * 2) = __floats2half2_rn(v.x * sc[h], v.y * sc[h]);
+            }
+            __syncwarp();
+            #pragma unroll
+            for (int i = 0; i < 4; ++i) {  // 16 rows of 8 chunks of 16 bytes
+                const int c = i * 32 + lane;
+                const int m = m0 + warp_row + c / 8;
+                const int n = n0 + c % 8 * 8;
+                __stcs(reinterpret_cast<uint4*>(&b3[c0 * 8192 + m * 128 + n]), *reinterpret_cast<const uint4*>(so + c / 8 * 72 + c % 8 * 8));
+            }
         }
     }
 }

@@ -1,0 +1,287 @@
+"""``softmax(A @ B^T ...)`` in one pass over the logits: the row band split over a cluster of CTAs.
+
+The two-pass row band (:mod:`cuvil_dsl.codegen.cuda_matmul`) computes every logit twice, with two
+exps each: once for the row statistics, once for the output. Here each logit is computed and
+exponentiated once, and the numerators wait on chip for the row's statistics:
+
+* a **cluster** of ``C`` CTAs (``__cluster_dims__``, at most the portable 8) shares a band of
+  ``64 * G`` rows (``G`` consumer warpgroups); CTA ``r`` owns ``T`` column tiles of 64
+  (``T <= 4``), so N is at most ``8 * 4 * 64 = 2048``;
+* TMA brings the A band and all ``T`` B tiles at once (one mbarrier each); tile ``t + 1``'s wgmma
+  runs while tile ``t``'s epilogue does (two accumulator sets);
+* tile ``t``'s epilogue: its row maxima, the thread's running maximum and sum (rescaled when the
+  maximum grows, as in the two-pass band), and the numerators ``2^(x - b_t)`` kept in registers
+  as f16 pairs, with ``b_t`` the thread's base after tile ``t``;
+* after the last tile: the four lanes of a row merge their statistics, each CTA publishes its
+  rows' ``(max, sum)`` in shared memory, and after a cluster barrier every CTA reads all ``C``
+  (distributed shared memory) and merges them the same way, to the row's base ``b`` and sum ``L``;
+* the write: each numerator times ``2^(b_t - b) / L`` (in f32), rounded to the output type,
+  staged per warp in shared memory and stored as coalesced 16-byte streaming stores.
+
+Rounding: the numerator is rounded to f16 once (relative error 2^-11, values below 2^-24 flush to
+0, an absolute error under 6e-8) before the f32 scaling and the output's own rounding; the rest is
+the two-pass band's (see its docstring). So the result is within about one unit in the last place
+of a 16-bit output; f32 outputs never take this path.
+
+Masked columns (``-inf``) and NaN follow the two-pass band: a row whose values are all ``-inf``
+gives NaN (0 / 0) as NumPy does, a NaN anywhere in a row reaches its sum and so the whole row.
+Columns past N (a ragged last tile, or whole tiles of the last CTA) are masked; rows past M are
+computed and not stored.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from cuvil_dsl.codegen import cuda_wgmma
+from cuvil_dsl.codegen.cuda import Emitted, element_count, indent
+from cuvil_dsl.codegen.cuda_matmul import BAND_HELPERS, LOG2E
+from cuvil_dsl.types import DType
+
+MAX_CLUSTER = 8  # CTAs: the portable cluster size on sm_90
+MAX_TILES = 4  # column tiles of 64 a CTA keeps: 16 registers of f16 pairs each
+
+CLUSTER_HELPERS = r"""
+// the CTAs of a cluster: the two halves of its barrier, and a float2 in another CTA's shared memory
+__device__ __forceinline__ void cvl_cluster_arrive() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cvl_cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ float2 cvl_cluster_ld2(unsigned local, unsigned rank) {
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
+    float2 v;
+    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(remote) : "memory");
+    return v;
+}
+"""
+
+
+def layout(n: int) -> tuple[int, int] | None:
+    """(CTAs a cluster, column tiles of 64 a CTA) for N columns, or None when N does not fit."""
+    tiles = -(-n // 64)
+    ctas = -(-tiles // MAX_TILES)
+    if ctas > MAX_CLUSTER:
+        return None
+    return ctas, -(-tiles // ctas)
+
+
+def applies(g) -> bool:
+    """Whether the wgmma band ``g`` (a ``cuda_matmul._GemmKernel`` whose operands suit the wgmma band)
+    can run in one pass: a softmax (not log_softmax) whose value is the one staged 16-bit store, and
+    N within the cluster's columns."""
+    staged = g.staged_store()
+    return (g.softmax.op == "softmax" and staged is not None and staged.value == g.softmax.out
+            and layout(g.N) is not None)
+
+
+def grid_ctas(g, groups: int = 1) -> int:
+    """The CTAs of band ``g``'s grid (one band of ``64 * groups`` rows for each cluster)."""
+    return g.batch * -(-g.M // (64 * groups)) * layout(g.N)[0]
+
+
+def render(g, entry: str, groups: int = 1, min_blocks: int | None = None, fill: float = 0.0) -> Emitted:
+    """The kernel for band ``g`` (see the module docstring): ``groups`` warpgroups of 64 rows a CTA,
+    ``min_blocks`` CTAs a multiprocessor asked of ptxas (it bounds the registers; by default 4, or 3
+    when the softmax's argument is walked per element: at 128 registers that path spills); ``fill``
+    > 0 makes the clusters persistent, that share of the clusters that fit on the device at once."""
+    k, a, b = g.k, g.a, g.b
+    ctas, tiles = layout(g.N)
+    bm, threads = 64 * groups, 128 * groups
+    wa = cuda_wgmma.WgmmaOperand("a", "", a.dtype, a.extent, 64, True, a.stride_mn, 1)
+    wb = cuda_wgmma.WgmmaOperand("b", "", b.dtype, b.extent, 64, True, b.stride_mn, 1)
+    eng = cuda_wgmma.WgmmaEngine(wa, wb, bm=bm, bn=64, stages=max(tiles, 2), pending=0, index_t=k.index_t)
+    columns = ctas * tiles * 64  # the cluster's columns, N rounded up
+    g.eng, g.poly, g.stream = eng, (0, 0), False
+    g.mt, g.nt = -(-g.M // bm), ctas * tiles
+    g.fold = g.band_fold() if columns == g.N else None  # no masked column
+    if min_blocks is None:
+        min_blocks = 4 if g.fold is not None else 3
+    k.config = replace(k.config, block=threads, max_threads=threads, min_blocks=min_blocks)
+    batches = {o.role: (element_count(g.p.domain[:-2]) if o.batch else 1) for o in (a, b)}
+    maps = {o.role: k.tensor_map(f"tma_{o.role}", o.buffer, (o.depth, o.extent * batches[o.role]),
+                                 o.stride_mn * 2, (64, bm if o.role == "a" else 64)) for o in (a, b)}
+    eng.maps = maps
+    tile_a, tile_b = bm * 128, 64 * 128  # bytes: rows of 64 halves
+    lds = 64 + 8  # staging row, in halves (16 bytes of padding against bank conflicts)
+    stage_out = (threads // 32) * 16 * lds * 2
+    ks = -(-a.depth // 16)
+    neg_inf = k.lang.literal(-math.inf, g.dtype)
+    tests = ([f"m < {g.M}"] if g.M % bm else []) + ([f"n < {g.N}"] if columns != g.N else [])
+    guard = " && ".join(tests)
+    row_a = f"{'ld_bz * ' + str(g.M) + ' + ' if a.batch else ''}ld_mt * {bm}"
+    row_b = f"{'ld_bz * ' + str(g.N) + ' + ' if b.batch else ''}n_cta + " + "{t}"
+    bands = g.batch * g.mt
+    # persistent clusters (fill > 0): about `fill` of the clusters that fit at once, each taking bands
+    # clusters apart; the next band's tiles load while this band's statistics merge and its output is written
+    resident = k.sm_count * min_blocks // ctas
+    grid_clusters = min(bands, max(1, int(resident * fill))) if fill > 0 else bands
+
+    def guarded(body: list[str]) -> list[str]:
+        return [f"if ({guard}) {{", *indent(body), "}"] if guard else body
+
+    def issue(t: int, acc: str) -> list[str]:  # tile t's wgmma into acc, once its B tile is in
+        db = f"desc_b + (({t * tile_b} + kk * 32) >> 4)"
+        return [f"cvl_mbar_wait(full0 + {t * 8}, parity);", "cvl_wgmma_fence();",
+                "{", "    const int kk = 0;", f"    cvl_wgmma_set({acc}, desc_a, {db});", "}",
+                "#pragma unroll", f"for (int kk = 1; kk < {ks}; ++kk)",
+                f"    cvl_wgmma({acc}, desc_a + ((kk * 32) >> 4), {db});",
+                "cvl_wgmma_commit();"]
+
+    def statistics(t: int) -> list[str]:
+        """Tile t: the running statistics, and its numerators into pv[t] (acc is the tile's)."""
+        if g.fold is not None:  # max(acc * u) is |u| * max(acc), of -acc when u < 0
+            def scan(sign: str) -> list[str]:
+                return eng.elements("m0", "n0", [f"tile_max[slot] = fmaxf(tile_max[slot], {sign}ACC);"])
+
+            lines = scan("") if not g.fold else ["if (band_flip) {", *indent(scan("-")), "} else {",
+                                                 *indent(scan("")), "}"]
+            top, scale = "band_abs * tile_max[r]", "band_c"
+        else:  # the softmax's argument by the walk, -inf where masked; fmaxf drops NaN, the sum keeps it
+            pre: list[str] = []
+            w = g.walk(pre)
+            x = w.value(g.softmax.args[0], g.p.layout.maps[g.softmax.args[0]])
+            lines = eng.elements("m0", "n0", [f"float s = {neg_inf};", *guarded([*pre, f"s = {x};"]),
+                                              "ACC = s;", "tile_max[slot] = fmaxf(tile_max[slot], s);"])
+            top, scale = "tile_max[r]", LOG2E
+        return [
+            "float tile_max[2], base[2];", f"tile_max[0] = tile_max[1] = {neg_inf};", *lines,
+            "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
+            f"    const float top = fmaxf(row_max[r], {top});",
+            f"    const float bl = __fmul_rn(top, {LOG2E});",
+            f"    if (row_max[r] != top) row_sum[r] *= cvl_ex2(__fmul_rn(row_max[r], {LOG2E}) - bl);",
+            "    row_max[r] = top;",
+            f"    base[r] = top == {neg_inf} ? 0.0f : bl;  // a row all -inf so far adds exp(-inf) = 0",
+            f"    tile_base[{t}][r] = bl;  // -inf while the row is: its numerators are 0",
+            "}",
+            *eng.pairs("m0", "n0", [f"const float p0 = cvl_ex2(fmaf(ACC0, {scale}, -base[slot]));",
+                                    f"const float p1 = cvl_ex2(fmaf(ACC1, {scale}, -base[slot]));",
+                                    "row_sum[slot] += p0 + p1;",
+                                    f"pv[{t}][ni * 2 + h] = __floats2half2_rn(p0, p1);"]),
+        ]
+
+    merge_quad = [
+        "#pragma unroll", "for (int r = 0; r < 2; ++r) {  // the four lanes of a row",
+        "    const float top = cvl_warp_max(row_max[r], 4);",
+        f"    const float bl = __fmul_rn(top, {LOG2E});",
+        "    const float part = row_max[r] == top ? row_sum[r]",
+        f"                       : row_sum[r] * cvl_ex2(__fmul_rn(row_max[r], {LOG2E}) - bl);",
+        "    row_sum[r] = cvl_warp_sum(part, 4);",
+        "    row_max[r] = top;", "}"]
+    merge_cluster = [] if ctas == 1 else [
+        "if (round > 0) cvl_cluster_wait();  // the cluster has read the last round's statistics",
+        "if (lane % 4 == 0) {  // this CTA's statistics of its rows, for the cluster",
+        "    cvl_part[row0] = make_float2(row_max[0], row_sum[0]);",
+        "    cvl_part[row0 + 8] = make_float2(row_max[1], row_sum[1]);", "}",
+        "cvl_cluster_arrive();", "cvl_cluster_wait();  // every CTA's statistics are in",
+        "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
+        f"    float2 got[{ctas}];", f"    float top = {neg_inf};",
+        "#pragma unroll", f"    for (int q = 0; q < {ctas}; ++q) {{",
+        "        got[q] = cvl_cluster_ld2(part0 + (row0 + r * 8) * 8, q);",
+        "        top = fmaxf(top, got[q].x);", "    }",
+        f"    const float bl = __fmul_rn(top, {LOG2E});",
+        "    float total = 0.0f;",
+        "#pragma unroll", f"    for (int q = 0; q < {ctas}; ++q)",
+        f"        total += got[q].x == top ? got[q].y : got[q].y * cvl_ex2(__fmul_rn(got[q].x, {LOG2E}) - bl);",
+        "    row_max[r] = top;", "    row_sum[r] = total;", "}",
+        "cvl_cluster_arrive();  // done reading (waited for before the next round writes, or exits)"]
+
+    staged = g.staged_store()
+    pair, pack = (("__half2", "__floats2half2_rn") if k.dtype(staged.value) is DType.F16
+                  else ("__nv_bfloat162", "__floats2bfloat162_rn"))
+    target = f"{k.names[staged.value]}[{k.offset(staged.value, staged.map, g.coord)}]"
+    copy = ["#pragma unroll", "for (int i = 0; i < 4; ++i) {  // 16 rows of 8 chunks of 16 bytes",
+            "    const int c = i * 32 + lane;", "    const int m = m0 + warp_row + c / 8;",
+            "    const int n = n0 + c % 8 * 8;",
+            *indent(guarded([f"__stcs(reinterpret_cast<uint4*>(&{target}), "
+                             f"*reinterpret_cast<const uint4*>(so + c / 8 * {lds} + c % 8 * 8));"])), "}"]
+
+    def write(t: int) -> list[str]:
+        return [f"const int n0 = n_cta + {t * 64};",
+                "float sc[2];", "#pragma unroll",
+                f"for (int r = 0; r < 2; ++r) sc[r] = cvl_ex2(tile_base[{t}][r] - fin_base[r]) * inv_sum[r];",
+                "__syncwarp();  // the warp's previous tile is out of its staging rows",
+                "#pragma unroll", "for (int ni = 0; ni < 8; ++ni)",
+                "#pragma unroll", "for (int h = 0; h < 2; ++h) {  // columns ni * 8 + lane % 4 * 2, + 1 of row h",
+                f"    const float2 v = __half22float2(pv[{t}][ni * 2 + h]);",
+                f"    *reinterpret_cast<{pair}*>(so + (lane / 4 + h * 8) * {lds} + ni * 8 + lane % 4 * 2) = "
+                f"{pack}(v.x * sc[h], v.y * sc[h]);", "}",
+                "__syncwarp();", *copy]
+
+    def load(band: str) -> list[str]:  # thread 0: the A band and this CTA's B tiles of band `band`
+        return ["{", f"    const int ld_mt = ({band}) % {g.mt};", f"    const int ld_bz = ({band}) / {g.mt};", "    (void)ld_bz;",
+                f"    cvl_mbar_expect_tx(full0 + {tiles * 8}, {tile_a}u);",
+                f"    cvl_tma_2d(sa, {maps['a']}, 0, {row_a}, full0 + {tiles * 8});",
+                *[line for t in range(tiles) for line in (
+                    f"    cvl_mbar_expect_tx(full0 + {t * 8}, {tile_b}u);",
+                    f"    cvl_tma_2d(sb + {t * tile_b}u, {maps['b']}, 0, {row_b.format(t=t * 64)}, full0 + {t * 8});")],
+                "}"]
+
+    accs = ("acc_even", "acc_odd")
+    band_body = [
+        f"const int mt = band % {g.mt};", f"const int bz = band / {g.mt};", "(void)bz;",
+        *g.batch_coords(),
+        f"const int m0 = mt * {bm};",
+        "const unsigned parity = round & 1;  // of every barrier's phase this round",
+        *g.band_state(neg_inf),
+        f"cvl_mbar_wait(full0 + {tiles * 8}, parity);  // the band is in",
+        *issue(0, accs[0]),
+    ]
+    for t in range(tiles):
+        cur, nxt = accs[t % 2], accs[(t + 1) % 2]
+        if t + 1 < tiles:
+            ahead = [*issue(t + 1, nxt), "cvl_wgmma_wait<1>();", f"cvl_wgmma_pin({cur});"]
+        else:  # the band's last wgmma is done: its shared memory takes the next band's tiles
+            ahead = ["cvl_wgmma_wait<0>();", f"cvl_wgmma_pin({cur});",
+                     "__syncthreads();  // every warpgroup is past its last wgmma of this band",
+                     f"if (threadIdx.x == 0 && band + clusters < {bands}) {{", *indent(load("band + clusters")), "}"]
+        band_body += ["{", *indent(ahead), f"    float (&acc)[{eng.regs}] = {cur};",
+                      f"    const int n0 = n_cta + {t * 64};", *indent(statistics(t)), "}"]
+    band_body += [*merge_quad, *merge_cluster,
+                  "float fin_base[2], inv_sum[2];", "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
+                  f"    fin_base[r] = __fmul_rn(row_max[r], {LOG2E});", "    inv_sum[r] = 1.0f / row_sum[r];", "}"]
+    for t in range(tiles):
+        band_body += ["{", *indent(write(t)), "}"]
+    body = [
+        "extern __shared__ __align__(1024) unsigned char cvl_smem[];",
+        "const unsigned smem0 = (cvl_smem_addr(cvl_smem) + 1023u) & ~1023u;",
+        f"const unsigned sa = smem0;  // the A band: {bm} rows x 64 of K",
+        f"const unsigned sb = smem0 + {tile_a}u;  // {tiles} B tiles of 64 rows",
+        f"{eng.storage}* const so = reinterpret_cast<{eng.storage}*>(cvl_smem + (smem0 - cvl_smem_addr(cvl_smem))"
+        f" + {tile_a + tiles * tile_b}) + (threadIdx.x / 32) * {16 * lds};  // this warp's 16 staging rows",
+        "const int lane = threadIdx.x % 32;", "const int wg = threadIdx.x / 128;", "const int wl = (threadIdx.x / 32) % 4;",
+        "const int warp_row = wg * 64 + wl * 16;  // the warp's first row in the band",
+        "const int row0 = warp_row + lane / 4;  // the thread's first row",
+        "const unsigned long long desc_a = cvl_wgmma_desc(sa + wg * 8192u, 16u, 1024u);",
+        "const unsigned long long desc_b = cvl_wgmma_desc(sb, 16u, 1024u);",
+        f"float acc_even[{eng.regs}], acc_odd[{eng.regs}];  // even and odd column tiles",
+        f"__half2 pv[{tiles}][{eng.regs // 2}];  // the numerators of each tile, rounded to f16",
+        f"float tile_base[{tiles}][2];  // the thread's base of each row after each tile",
+        f"__shared__ __align__(8) unsigned long long cvl_full[{tiles + 1}];  // B tiles, then A",
+        "const unsigned full0 = cvl_smem_addr(cvl_full);",
+        *([f"__shared__ float2 cvl_part[{bm}];  // the CTA's (max, sum) of each row",
+           "const unsigned part0 = cvl_smem_addr(cvl_part);"] if ctas > 1 else []),
+        f"const int n_cta = blockIdx.x % {ctas} * {tiles * 64};  // the cluster rank's columns",
+        f"const int clusters = gridDim.x / {ctas};",
+        "if (threadIdx.x == 0) {",
+        f"    for (int s = 0; s <= {tiles}; ++s) cvl_mbar_init(full0 + s * 8, 1);",
+        "    asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");",
+        *indent(load(f"blockIdx.x / {ctas}")),
+        "}",
+        "__syncthreads();",
+        "#pragma unroll 1",
+        f"for (int band = blockIdx.x / {ctas}, round = 0; band < {bands}; band += clusters, ++round) {{",
+        *indent(band_body),
+        "}",
+    ]
+    if ctas > 1:
+        body.append("cvl_cluster_wait();  // no CTA leaves while another may read its statistics")
+    lines = [*k.signature(entry, threads), *indent(body), "}"]
+    if ctas > 1:
+        lines[0] = lines[0].replace("__global__ void", f"__global__ void __cluster_dims__({ctas}, 1, 1)", 1)
+    shared = tile_a + tiles * tile_b + stage_out + 1024
+    return Emitted(lines, (grid_clusters * ctas, 1, 1), (threads, 1, 1), shared,
+                   eng.helpers() + eng.set_helper() + BAND_HELPERS + CLUSTER_HELPERS, eng.options)
