@@ -115,6 +115,13 @@ CHECKED_VARIANTS = [
     # the global stores 114.7, without both 86.2: the exchange (a cluster barrier that waits for the
     # slowest of 8 CTAs, each sharing its SM with 3 others) and the stores after it cost the most.
     ("one pass, cluster, 64-row CTAs, 4/SM (3 with a walked argument) (all cases)", {"cluster": (1,)}),
+    # the exchange lagging a band (cuda_band_cluster._lagged): persistent clusters, the statistics pushed
+    # with st.async onto the peers' mbarriers while the next band computes, the numerators staged in
+    # shared memory, B tiles through a ring of 2 TMA slots (69 KB: 3 CTAs/SM, 155 regs, 0 spills).
+    # Predicted 100-120 us on attention_f16 (the no-exchange ablation ran 102.6 at 4/SM). Measured
+    # (2026-11-30, session 4): 137.2 us at 0.9 (44 clusters), 156.7 at 0.6; correct on every case.
+    ("one pass, lagged exchange, clusters at 0.9 (all cases)", {"cluster": (1, None, 0.9, True)}),
+    ("one pass, lagged exchange, clusters at 0.6 (all cases)", {"cluster": (1, None, 0.6, True)}),
 ]
 
 
@@ -134,7 +141,7 @@ def cases(tmp: Path) -> list[tuple[str, Path]]:
 # (cuda_matmul.row_band_engine): (B, M, N), D 64
 SWEEP = [(4, 2048, 2048), (8, 2048, 2048), (16, 2048, 2048), (32, 1024, 1024), (64, 512, 512), (128, 256, 256)]
 SWEEP_RUNS = [("mma.sync band", {"mma": True}), ("wgmma band", {"wgmma": (64, 4, 2)}),
-              ("cluster band", {"cluster": (1,)})]
+              ("cluster band", {"cluster": (1,)}), ("lagged cluster band", {"cluster": (1, None, 0.9, True)})]
 
 
 def sweep_cases(tmp: Path) -> list[tuple[str, Path]]:

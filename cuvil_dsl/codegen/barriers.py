@@ -16,9 +16,12 @@ import re
 _BARRIER = re.compile(r"\b__syncthreads(?:_count|_and|_or)?\s*\(|\bbar(?:rier)?\.sync\b|\bbarrier\.cluster\b"
                       r"|\bcvl_cluster_sync\s*\(")
 _IDENT = re.compile(r"[A-Za-z_]\w*")
-_ASSIGN = re.compile(r"([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*(?:[-+*/%&|^]|<<|>>)?=(?!=)([^;{}]*)")
+# `name`, `name[i]`, `name.member` or `name->member` assigned (the base name is what becomes per-thread)
+_ASSIGN = re.compile(r"(?<![\w.>])([A-Za-z_]\w*)\s*(?:(?:\[[^\]]*\]|(?:\.|->)\s*[A-Za-z_]\w*)\s*)*"
+                     r"(?:[-+*/%&|^]|<<|>>)?=(?!=)([^;{}]*)")
 _CONTROL = re.compile(r"^\s*(?:\}\s*)?(else\s+if|if|for|while|switch|else)\b")
 _SEEDS = {"threadIdx", "laneid", "lane", "lane_id"}
+_MEMBER = re.compile(r"(?:\.|->)\s*[A-Za-z_]\w*")  # `.x` of blockIdx.x is not a variable named x
 
 
 _ASM = re.compile(r'\basm\s*(?:volatile\s*)?\((?:[^()"]|"(?:\\.|[^"\\])*"|\([^()]*\))*\)')
@@ -52,6 +55,11 @@ def _functions(text: str) -> list[tuple[int, int]]:
     return out
 
 
+def _names(text: str) -> set[str]:
+    """The variables ``text`` mentions (member names after ``.`` or ``->`` left out)."""
+    return set(_IDENT.findall(_MEMBER.sub(" ", text)))
+
+
 def _per_thread(body: str) -> set[str]:
     tainted = set(_SEEDS)
     changed = True
@@ -59,14 +67,14 @@ def _per_thread(body: str) -> set[str]:
         changed = False
         for m in _ASSIGN.finditer(body):
             name, expr = m.group(1), m.group(2)
-            if name not in tainted and tainted & set(_IDENT.findall(expr)):
+            if name not in tainted and tainted & _names(expr):
                 tainted.add(name)
                 changed = True
     return tainted
 
 
 def _uses(text: str, tainted: set[str]) -> set[str]:
-    return tainted & set(_IDENT.findall(text))
+    return tainted & _names(text)
 
 
 def _check_function(text: str, offset: int, source: str, problems: list[str]) -> None:

@@ -50,6 +50,14 @@ __device__ __forceinline__ void cvl_cluster_arrive() {
 __device__ __forceinline__ void cvl_cluster_wait() {
     asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
+// st.async of (x, y) to the same shared address in CTA `rank`, completing bytes on that CTA's mbarrier `bar`
+__device__ __forceinline__ void cvl_cluster_push2(unsigned local, unsigned bar, unsigned rank, float x, float y) {
+    unsigned ra, rb;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(ra) : "r"(local), "r"(rank));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(rb) : "r"(bar), "r"(rank));
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];\n"
+                 :: "r"(ra), "f"(x), "f"(y), "r"(rb) : "memory");
+}
 __device__ __forceinline__ float2 cvl_cluster_ld2(unsigned local, unsigned rank) {
     unsigned remote;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
@@ -83,11 +91,14 @@ def grid_ctas(g, groups: int = 1) -> int:
     return g.batch * -(-g.M // (64 * groups)) * layout(g.N)[0]
 
 
-def render(g, entry: str, groups: int = 1, min_blocks: int | None = None, fill: float = 0.0) -> Emitted:
+def render(g, entry: str, groups: int = 1, min_blocks: int | None = None, fill: float = 0.0,
+           lag: bool = False) -> Emitted:
     """The kernel for band ``g`` (see the module docstring): ``groups`` warpgroups of 64 rows a CTA,
     ``min_blocks`` CTAs a multiprocessor asked of ptxas (it bounds the registers; by default 4, or 3
-    when the softmax's argument is walked per element: at 128 registers that path spills); ``fill``
-    > 0 makes the clusters persistent, that share of the clusters that fit on the device at once."""
+    when the softmax's argument is walked per element; with ``lag`` 3, or 2); ``fill``
+    > 0 makes the clusters persistent, that share of the clusters that fit on the device at once;
+    ``lag`` (persistent clusters of one warpgroup a CTA) exchanges a band's statistics while the next band
+    computes (see :func:`_lagged_body`)."""
     k, a, b = g.k, g.a, g.b
     ctas, tiles = layout(g.N)
     bm, threads = 64 * groups, 128 * groups
@@ -98,8 +109,9 @@ def render(g, entry: str, groups: int = 1, min_blocks: int | None = None, fill: 
     g.eng, g.poly, g.stream = eng, (0, 0), False
     g.mt, g.nt = -(-g.M // bm), ctas * tiles
     g.fold = g.band_fold() if columns == g.N else None  # no masked column
-    if min_blocks is None:
-        min_blocks = 4 if g.fold is not None else 3
+    lag = lag and ctas > 1 and groups == 1 and fill > 0
+    if min_blocks is None:  # at fewer registers these spill
+        min_blocks = (3 if g.fold is not None else 2) if lag else (4 if g.fold is not None else 3)
     k.config = replace(k.config, block=threads, max_threads=threads, min_blocks=min_blocks)
     batches = {o.role: (element_count(g.p.domain[:-2]) if o.batch else 1) for o in (a, b)}
     maps = {o.role: k.tensor_map(f"tma_{o.role}", o.buffer, (o.depth, o.extent * batches[o.role]),
@@ -221,6 +233,8 @@ def render(g, entry: str, groups: int = 1, min_blocks: int | None = None, fill: 
                 "}"]
 
     accs = ("acc_even", "acc_odd")
+    if lag:
+        return _lagged(g, entry, locals())
     band_body = [
         f"const int mt = band % {g.mt};", f"const int bz = band / {g.mt};", "(void)bz;",
         *g.batch_coords(),
@@ -284,4 +298,141 @@ def render(g, entry: str, groups: int = 1, min_blocks: int | None = None, fill: 
         lines[0] = lines[0].replace("__global__ void", f"__global__ void __cluster_dims__({ctas}, 1, 1)", 1)
     shared = tile_a + tiles * tile_b + stage_out + 1024
     return Emitted(lines, (grid_clusters * ctas, 1, 1), (threads, 1, 1), shared,
+                   eng.helpers() + eng.set_helper() + BAND_HELPERS + CLUSTER_HELPERS, eng.options)
+
+
+def _lagged(g, entry: str, v: dict) -> Emitted:
+    """``render`` with ``lag``: persistent clusters whose statistics exchange lags a band. Round ``r``
+    computes band ``r`` (B tiles through a ring of two TMA slots, so three CTAs fit a multiprocessor),
+    then writes band ``r - 1``, whose statistics the cluster pushed (``st.async`` onto each CTA's
+    mbarrier, double-buffered by round) while band ``r`` computed, from the numerators it staged in
+    shared memory; then stages band ``r``'s numerators and pushes its statistics. No CTA waits for its
+    cluster except once at the start and once at the end."""
+    k, eng, tiles, ctas, bm = g.k, v["eng"], v["tiles"], v["ctas"], v["bm"]
+    tile_a, tile_b, maps, ks, neg_inf = v["tile_a"], v["tile_b"], v["maps"], v["ks"], v["neg_inf"]
+    row_a, row_b, bands, statistics, guarded = v["row_a"], v["row_b"], v["bands"], v["statistics"], v["guarded"]
+    pair, pack, target, accs = v["pair"], v["pack"], v["target"], v["accs"]
+    ldp = tiles * 64 + 8  # a staged row of numerators, in halves (16 bytes of padding)
+    per_row = tiles * 8  # 16-byte chunks of a staged row
+    loads = [len(range(s, tiles, 2)) for s in (0, 1)]  # B loads of each ring slot a band
+
+    def issue(t: int, acc: str) -> list[str]:
+        slot = t % 2
+        db = f"desc_b + (({slot * tile_b} + kk * 32) >> 4)"
+        return [f"cvl_mbar_wait(full0 + {slot * 8}, (round * {loads[slot]} + {t // 2}) & 1);", "cvl_wgmma_fence();",
+                "{", "    const int kk = 0;", f"    cvl_wgmma_set({acc}, desc_a, {db});", "}",
+                "#pragma unroll", f"for (int kk = 1; kk < {ks}; ++kk)",
+                f"    cvl_wgmma({acc}, desc_a + ((kk * 32) >> 4), {db});",
+                "cvl_wgmma_commit();"]
+
+    def load(band: str, what: list[int], with_a: bool) -> list[str]:  # thread 0: B tiles `what` of `band`
+        lines = ["{", f"    const int ld_mt = ({band}) % {g.mt};", f"    const int ld_bz = ({band}) / {g.mt};", "    (void)ld_bz;"]
+        if with_a:
+            lines += [f"    cvl_mbar_expect_tx(full0 + 16, {tile_a}u);", f"    cvl_tma_2d(sa, {maps['a']}, 0, {row_a}, full0 + 16);"]
+        for t in what:
+            lines += [f"    cvl_mbar_expect_tx(full0 + {t % 2 * 8}, {tile_b}u);",
+                      f"    cvl_tma_2d(sb + {t % 2 * tile_b}u, {maps['b']}, 0, {row_b.format(t=t * 64)}, full0 + {t % 2 * 8});"]
+        return lines + ["}"]
+
+    def write(band: str, rnd: str) -> list[str]:  # band `band` of round `rnd`, from the staged numerators
+        lines = ["{", f"    const int mt = ({band}) % {g.mt};", f"    const int bz = ({band}) / {g.mt};", "    (void)bz;",
+                 *indent(g.batch_coords()), f"    const int m0 = mt * {bm};",
+                 f"    cvl_mbar_wait(stats0 + (({rnd}) & 1) * 8, (({rnd}) >> 1) & 1);  // the cluster's statistics",
+                 "    float fin_base[2], inv_sum[2];", "#pragma unroll", "    for (int r = 0; r < 2; ++r) {",
+                 f"        const float2* const got = cvl_part + (({rnd}) & 1) * {ctas * bm} + row0 + r * 8;",
+                 f"        float top = {neg_inf};", "#pragma unroll",
+                 f"        for (int q = 0; q < {ctas}; ++q) top = fmaxf(top, got[q * {bm}].x);",
+                 f"        const float bl = __fmul_rn(top, {LOG2E});", "        float total = 0.0f;", "#pragma unroll",
+                 f"        for (int q = 0; q < {ctas}; ++q) {{", f"            const float2 w = got[q * {bm}];",
+                 f"            total += w.x == top ? w.y : w.y * cvl_ex2(__fmul_rn(w.x, {LOG2E}) - bl);", "        }",
+                 "        fin_base[r] = bl;", "        inv_sum[r] = 1.0f / total;", "    }"]
+        for t in range(tiles):
+            lines += ["    {", "        float sc[2];", "#pragma unroll",
+                      f"        for (int r = 0; r < 2; ++r) sc[r] = cvl_ex2(prev_base[{t}][r] - fin_base[r]) * inv_sum[r];",
+                      "#pragma unroll", "        for (int ni = 0; ni < 8; ++ni)",
+                      "#pragma unroll", "        for (int h = 0; h < 2; ++h) {",
+                      f"            __half* const at = pw + (lane / 4 + h * 8) * {ldp} + {t * 64} + ni * 8 + lane % 4 * 2;",
+                      "            const float2 x = __half22float2(*reinterpret_cast<const __half2*>(at));",
+                      f"            *reinterpret_cast<{pair}*>(at) = {pack}(x.x * sc[h], x.y * sc[h]);", "        }", "    }"]
+        copy = guarded([f"__stcs(reinterpret_cast<uint4*>(&{target}), "
+                        f"*reinterpret_cast<const uint4*>(pw + c / {per_row} * {ldp} + c % {per_row} * 8));"])
+        return lines + ["    __syncwarp();  // the warp's output rows are staged", "#pragma unroll",
+                        f"    for (int i = 0; i < {per_row // 2}; ++i) {{", "        const int c = i * 32 + lane;",
+                        f"        const int m = m0 + warp_row + c / {per_row};",
+                        f"        const int n = n_cta + c % {per_row} * 8;", *indent(copy, 2), "    }",
+                        "    __syncwarp();  // out of the staging rows", "}"]
+
+    band_body = [
+        f"const int mt = band % {g.mt};", f"const int bz = band / {g.mt};", "(void)bz;",
+        *g.batch_coords(), f"const int m0 = mt * {bm};",
+        f"if (threadIdx.x == 0) cvl_mbar_expect_tx(stats0 + (round & 1) * 8, {ctas * bm * 8}u);",
+        *g.band_state(neg_inf),
+        "cvl_mbar_wait(full0 + 16, round & 1);  // the A band is in", *issue(0, accs[0]),
+    ]
+    for t in range(tiles):
+        cur, nxt = accs[t % 2], accs[(t + 1) % 2]
+        ahead = ([*issue(t + 1, nxt), "cvl_wgmma_wait<1>();"] if t + 1 < tiles else ["cvl_wgmma_wait<0>();"])
+        ahead.append(f"cvl_wgmma_pin({cur});")
+        if t + 2 < tiles:  # tile t's slot takes tile t + 2
+            ahead += ["__syncthreads();  // the warpgroup is past tile t's wgmma",
+                      "if (threadIdx.x == 0) {", *indent(load("band", [t + 2], False)), "}"]
+        elif t + 1 == tiles:  # the A band and both slots take the next band's first tiles
+            ahead += ["__syncthreads();  // the warpgroup is past the band's last wgmma",
+                      f"if (threadIdx.x == 0 && band + clusters < {bands}) {{",
+                      *indent(load("band + clusters", list(range(min(2, tiles))), True)), "}"]
+        band_body += ["{", *indent(ahead), f"    float (&acc)[{eng.regs}] = {cur};",
+                      f"    const int n0 = n_cta + {t * 64};", *indent(statistics(t)), "}"]
+    band_body += [
+        *v["merge_quad"],
+        "if (round > 0)", *indent(write("band - clusters", "round - 1")),
+        "#pragma unroll", f"for (int t = 0; t < {tiles}; ++t)", "#pragma unroll", "for (int ni = 0; ni < 8; ++ni)",
+        "#pragma unroll", "for (int h = 0; h < 2; ++h)",
+        f"    *reinterpret_cast<__half2*>(pw + (lane / 4 + h * 8) * {ldp} + t * 64 + ni * 8 + lane % 4 * 2) = pv[t][ni * 2 + h];",
+        "#pragma unroll", f"for (int t = 0; t < {tiles}; ++t) prev_base[t][0] = tile_base[t][0], prev_base[t][1] = tile_base[t][1];",
+        "if (lane % 4 == 0) {  // this band's statistics of the CTA's rows, to every CTA of the cluster",
+        "#pragma unroll", "    for (int r = 0; r < 2; ++r)", "#pragma unroll", f"        for (int q = 0; q < {ctas}; ++q)",
+        f"            cvl_cluster_push2(part0 + ((round & 1) * {ctas * bm} + rank * {bm} + row0 + r * 8) * 8,",
+        "                              stats0 + (round & 1) * 8, q, row_max[r], row_sum[r]);", "}",
+    ]
+    body = [
+        "extern __shared__ __align__(1024) unsigned char cvl_smem[];",
+        "const unsigned smem0 = (cvl_smem_addr(cvl_smem) + 1023u) & ~1023u;",
+        f"const unsigned sa = smem0;  // the A band: {bm} rows x 64 of K",
+        f"const unsigned sb = smem0 + {tile_a}u;  // a ring of 2 B tiles of 64 rows",
+        f"__half* const pw = reinterpret_cast<__half*>(cvl_smem + (smem0 - cvl_smem_addr(cvl_smem)) + {tile_a + 2 * tile_b})"
+        f" + (threadIdx.x / 32) * {16 * ldp};  // this warp's 16 rows of numerators, then of output",
+        "const int lane = threadIdx.x % 32;", "const int wg = 0;", "const int wl = threadIdx.x / 32;",
+        "const int warp_row = wl * 16;  // the warp's first row in the band",
+        "const int row0 = warp_row + lane / 4;  // the thread's first row",
+        "const unsigned long long desc_a = cvl_wgmma_desc(sa, 16u, 1024u);",
+        "const unsigned long long desc_b = cvl_wgmma_desc(sb, 16u, 1024u);",
+        f"float acc_even[{eng.regs}], acc_odd[{eng.regs}];  // even and odd column tiles",
+        f"__half2 pv[{tiles}][{eng.regs // 2}];  // the numerators of each tile, rounded to f16",
+        f"float tile_base[{tiles}][2], prev_base[{tiles}][2];  // the thread's bases after each tile (this band, the last)",
+        "__shared__ __align__(8) unsigned long long cvl_full[3];  // the 2 B slots, then A",
+        "__shared__ __align__(8) unsigned long long cvl_stats[2];  // statistics received, by round parity",
+        f"__shared__ float2 cvl_part[{2 * ctas * bm}];  // [round parity][sender rank][row]: (max, sum)",
+        "const unsigned full0 = cvl_smem_addr(cvl_full);", "const unsigned stats0 = cvl_smem_addr(cvl_stats);",
+        "const unsigned part0 = cvl_smem_addr(cvl_part);",
+        f"const unsigned rank = blockIdx.x % {ctas};",
+        f"const int n_cta = rank * {tiles * 64};  // the cluster rank's columns",
+        f"const int clusters = gridDim.x / {ctas};",
+        "if (threadIdx.x == 0) {",
+        "    for (int s = 0; s < 3; ++s) cvl_mbar_init(full0 + s * 8, 1);",
+        "    cvl_mbar_init(stats0, 1);", "    cvl_mbar_init(stats0 + 8, 1);",
+        "    asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");",
+        *indent(load(f"blockIdx.x / {ctas}", list(range(min(2, tiles))), True)),
+        "}",
+        "__syncthreads();",
+        "cvl_cluster_arrive();", "cvl_cluster_wait();  // every CTA's mbarriers are set up before any push",
+        "int round = 0;", "int band = blockIdx.x / " + str(ctas) + ";",
+        "#pragma unroll 1",
+        f"for (; band < {bands}; band += clusters, ++round) {{", *indent(band_body), "}",
+        *write("band - clusters", "round - 1"),
+        "cvl_cluster_arrive();", "cvl_cluster_wait();  // no CTA leaves while a push to it may be in flight",
+    ]
+    lines = [*k.signature(entry, 128), *indent(body), "}"]
+    lines[0] = lines[0].replace("__global__ void", f"__global__ void __cluster_dims__({ctas}, 1, 1)", 1)
+    shared = tile_a + 2 * tile_b + 4 * 16 * ldp * 2 + 1024
+    return Emitted(lines, (v["grid_clusters"] * ctas, 1, 1), (128, 1, 1), shared,
                    eng.helpers() + eng.set_helper() + BAND_HELPERS + CLUSTER_HELPERS, eng.options)

@@ -53,17 +53,21 @@ from cuvil_dsl.types import DType
 # False keeps every GEMM + softmax on the generic template (benchmarks/ab_attention.py compares).
 ROW_BAND = True
 # Which engine runs a row band on sm_90 when the band suits wgmma (16-bit K-major operands, K <= 64,
-# one 16-bit output contiguous along N; _GemmKernel.band_wgmma_operands), by the size of its grid
+# one 16-bit output contiguous along N; _GemmKernel.band_wgmma_operands), by the shape of its grid
 # (row_band_engine). benchmarks/ab_attention.py --sweep times each engine at 9 sizes; on the H200
-# (2026-11-30) these switches pick the fastest at every one of them:
+# (2026-11-30) these rules pick the fastest, or one within 2% of it, at every one of them:
+# * a softmax with N <= 2048 runs in one pass on a cluster of CTAs (cuda_band_cluster): with the
+#   statistics exchange lagging a band (persistent clusters) when a cluster has at least
+#   LAGGED_CLUSTER_CTAS CTAs (N > 768); else with a cluster barrier, while its grid is at most
+#   CLUSTER_CTAS_PER_SM CTAs a multiprocessor (CLUSTER_CTAS_PER_SM_NO_WGMMA when the wgmma band
+#   does not apply);
 # * the two-pass band on wgmma (render_band_wgmma) needs WGMMA_BANDS_PER_SM 128-row bands a
 #   multiprocessor (at one a multiprocessor it ties with mma.sync, below it loses: 49.2 against
 #   37.6 us for [4, 2048, 2048]);
-# * the one-pass band on a cluster of CTAs (cuda_band_cluster; a softmax with N <= 2048) runs while
-#   its grid is at most CLUSTER_CTAS_PER_SM CTAs a multiprocessor, CLUSTER_CTAS_PER_SM_NO_WGMMA when
-#   the wgmma band does not apply (mma.sync is the alternative then);
 # * else the mma.sync band (render_band), the band everywhere before sm_90.
 # ROW_BAND_TUNING "mma", "wgmma" or "cluster" forces one engine (A/B runs).
+LAGGED_CLUSTER_CTAS = 4
+LAGGED_FILL = 0.9  # persistent clusters: this share of those that fit at once (at 0.6: 14% slower)
 WGMMA_BANDS_PER_SM = 1.5
 # ROW_BAND_TUNING keys that tune the mma.sync band only (and so ask for it)
 MMA_ONLY_TUNING = frozenset({"mma", "poly", "stsm", "overlap", "tile", "min_blocks", "stream"})
@@ -971,7 +975,7 @@ def _band_tuned(config):
 
 
 def row_band_engine(g: _GemmKernel) -> str:
-    """"cluster", "wgmma" or "mma": the engine of row band ``g`` (see CLUSTER_CTAS_PER_SM)."""
+    """"lagged", "cluster", "wgmma" or "mma": the engine of row band ``g`` (see CLUSTER_CTAS_PER_SM)."""
     from cuvil_dsl.codegen import cuda_band_cluster  # it builds on this module
 
     if MMA_ONLY_TUNING & ROW_BAND_TUNING.keys() or not g.band_wgmma_operands():
@@ -983,6 +987,8 @@ def row_band_engine(g: _GemmKernel) -> str:
         return "wgmma"
     if "cluster" in ROW_BAND_TUNING:
         return "mma"
+    if cluster and cuda_band_cluster.layout(g.N)[0] >= LAGGED_CLUSTER_CTAS:
+        return "lagged"
     sms = g.k.sm_count
     wgmma = g.batch * -(-g.M // 128) >= WGMMA_BANDS_PER_SM * sms
     if cluster and cuda_band_cluster.grid_ctas(g) <= (CLUSTER_CTAS_PER_SM if wgmma else CLUSTER_CTAS_PER_SM_NO_WGMMA) * sms:
@@ -998,5 +1004,7 @@ def render(k: CudaKernel, entry: str) -> Emitted:
         engine = row_band_engine(g)
         if engine == "cluster":
             return cuda_band_cluster.render(g, entry, *ROW_BAND_TUNING.get("cluster", ()))
+        if engine == "lagged":
+            return cuda_band_cluster.render(g, entry, fill=LAGGED_FILL, lag=True)
         return g.render_band_wgmma(entry) if engine == "wgmma" else g.render_band(entry)
     return g.render_softmax(entry) if g.softmax is not None else g.render_plain(entry)

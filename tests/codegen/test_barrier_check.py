@@ -56,3 +56,14 @@ def test_report_names_the_condition_and_the_variables():
     (problem,) = check_barriers_uniform("__global__ void k() {\n int lane = threadIdx.x % 32;\n"
                                         " if (lane < 16) {\n  __syncthreads();\n }\n}")
     assert problem.startswith("line 4:") and "if (lane < 16)" in problem and "lane" in problem
+
+
+def test_member_names_are_not_variables():
+    """A per-thread local named ``x`` does not make ``blockIdx.x`` (or a loop over bands built from it)
+    per-thread; a member written from a per-thread value taints its object."""
+    persistent = ("__global__ void k() { const float x = threadIdx.x * 2.0f; int band = blockIdx.x / 8;"
+                  " for (; band < 64; band += gridDim.x / 8) { __syncthreads(); } }")
+    assert check_barriers_uniform(persistent) == []
+    for member in ("float2 v; v.x = threadIdx.x; if (v.x > 1) __syncthreads();",
+                   "S* p; p->a = lane; if (p->a) __syncthreads();"):
+        assert len(check_barriers_uniform("__global__ void k() { " + member + " }")) == 1, member
