@@ -1,6 +1,7 @@
 """A/B of the row and elementwise templates' parameters on the GPU, in one run (< 90 s).
 
     python3 benchmarks/ab_rows.py [--only softmax_f16,...] [--samples 60]
+    python3 benchmarks/ab_rows.py --launch-vs-graph   # the default kernels: graph replay vs direct launch
 
 For softmax_f16, softmax_f32, layernorm_f16 and elementwise_f32 (benchmarks/*.yaml) it renders
 and compiles each variant (``TUNING`` of ``cuvil_dsl.codegen.cuda_rows`` / ``cuda_elementwise``;
@@ -111,11 +112,42 @@ def run_variant(session, expected, rows: dict, ew: dict, timer: GpuTimer) -> dic
         gc.collect()
 
 
+def launch_vs_graph(name: str, timer: GpuTimer, rounds: int = 3) -> list[str]:
+    """The default kernels of ``name``, timed in interleaved rounds two ways: replaying the spec's graph
+    (what ``cuvil-dsl bench`` times) and launching the same kernels directly (what a PyTorch or Triton
+    baseline times), to tell the graph's own device-side cost from the kernel's."""
+    from cuvil_dsl.runtime.graphs import GraphRunner
+
+    session = open_spec(ROOT / "benchmarks" / f"{name}.yaml", backend="cuda")
+    executor = make_executor(session)
+    try:
+        executor.run(session.inputs, session.binding.params, HostHooks())  # checked, graphs captured
+        kernels = [k for step in executor._steps for k in (step.kernels if isinstance(step, GraphRunner) else [step])]
+        stream = executor._work
+
+        def direct():
+            for kernel in kernels:
+                kernel.launch(stream.ptr)
+
+        out = []
+        for r in range(rounds):
+            graph = timer.measure(lambda: executor.execute(None), executor.stream).median_us
+            launched = timer.measure(direct, executor.stream).median_us
+            out.append(f"| {name} | round {r + 1} | graph replay {graph:.1f} us | direct launch {launched:.1f} us | "
+                       f"{graph / launched:.4f} |")
+            print(out[-1], flush=True)
+        return out
+    finally:
+        executor.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", default="", help="comma list of benchmark names")
     parser.add_argument("--samples", type=int, default=60)
     parser.add_argument("--seed", type=int, default=20261130)
+    parser.add_argument("--launch-vs-graph", action="store_true",
+                        help="only time each benchmark's default kernels by graph replay and by direct launch")
     args = parser.parse_args()
     names = [n for n in ROW_VARIANTS if not args.only or n in args.only.split(",")]
     settings = Settings(budget_s=0.012, min_samples=args.samples, max_samples=max(args.samples, 200),
@@ -125,6 +157,13 @@ def main() -> int:
     started = time.perf_counter()
     lines = ["| benchmark | variant | us | GB/s | vs first | spread | regs | spill | check (max abs) | template |",
              "|---|---|---|---|---|---|---|---|---|---|"]
+    if args.launch_vs_graph:
+        lines = ["| benchmark | round | graph | launch | graph / launch |", "|---|---|---|---|---|"]
+        for name in names:
+            lines += launch_vs_graph(name, timer)
+        if os.environ.get("OUT"):
+            Path(os.environ["OUT"], "ab_rows-launch-vs-graph.md").write_text("\n".join(lines) + "\n")
+        return 0
     print("\n".join(lines), flush=True)
     failed = False
     for name in names:

@@ -18,6 +18,12 @@ exponentiated once, and the numerators wait on chip for the row's statistics:
 * the write: each numerator times ``2^(b_t - b) / L`` (in f32), rounded to the output type,
   staged per warp in shared memory and stored as coalesced 16-byte streaming stores.
 
+With clusters of 4 CTAs or more the exchange lags a band (:meth:`_ClusterBand.lagged`, chosen by
+``cuda_matmul.row_band_engine``): persistent clusters push each band's statistics with ``st.async``
+onto the peers' mbarriers and write the band one round later, from numerators staged in shared
+memory, so no CTA waits at a cluster barrier per band (that wait, for the slowest of 8 CTAs, cost
+the barrier variant 39% of its time on attention_f16; benchmarks/NOTES.md).
+
 Rounding: the numerator is rounded to f16 once (relative error 2^-11, values below 2^-24 flush to
 0, an absolute error under 6e-8) before the f32 scaling and the output's own rounding; the rest is
 the two-pass band's (see its docstring). So the result is within about one unit in the last place
@@ -50,6 +56,17 @@ __device__ __forceinline__ void cvl_cluster_arrive() {
 __device__ __forceinline__ void cvl_cluster_wait() {
     asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
+__device__ __forceinline__ float2 cvl_cluster_ld2(unsigned local, unsigned rank) {
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
+    float2 v;
+    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(remote) : "memory");
+    return v;
+}
+"""
+
+
+PUSH_HELPER = r"""
 // st.async of (x, y) to the same shared address in CTA `rank`, completing bytes on that CTA's mbarrier `bar`
 __device__ __forceinline__ void cvl_cluster_push2(unsigned local, unsigned bar, unsigned rank, float x, float y) {
     unsigned ra, rb;
@@ -57,13 +74,6 @@ __device__ __forceinline__ void cvl_cluster_push2(unsigned local, unsigned bar, 
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(rb) : "r"(bar), "r"(rank));
     asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];\n"
                  :: "r"(ra), "f"(x), "f"(y), "r"(rb) : "memory");
-}
-__device__ __forceinline__ float2 cvl_cluster_ld2(unsigned local, unsigned rank) {
-    unsigned remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
-    float2 v;
-    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(remote) : "memory");
-    return v;
 }
 """
 
@@ -95,56 +105,73 @@ def render(g, entry: str, groups: int = 1, min_blocks: int | None = None, fill: 
            lag: bool = False) -> Emitted:
     """The kernel for band ``g`` (see the module docstring): ``groups`` warpgroups of 64 rows a CTA,
     ``min_blocks`` CTAs a multiprocessor asked of ptxas (it bounds the registers; by default 4, or 3
-    when the softmax's argument is walked per element; with ``lag`` 3, or 2); ``fill``
-    > 0 makes the clusters persistent, that share of the clusters that fit on the device at once;
-    ``lag`` (persistent clusters of one warpgroup a CTA) exchanges a band's statistics while the next band
-    computes (see :func:`_lagged_body`)."""
-    k, a, b = g.k, g.a, g.b
-    ctas, tiles = layout(g.N)
-    bm, threads = 64 * groups, 128 * groups
-    wa = cuda_wgmma.WgmmaOperand("a", "", a.dtype, a.extent, 64, True, a.stride_mn, 1)
-    wb = cuda_wgmma.WgmmaOperand("b", "", b.dtype, b.extent, 64, True, b.stride_mn, 1)
-    eng = cuda_wgmma.WgmmaEngine(wa, wb, bm=bm, bn=64, stages=max(tiles, 2), pending=0, index_t=k.index_t)
-    columns = ctas * tiles * 64  # the cluster's columns, N rounded up
-    g.eng, g.poly, g.stream = eng, (0, 0), False
-    g.mt, g.nt = -(-g.M // bm), ctas * tiles
-    g.fold = g.band_fold() if columns == g.N else None  # no masked column
-    lag = lag and ctas > 1 and groups == 1 and fill > 0
-    if min_blocks is None:  # at fewer registers these spill
-        min_blocks = (3 if g.fold is not None else 2) if lag else (4 if g.fold is not None else 3)
-    k.config = replace(k.config, block=threads, max_threads=threads, min_blocks=min_blocks)
-    batches = {o.role: (element_count(g.p.domain[:-2]) if o.batch else 1) for o in (a, b)}
-    maps = {o.role: k.tensor_map(f"tma_{o.role}", o.buffer, (o.depth, o.extent * batches[o.role]),
-                                 o.stride_mn * 2, (64, bm if o.role == "a" else 64)) for o in (a, b)}
-    eng.maps = maps
-    tile_a, tile_b = bm * 128, 64 * 128  # bytes: rows of 64 halves
-    lds = 64 + 8  # staging row, in halves (16 bytes of padding against bank conflicts)
-    stage_out = (threads // 32) * 16 * lds * 2
-    ks = -(-a.depth // 16)
-    neg_inf = k.lang.literal(-math.inf, g.dtype)
-    tests = ([f"m < {g.M}"] if g.M % bm else []) + ([f"n < {g.N}"] if columns != g.N else [])
-    guard = " && ".join(tests)
-    row_a = f"{'ld_bz * ' + str(g.M) + ' + ' if a.batch else ''}ld_mt * {bm}"
-    row_b = f"{'ld_bz * ' + str(g.N) + ' + ' if b.batch else ''}n_cta + " + "{t}"
-    bands = g.batch * g.mt
-    # persistent clusters (fill > 0): about `fill` of the clusters that fit at once, each taking bands
-    # clusters apart; the next band's tiles load while this band's statistics merge and its output is written
-    resident = k.sm_count * min_blocks // ctas
-    grid_clusters = min(bands, max(1, int(resident * fill))) if fill > 0 else bands
+    when the softmax's argument is walked per element; with ``lag`` 3, or 2); ``fill`` > 0 makes the
+    clusters persistent, that share of the clusters that fit on the device at once; ``lag``
+    (persistent clusters of one warpgroup a CTA, at least 2 CTAs a cluster) exchanges a band's
+    statistics while the next band computes (:meth:`_ClusterBand.lagged`)."""
+    band = _ClusterBand(g, groups, min_blocks, fill, lag)
+    return band.lagged(entry) if band.lag else band.plain(entry)
 
-    def guarded(body: list[str]) -> list[str]:
-        return [f"if ({guard}) {{", *indent(body), "}"] if guard else body
 
-    def issue(t: int, acc: str) -> list[str]:  # tile t's wgmma into acc, once its B tile is in
-        db = f"desc_b + (({t * tile_b} + kk * 32) >> 4)"
-        return [f"cvl_mbar_wait(full0 + {t * 8}, parity);", "cvl_wgmma_fence();",
+class _ClusterBand:
+    """One cluster band kernel being rendered: its geometry, and the pieces both variants share."""
+
+    ACCS = ("acc_even", "acc_odd")  # even and odd column tiles' accumulators
+
+    def __init__(self, g, groups: int, min_blocks: int | None, fill: float, lag: bool):
+        k, a, b = g.k, g.a, g.b
+        self.g, self.k = g, k
+        self.ctas, self.tiles = layout(g.N)
+        self.bm, self.threads = 64 * groups, 128 * groups
+        wa = cuda_wgmma.WgmmaOperand("a", "", a.dtype, a.extent, 64, True, a.stride_mn, 1)
+        wb = cuda_wgmma.WgmmaOperand("b", "", b.dtype, b.extent, 64, True, b.stride_mn, 1)
+        self.eng = eng = cuda_wgmma.WgmmaEngine(wa, wb, bm=self.bm, bn=64, stages=max(self.tiles, 2), pending=0,
+                                                index_t=k.index_t)
+        columns = self.ctas * self.tiles * 64  # the cluster's columns, N rounded up
+        g.eng, g.poly, g.stream = eng, (0, 0), False
+        g.mt, g.nt = -(-g.M // self.bm), self.ctas * self.tiles
+        g.fold = g.band_fold() if columns == g.N else None  # no masked column
+        self.lag = lag and self.ctas > 1 and groups == 1 and fill > 0
+        if min_blocks is None:  # at fewer registers these spill
+            min_blocks = (3 if g.fold is not None else 2) if self.lag else (4 if g.fold is not None else 3)
+        k.config = replace(k.config, block=self.threads, max_threads=self.threads, min_blocks=min_blocks)
+        batches = {o.role: (element_count(g.p.domain[:-2]) if o.batch else 1) for o in (a, b)}
+        self.maps = {o.role: k.tensor_map(f"tma_{o.role}", o.buffer, (o.depth, o.extent * batches[o.role]),
+                                          o.stride_mn * 2, (64, self.bm if o.role == "a" else 64)) for o in (a, b)}
+        eng.maps = self.maps
+        self.tile_a, self.tile_b = self.bm * 128, 64 * 128  # bytes: rows of 64 halves
+        self.ks = -(-a.depth // 16)
+        self.neg_inf = k.lang.literal(-math.inf, g.dtype)
+        tests = ([f"m < {g.M}"] if g.M % self.bm else []) + ([f"n < {g.N}"] if columns != g.N else [])
+        self.guard = " && ".join(tests)
+        self.row_a = f"{'ld_bz * ' + str(g.M) + ' + ' if a.batch else ''}ld_mt * {self.bm}"
+        self.row_b = f"{'ld_bz * ' + str(g.N) + ' + ' if b.batch else ''}n_cta + " + "{t}"
+        self.bands = g.batch * g.mt
+        # persistent clusters (fill > 0): about `fill` of the clusters that fit at once, each taking bands
+        # `clusters` apart
+        resident = k.sm_count * min_blocks // self.ctas
+        self.grid_clusters = min(self.bands, max(1, int(resident * fill))) if fill > 0 else self.bands
+        staged = g.staged_store()
+        self.pair, self.pack = (("__half2", "__floats2half2_rn") if k.dtype(staged.value) is DType.F16
+                                else ("__nv_bfloat162", "__floats2bfloat162_rn"))
+        self.target = f"{k.names[staged.value]}[{k.offset(staged.value, staged.map, g.coord)}]"
+
+    # ------------------------------------------------------------------ shared pieces
+    def guarded(self, body: list[str]) -> list[str]:
+        return [f"if ({self.guard}) {{", *indent(body), "}"] if self.guard else body
+
+    def wgmma(self, acc: str, wait: str, stage_bytes: int) -> list[str]:
+        """A tile's wgmma into ``acc`` once ``wait`` (its B tile's mbarrier) is done; the tile at ``stage_bytes``."""
+        db = f"desc_b + (({stage_bytes} + kk * 32) >> 4)"
+        return [wait, "cvl_wgmma_fence();",
                 "{", "    const int kk = 0;", f"    cvl_wgmma_set({acc}, desc_a, {db});", "}",
-                "#pragma unroll", f"for (int kk = 1; kk < {ks}; ++kk)",
+                "#pragma unroll", f"for (int kk = 1; kk < {self.ks}; ++kk)",
                 f"    cvl_wgmma({acc}, desc_a + ((kk * 32) >> 4), {db});",
                 "cvl_wgmma_commit();"]
 
-    def statistics(t: int) -> list[str]:
+    def statistics(self, t: int) -> list[str]:
         """Tile t: the running statistics, and its numerators into pv[t] (acc is the tile's)."""
+        g, eng, neg_inf = self.g, self.eng, self.neg_inf
         if g.fold is not None:  # max(acc * u) is |u| * max(acc), of -acc when u < 0
             def scan(sign: str) -> list[str]:
                 return eng.elements("m0", "n0", [f"tile_max[slot] = fmaxf(tile_max[slot], {sign}ACC);"])
@@ -156,7 +183,7 @@ def render(g, entry: str, groups: int = 1, min_blocks: int | None = None, fill: 
             pre: list[str] = []
             w = g.walk(pre)
             x = w.value(g.softmax.args[0], g.p.layout.maps[g.softmax.args[0]])
-            lines = eng.elements("m0", "n0", [f"float s = {neg_inf};", *guarded([*pre, f"s = {x};"]),
+            lines = eng.elements("m0", "n0", [f"float s = {neg_inf};", *self.guarded([*pre, f"s = {x};"]),
                                               "ACC = s;", "tile_max[slot] = fmaxf(tile_max[slot], s);"])
             top, scale = "tile_max[r]", LOG2E
         return [
@@ -175,264 +202,278 @@ def render(g, entry: str, groups: int = 1, min_blocks: int | None = None, fill: 
                                     f"pv[{t}][ni * 2 + h] = __floats2half2_rn(p0, p1);"]),
         ]
 
-    merge_quad = [
-        "#pragma unroll", "for (int r = 0; r < 2; ++r) {  // the four lanes of a row",
-        "    const float top = cvl_warp_max(row_max[r], 4);",
-        f"    const float bl = __fmul_rn(top, {LOG2E});",
-        "    const float part = row_max[r] == top ? row_sum[r]",
-        f"                       : row_sum[r] * cvl_ex2(__fmul_rn(row_max[r], {LOG2E}) - bl);",
-        "    row_sum[r] = cvl_warp_sum(part, 4);",
-        "    row_max[r] = top;", "}"]
-    merge_cluster = [] if ctas == 1 else [
-        "if (round > 0) cvl_cluster_wait();  // the cluster has read the last round's statistics",
-        "if (lane % 4 == 0) {  // this CTA's statistics of its rows, for the cluster",
-        "    cvl_part[row0] = make_float2(row_max[0], row_sum[0]);",
-        "    cvl_part[row0 + 8] = make_float2(row_max[1], row_sum[1]);", "}",
-        "cvl_cluster_arrive();", "cvl_cluster_wait();  // every CTA's statistics are in",
-        "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
-        f"    float2 got[{ctas}];", f"    float top = {neg_inf};",
-        "#pragma unroll", f"    for (int q = 0; q < {ctas}; ++q) {{",
-        "        got[q] = cvl_cluster_ld2(part0 + (row0 + r * 8) * 8, q);",
-        "        top = fmaxf(top, got[q].x);", "    }",
-        f"    const float bl = __fmul_rn(top, {LOG2E});",
-        "    float total = 0.0f;",
-        "#pragma unroll", f"    for (int q = 0; q < {ctas}; ++q)",
-        f"        total += got[q].x == top ? got[q].y : got[q].y * cvl_ex2(__fmul_rn(got[q].x, {LOG2E}) - bl);",
-        "    row_max[r] = top;", "    row_sum[r] = total;", "}",
-        "cvl_cluster_arrive();  // done reading (waited for before the next round writes, or exits)"]
+    @staticmethod
+    def merge_quad() -> list[str]:
+        return [
+            "#pragma unroll", "for (int r = 0; r < 2; ++r) {  // the four lanes of a row",
+            "    const float top = cvl_warp_max(row_max[r], 4);",
+            f"    const float bl = __fmul_rn(top, {LOG2E});",
+            "    const float part = row_max[r] == top ? row_sum[r]",
+            f"                       : row_sum[r] * cvl_ex2(__fmul_rn(row_max[r], {LOG2E}) - bl);",
+            "    row_sum[r] = cvl_warp_sum(part, 4);",
+            "    row_max[r] = top;", "}"]
 
-    staged = g.staged_store()
-    pair, pack = (("__half2", "__floats2half2_rn") if k.dtype(staged.value) is DType.F16
-                  else ("__nv_bfloat162", "__floats2bfloat162_rn"))
-    target = f"{k.names[staged.value]}[{k.offset(staged.value, staged.map, g.coord)}]"
-    copy = ["#pragma unroll", "for (int i = 0; i < 4; ++i) {  // 16 rows of 8 chunks of 16 bytes",
-            "    const int c = i * 32 + lane;", "    const int m = m0 + warp_row + c / 8;",
-            "    const int n = n0 + c % 8 * 8;",
-            *indent(guarded([f"__stcs(reinterpret_cast<uint4*>(&{target}), "
-                             f"*reinterpret_cast<const uint4*>(so + c / 8 * {lds} + c % 8 * 8));"])), "}"]
-
-    def write(t: int) -> list[str]:
-        return [f"const int n0 = n_cta + {t * 64};",
-                "float sc[2];", "#pragma unroll",
-                f"for (int r = 0; r < 2; ++r) sc[r] = cvl_ex2(tile_base[{t}][r] - fin_base[r]) * inv_sum[r];",
-                "__syncwarp();  // the warp's previous tile is out of its staging rows",
-                "#pragma unroll", "for (int ni = 0; ni < 8; ++ni)",
-                "#pragma unroll", "for (int h = 0; h < 2; ++h) {  // columns ni * 8 + lane % 4 * 2, + 1 of row h",
-                f"    const float2 v = __half22float2(pv[{t}][ni * 2 + h]);",
-                f"    *reinterpret_cast<{pair}*>(so + (lane / 4 + h * 8) * {lds} + ni * 8 + lane % 4 * 2) = "
-                f"{pack}(v.x * sc[h], v.y * sc[h]);", "}",
-                "__syncwarp();", *copy]
-
-    def load(band: str) -> list[str]:  # thread 0: the A band and this CTA's B tiles of band `band`
-        return ["{", f"    const int ld_mt = ({band}) % {g.mt};", f"    const int ld_bz = ({band}) / {g.mt};", "    (void)ld_bz;",
-                f"    cvl_mbar_expect_tx(full0 + {tiles * 8}, {tile_a}u);",
-                f"    cvl_tma_2d(sa, {maps['a']}, 0, {row_a}, full0 + {tiles * 8});",
-                *[line for t in range(tiles) for line in (
-                    f"    cvl_mbar_expect_tx(full0 + {t * 8}, {tile_b}u);",
-                    f"    cvl_tma_2d(sb + {t * tile_b}u, {maps['b']}, 0, {row_b.format(t=t * 64)}, full0 + {t * 8});")],
-                "}"]
-
-    accs = ("acc_even", "acc_odd")
-    if lag:
-        return _lagged(g, entry, locals())
-    band_body = [
-        f"const int mt = band % {g.mt};", f"const int bz = band / {g.mt};", "(void)bz;",
-        *g.batch_coords(),
-        f"const int m0 = mt * {bm};",
-        "const unsigned parity = round & 1;  // of every barrier's phase this round",
-        *g.band_state(neg_inf),
-        f"cvl_mbar_wait(full0 + {tiles * 8}, parity);  // the band is in",
-        *issue(0, accs[0]),
-    ]
-    for t in range(tiles):
-        cur, nxt = accs[t % 2], accs[(t + 1) % 2]
-        if t + 1 < tiles:
-            ahead = [*issue(t + 1, nxt), "cvl_wgmma_wait<1>();", f"cvl_wgmma_pin({cur});"]
-        else:  # the band's last wgmma is done: its shared memory takes the next band's tiles
-            ahead = ["cvl_wgmma_wait<0>();", f"cvl_wgmma_pin({cur});",
-                     "__syncthreads();  // every warpgroup is past its last wgmma of this band",
-                     f"if (threadIdx.x == 0 && band + clusters < {bands}) {{", *indent(load("band + clusters")), "}"]
-        band_body += ["{", *indent(ahead), f"    float (&acc)[{eng.regs}] = {cur};",
-                      f"    const int n0 = n_cta + {t * 64};", *indent(statistics(t)), "}"]
-    band_body += [*merge_quad, *merge_cluster,
-                  "float fin_base[2], inv_sum[2];", "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
-                  f"    fin_base[r] = __fmul_rn(row_max[r], {LOG2E});", "    inv_sum[r] = 1.0f / row_sum[r];", "}"]
-    for t in range(tiles):
-        band_body += ["{", *indent(write(t)), "}"]
-    body = [
-        "extern __shared__ __align__(1024) unsigned char cvl_smem[];",
-        "const unsigned smem0 = (cvl_smem_addr(cvl_smem) + 1023u) & ~1023u;",
-        f"const unsigned sa = smem0;  // the A band: {bm} rows x 64 of K",
-        f"const unsigned sb = smem0 + {tile_a}u;  // {tiles} B tiles of 64 rows",
-        f"{eng.storage}* const so = reinterpret_cast<{eng.storage}*>(cvl_smem + (smem0 - cvl_smem_addr(cvl_smem))"
-        f" + {tile_a + tiles * tile_b}) + (threadIdx.x / 32) * {16 * lds};  // this warp's 16 staging rows",
-        "const int lane = threadIdx.x % 32;", "const int wg = threadIdx.x / 128;", "const int wl = (threadIdx.x / 32) % 4;",
-        "const int warp_row = wg * 64 + wl * 16;  // the warp's first row in the band",
-        "const int row0 = warp_row + lane / 4;  // the thread's first row",
-        "const unsigned long long desc_a = cvl_wgmma_desc(sa + wg * 8192u, 16u, 1024u);",
-        "const unsigned long long desc_b = cvl_wgmma_desc(sb, 16u, 1024u);",
-        f"float acc_even[{eng.regs}], acc_odd[{eng.regs}];  // even and odd column tiles",
-        f"__half2 pv[{tiles}][{eng.regs // 2}];  // the numerators of each tile, rounded to f16",
-        f"float tile_base[{tiles}][2];  // the thread's base of each row after each tile",
-        f"__shared__ __align__(8) unsigned long long cvl_full[{tiles + 1}];  // B tiles, then A",
-        "const unsigned full0 = cvl_smem_addr(cvl_full);",
-        *([f"__shared__ float2 cvl_part[{bm}];  // the CTA's (max, sum) of each row",
-           "const unsigned part0 = cvl_smem_addr(cvl_part);"] if ctas > 1 else []),
-        f"const int n_cta = blockIdx.x % {ctas} * {tiles * 64};  // the cluster rank's columns",
-        f"const int clusters = gridDim.x / {ctas};",
-        "if (threadIdx.x == 0) {",
-        f"    for (int s = 0; s <= {tiles}; ++s) cvl_mbar_init(full0 + s * 8, 1);",
-        "    asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");",
-        *indent(load(f"blockIdx.x / {ctas}")),
-        "}",
-        "__syncthreads();",
-        "#pragma unroll 1",
-        f"for (int band = blockIdx.x / {ctas}, round = 0; band < {bands}; band += clusters, ++round) {{",
-        *indent(band_body),
-        "}",
-    ]
-    if ctas > 1:
-        body.append("cvl_cluster_wait();  // no CTA leaves while another may read its statistics")
-    lines = [*k.signature(entry, threads), *indent(body), "}"]
-    if ctas > 1:
-        lines[0] = lines[0].replace("__global__ void", f"__global__ void __cluster_dims__({ctas}, 1, 1)", 1)
-    shared = tile_a + tiles * tile_b + stage_out + 1024
-    return Emitted(lines, (grid_clusters * ctas, 1, 1), (threads, 1, 1), shared,
-                   eng.helpers() + eng.set_helper() + BAND_HELPERS + CLUSTER_HELPERS, eng.options)
-
-
-def _lagged(g, entry: str, v: dict) -> Emitted:
-    """``render`` with ``lag``: persistent clusters whose statistics exchange lags a band. Round ``r``
-    computes band ``r`` (B tiles through a ring of two TMA slots, so three CTAs fit a multiprocessor),
-    then writes band ``r - 1``, whose statistics the cluster pushed (``st.async`` onto each CTA's
-    mbarrier, double-buffered by round) while band ``r`` computed, from the numerators it staged in
-    shared memory; then stages band ``r``'s numerators and pushes its statistics. No CTA waits for its
-    cluster except once at the start and once at the end."""
-    k, eng, tiles, ctas, bm = g.k, v["eng"], v["tiles"], v["ctas"], v["bm"]
-    tile_a, tile_b, maps, ks, neg_inf = v["tile_a"], v["tile_b"], v["maps"], v["ks"], v["neg_inf"]
-    row_a, row_b, bands, statistics, guarded = v["row_a"], v["row_b"], v["bands"], v["statistics"], v["guarded"]
-    pair, pack, target, accs = v["pair"], v["pack"], v["target"], v["accs"]
-    ldp = tiles * 64 + 8  # a staged row of numerators, in halves (16 bytes of padding)
-    per_row = tiles * 8  # 16-byte chunks of a staged row
-    loads = [len(range(s, tiles, 2)) for s in (0, 1)]  # B loads of each ring slot a band
-
-    def issue(t: int, acc: str) -> list[str]:
-        slot = t % 2
-        db = f"desc_b + (({slot * tile_b} + kk * 32) >> 4)"
-        return [f"cvl_mbar_wait(full0 + {slot * 8}, (round * {loads[slot]} + {t // 2}) & 1);", "cvl_wgmma_fence();",
-                "{", "    const int kk = 0;", f"    cvl_wgmma_set({acc}, desc_a, {db});", "}",
-                "#pragma unroll", f"for (int kk = 1; kk < {ks}; ++kk)",
-                f"    cvl_wgmma({acc}, desc_a + ((kk * 32) >> 4), {db});",
-                "cvl_wgmma_commit();"]
-
-    def load(band: str, what: list[int], with_a: bool) -> list[str]:  # thread 0: B tiles `what` of `band`
-        lines = ["{", f"    const int ld_mt = ({band}) % {g.mt};", f"    const int ld_bz = ({band}) / {g.mt};", "    (void)ld_bz;"]
-        if with_a:
-            lines += [f"    cvl_mbar_expect_tx(full0 + 16, {tile_a}u);", f"    cvl_tma_2d(sa, {maps['a']}, 0, {row_a}, full0 + 16);"]
-        for t in what:
-            lines += [f"    cvl_mbar_expect_tx(full0 + {t % 2 * 8}, {tile_b}u);",
-                      f"    cvl_tma_2d(sb + {t % 2 * tile_b}u, {maps['b']}, 0, {row_b.format(t=t * 64)}, full0 + {t % 2 * 8});"]
-        return lines + ["}"]
-
-    def write(band: str, rnd: str) -> list[str]:  # band `band` of round `rnd`, from the staged numerators
-        lines = ["{", f"    const int mt = ({band}) % {g.mt};", f"    const int bz = ({band}) / {g.mt};", "    (void)bz;",
-                 *indent(g.batch_coords()), f"    const int m0 = mt * {bm};",
-                 f"    cvl_mbar_wait(stats0 + (({rnd}) & 1) * 8, (({rnd}) >> 1) & 1);  // the cluster's statistics",
-                 "    float fin_base[2], inv_sum[2];", "#pragma unroll", "    for (int r = 0; r < 2; ++r) {",
-                 f"        const float2* const got = cvl_part + (({rnd}) & 1) * {ctas * bm} + row0 + r * 8;",
-                 f"        float top = {neg_inf};", "#pragma unroll",
-                 f"        for (int q = 0; q < {ctas}; ++q) top = fmaxf(top, got[q * {bm}].x);",
-                 f"        const float bl = __fmul_rn(top, {LOG2E});", "        float total = 0.0f;", "#pragma unroll",
-                 f"        for (int q = 0; q < {ctas}; ++q) {{", f"            const float2 w = got[q * {bm}];",
-                 f"            total += w.x == top ? w.y : w.y * cvl_ex2(__fmul_rn(w.x, {LOG2E}) - bl);", "        }",
-                 "        fin_base[r] = bl;", "        inv_sum[r] = 1.0f / total;", "    }"]
+    def band_tiles(self, issue, refill) -> list[str]:
+        """Every column tile of a band: tile t + 1's wgmma issued, tile t's retired, ``refill(t)`` (lines
+        once tile t's shared memory is free), tile t's statistics."""
+        accs, tiles = self.ACCS, self.tiles
+        lines = issue(0, accs[0])
         for t in range(tiles):
-            lines += ["    {", "        float sc[2];", "#pragma unroll",
-                      f"        for (int r = 0; r < 2; ++r) sc[r] = cvl_ex2(prev_base[{t}][r] - fin_base[r]) * inv_sum[r];",
-                      "#pragma unroll", "        for (int ni = 0; ni < 8; ++ni)",
-                      "#pragma unroll", "        for (int h = 0; h < 2; ++h) {",
-                      f"            __half* const at = pw + (lane / 4 + h * 8) * {ldp} + {t * 64} + ni * 8 + lane % 4 * 2;",
-                      "            const float2 x = __half22float2(*reinterpret_cast<const __half2*>(at));",
-                      f"            *reinterpret_cast<{pair}*>(at) = {pack}(x.x * sc[h], x.y * sc[h]);", "        }", "    }"]
-        copy = guarded([f"__stcs(reinterpret_cast<uint4*>(&{target}), "
-                        f"*reinterpret_cast<const uint4*>(pw + c / {per_row} * {ldp} + c % {per_row} * 8));"])
-        return lines + ["    __syncwarp();  // the warp's output rows are staged", "#pragma unroll",
-                        f"    for (int i = 0; i < {per_row // 2}; ++i) {{", "        const int c = i * 32 + lane;",
-                        f"        const int m = m0 + warp_row + c / {per_row};",
-                        f"        const int n = n_cta + c % {per_row} * 8;", *indent(copy, 2), "    }",
-                        "    __syncwarp();  // out of the staging rows", "}"]
+            cur, nxt = accs[t % 2], accs[(t + 1) % 2]
+            ahead = [*issue(t + 1, nxt), "cvl_wgmma_wait<1>();"] if t + 1 < tiles else ["cvl_wgmma_wait<0>();"]
+            lines += ["{", *indent([*ahead, f"cvl_wgmma_pin({cur});", *refill(t)]),
+                      f"    float (&acc)[{self.eng.regs}] = {cur};",
+                      f"    const int n0 = n_cta + {t * 64};", *indent(self.statistics(t)), "}"]
+        return lines
 
-    band_body = [
-        f"const int mt = band % {g.mt};", f"const int bz = band / {g.mt};", "(void)bz;",
-        *g.batch_coords(), f"const int m0 = mt * {bm};",
-        f"if (threadIdx.x == 0) cvl_mbar_expect_tx(stats0 + (round & 1) * 8, {ctas * bm * 8}u);",
-        *g.band_state(neg_inf),
-        "cvl_mbar_wait(full0 + 16, round & 1);  // the A band is in", *issue(0, accs[0]),
-    ]
-    for t in range(tiles):
-        cur, nxt = accs[t % 2], accs[(t + 1) % 2]
-        ahead = ([*issue(t + 1, nxt), "cvl_wgmma_wait<1>();"] if t + 1 < tiles else ["cvl_wgmma_wait<0>();"])
-        ahead.append(f"cvl_wgmma_pin({cur});")
-        if t + 2 < tiles:  # tile t's slot takes tile t + 2
-            ahead += ["__syncthreads();  // the warpgroup is past tile t's wgmma",
-                      "if (threadIdx.x == 0) {", *indent(load("band", [t + 2], False)), "}"]
-        elif t + 1 == tiles:  # the A band and both slots take the next band's first tiles
-            ahead += ["__syncthreads();  // the warpgroup is past the band's last wgmma",
-                      f"if (threadIdx.x == 0 && band + clusters < {bands}) {{",
-                      *indent(load("band + clusters", list(range(min(2, tiles))), True)), "}"]
-        band_body += ["{", *indent(ahead), f"    float (&acc)[{eng.regs}] = {cur};",
-                      f"    const int n0 = n_cta + {t * 64};", *indent(statistics(t)), "}"]
-    band_body += [
-        *v["merge_quad"],
-        "if (round > 0)", *indent(write("band - clusters", "round - 1")),
-        "#pragma unroll", f"for (int t = 0; t < {tiles}; ++t)", "#pragma unroll", "for (int ni = 0; ni < 8; ++ni)",
-        "#pragma unroll", "for (int h = 0; h < 2; ++h)",
-        f"    *reinterpret_cast<__half2*>(pw + (lane / 4 + h * 8) * {ldp} + t * 64 + ni * 8 + lane % 4 * 2) = pv[t][ni * 2 + h];",
-        "#pragma unroll", f"for (int t = 0; t < {tiles}; ++t) prev_base[t][0] = tile_base[t][0], prev_base[t][1] = tile_base[t][1];",
-        "if (lane % 4 == 0) {  // this band's statistics of the CTA's rows, to every CTA of the cluster",
-        "#pragma unroll", "    for (int r = 0; r < 2; ++r)", "#pragma unroll", f"        for (int q = 0; q < {ctas}; ++q)",
-        f"            cvl_cluster_push2(part0 + ((round & 1) * {ctas * bm} + rank * {bm} + row0 + r * 8) * 8,",
-        "                              stats0 + (round & 1) * 8, q, row_max[r], row_sum[r]);", "}",
-    ]
-    body = [
-        "extern __shared__ __align__(1024) unsigned char cvl_smem[];",
-        "const unsigned smem0 = (cvl_smem_addr(cvl_smem) + 1023u) & ~1023u;",
-        f"const unsigned sa = smem0;  // the A band: {bm} rows x 64 of K",
-        f"const unsigned sb = smem0 + {tile_a}u;  // a ring of 2 B tiles of 64 rows",
-        f"__half* const pw = reinterpret_cast<__half*>(cvl_smem + (smem0 - cvl_smem_addr(cvl_smem)) + {tile_a + 2 * tile_b})"
-        f" + (threadIdx.x / 32) * {16 * ldp};  // this warp's 16 rows of numerators, then of output",
-        "const int lane = threadIdx.x % 32;", "const int wg = 0;", "const int wl = threadIdx.x / 32;",
-        "const int warp_row = wl * 16;  // the warp's first row in the band",
-        "const int row0 = warp_row + lane / 4;  // the thread's first row",
-        "const unsigned long long desc_a = cvl_wgmma_desc(sa, 16u, 1024u);",
-        "const unsigned long long desc_b = cvl_wgmma_desc(sb, 16u, 1024u);",
-        f"float acc_even[{eng.regs}], acc_odd[{eng.regs}];  // even and odd column tiles",
-        f"__half2 pv[{tiles}][{eng.regs // 2}];  // the numerators of each tile, rounded to f16",
-        f"float tile_base[{tiles}][2], prev_base[{tiles}][2];  // the thread's bases after each tile (this band, the last)",
-        "__shared__ __align__(8) unsigned long long cvl_full[3];  // the 2 B slots, then A",
-        "__shared__ __align__(8) unsigned long long cvl_stats[2];  // statistics received, by round parity",
-        f"__shared__ float2 cvl_part[{2 * ctas * bm}];  // [round parity][sender rank][row]: (max, sum)",
-        "const unsigned full0 = cvl_smem_addr(cvl_full);", "const unsigned stats0 = cvl_smem_addr(cvl_stats);",
-        "const unsigned part0 = cvl_smem_addr(cvl_part);",
-        f"const unsigned rank = blockIdx.x % {ctas};",
-        f"const int n_cta = rank * {tiles * 64};  // the cluster rank's columns",
-        f"const int clusters = gridDim.x / {ctas};",
-        "if (threadIdx.x == 0) {",
-        "    for (int s = 0; s < 3; ++s) cvl_mbar_init(full0 + s * 8, 1);",
-        "    cvl_mbar_init(stats0, 1);", "    cvl_mbar_init(stats0 + 8, 1);",
-        "    asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");",
-        *indent(load(f"blockIdx.x / {ctas}", list(range(min(2, tiles))), True)),
-        "}",
-        "__syncthreads();",
-        "cvl_cluster_arrive();", "cvl_cluster_wait();  // every CTA's mbarriers are set up before any push",
-        "int round = 0;", "int band = blockIdx.x / " + str(ctas) + ";",
-        "#pragma unroll 1",
-        f"for (; band < {bands}; band += clusters, ++round) {{", *indent(band_body), "}",
-        *write("band - clusters", "round - 1"),
-        "cvl_cluster_arrive();", "cvl_cluster_wait();  // no CTA leaves while a push to it may be in flight",
-    ]
-    lines = [*k.signature(entry, 128), *indent(body), "}"]
-    lines[0] = lines[0].replace("__global__ void", f"__global__ void __cluster_dims__({ctas}, 1, 1)", 1)
-    shared = tile_a + 2 * tile_b + 4 * 16 * ldp * 2 + 1024
-    return Emitted(lines, (v["grid_clusters"] * ctas, 1, 1), (128, 1, 1), shared,
-                   eng.helpers() + eng.set_helper() + BAND_HELPERS + CLUSTER_HELPERS, eng.options)
+    def band_coords(self, band: str) -> list[str]:
+        g = self.g
+        return [f"const int mt = {band} % {g.mt};", f"const int bz = {band} / {g.mt};", "(void)bz;",
+                *g.batch_coords(), f"const int m0 = mt * {self.bm};"]
+
+    def common_head(self, b_tiles: str) -> list[str]:
+        return [
+            "extern __shared__ __align__(1024) unsigned char cvl_smem[];",
+            "const unsigned smem0 = (cvl_smem_addr(cvl_smem) + 1023u) & ~1023u;",
+            f"const unsigned sa = smem0;  // the A band: {self.bm} rows x 64 of K",
+            f"const unsigned sb = smem0 + {self.tile_a}u;  // {b_tiles}",
+        ]
+
+    def emitted(self, body: list[str], shared: int, helpers: str) -> Emitted:
+        lines = [*self.k.signature(self.entry, self.threads), *indent(body), "}"]
+        if self.ctas > 1:
+            lines[0] = lines[0].replace("__global__ void", f"__global__ void __cluster_dims__({self.ctas}, 1, 1)", 1)
+        eng = self.eng
+        return Emitted(lines, (self.grid_clusters * self.ctas, 1, 1), (self.threads, 1, 1), shared,
+                       eng.helpers() + eng.set_helper() + BAND_HELPERS + CLUSTER_HELPERS + helpers, eng.options)
+
+    # ------------------------------------------------------------------ the cluster barrier variant
+    def plain(self, entry: str) -> Emitted:
+        """Each band exchanges its statistics at a cluster barrier, then writes its output from the
+        numerators in registers (staged per warp for 16-byte stores)."""
+        self.entry = entry
+        g, eng, ctas, tiles, bm, neg_inf = self.g, self.eng, self.ctas, self.tiles, self.bm, self.neg_inf
+        tile_a, tile_b, maps = self.tile_a, self.tile_b, self.maps
+        lds = 64 + 8  # staging row, in halves (16 bytes of padding against bank conflicts)
+        stage_out = (self.threads // 32) * 16 * lds * 2
+        merge_cluster = [] if ctas == 1 else [
+            "if (round > 0) cvl_cluster_wait();  // the cluster has read the last round's statistics",
+            "if (lane % 4 == 0) {  // this CTA's statistics of its rows, for the cluster",
+            "    cvl_part[row0] = make_float2(row_max[0], row_sum[0]);",
+            "    cvl_part[row0 + 8] = make_float2(row_max[1], row_sum[1]);", "}",
+            "cvl_cluster_arrive();", "cvl_cluster_wait();  // every CTA's statistics are in",
+            "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
+            f"    float2 got[{ctas}];", f"    float top = {neg_inf};",
+            "#pragma unroll", f"    for (int q = 0; q < {ctas}; ++q) {{",
+            "        got[q] = cvl_cluster_ld2(part0 + (row0 + r * 8) * 8, q);",
+            "        top = fmaxf(top, got[q].x);", "    }",
+            f"    const float bl = __fmul_rn(top, {LOG2E});",
+            "    float total = 0.0f;",
+            "#pragma unroll", f"    for (int q = 0; q < {ctas}; ++q)",
+            f"        total += got[q].x == top ? got[q].y : got[q].y * cvl_ex2(__fmul_rn(got[q].x, {LOG2E}) - bl);",
+            "    row_max[r] = top;", "    row_sum[r] = total;", "}",
+            "cvl_cluster_arrive();  // done reading (waited for before the next round writes, or exits)"]
+        copy = ["#pragma unroll", "for (int i = 0; i < 4; ++i) {  // 16 rows of 8 chunks of 16 bytes",
+                "    const int c = i * 32 + lane;", "    const int m = m0 + warp_row + c / 8;",
+                "    const int n = n0 + c % 8 * 8;",
+                *indent(self.guarded([f"__stcs(reinterpret_cast<uint4*>(&{self.target}), "
+                                      f"*reinterpret_cast<const uint4*>(so + c / 8 * {lds} + c % 8 * 8));"])), "}"]
+
+        def write(t: int) -> list[str]:
+            return [f"const int n0 = n_cta + {t * 64};",
+                    "float sc[2];", "#pragma unroll",
+                    f"for (int r = 0; r < 2; ++r) sc[r] = cvl_ex2(tile_base[{t}][r] - fin_base[r]) * inv_sum[r];",
+                    "__syncwarp();  // the warp's previous tile is out of its staging rows",
+                    "#pragma unroll", "for (int ni = 0; ni < 8; ++ni)",
+                    "#pragma unroll", "for (int h = 0; h < 2; ++h) {  // columns ni * 8 + lane % 4 * 2, + 1 of row h",
+                    f"    const float2 v = __half22float2(pv[{t}][ni * 2 + h]);",
+                    f"    *reinterpret_cast<{self.pair}*>(so + (lane / 4 + h * 8) * {lds} + ni * 8 + lane % 4 * 2) = "
+                    f"{self.pack}(v.x * sc[h], v.y * sc[h]);", "}",
+                    "__syncwarp();", *copy]
+
+        def load(band: str) -> list[str]:  # thread 0: the A band and this CTA's B tiles of band `band`
+            return ["{", f"    const int ld_mt = ({band}) % {g.mt};", f"    const int ld_bz = ({band}) / {g.mt};",
+                    "    (void)ld_bz;",
+                    f"    cvl_mbar_expect_tx(full0 + {tiles * 8}, {tile_a}u);",
+                    f"    cvl_tma_2d(sa, {maps['a']}, 0, {self.row_a}, full0 + {tiles * 8});",
+                    *[line for t in range(tiles) for line in (
+                        f"    cvl_mbar_expect_tx(full0 + {t * 8}, {tile_b}u);",
+                        f"    cvl_tma_2d(sb + {t * tile_b}u, {maps['b']}, 0, {self.row_b.format(t=t * 64)}, full0 + {t * 8});")],
+                    "}"]
+
+        def issue(t: int, acc: str) -> list[str]:
+            return self.wgmma(acc, f"cvl_mbar_wait(full0 + {t * 8}, parity);", t * tile_b)
+
+        def refill(t: int) -> list[str]:  # after the band's last wgmma: the next band's tiles
+            if t + 1 < tiles:
+                return []
+            return ["__syncthreads();  // every warpgroup is past its last wgmma of this band",
+                    f"if (threadIdx.x == 0 && band + clusters < {self.bands}) {{", *indent(load("band + clusters")), "}"]
+
+        band_body = [
+            *self.band_coords("band"),
+            "const unsigned parity = round & 1;  // of every barrier's phase this round",
+            *g.band_state(neg_inf),
+            f"cvl_mbar_wait(full0 + {tiles * 8}, parity);  // the band is in",
+            *self.band_tiles(issue, refill),
+            *self.merge_quad(), *merge_cluster,
+            "float fin_base[2], inv_sum[2];", "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
+            f"    fin_base[r] = __fmul_rn(row_max[r], {LOG2E});", "    inv_sum[r] = 1.0f / row_sum[r];", "}",
+        ]
+        for t in range(tiles):
+            band_body += ["{", *indent(write(t)), "}"]
+        body = [
+            *self.common_head(f"{tiles} B tiles of 64 rows"),
+            f"{eng.storage}* const so = reinterpret_cast<{eng.storage}*>(cvl_smem + (smem0 - cvl_smem_addr(cvl_smem))"
+            f" + {tile_a + tiles * tile_b}) + (threadIdx.x / 32) * {16 * lds};  // this warp's 16 staging rows",
+            "const int lane = threadIdx.x % 32;", "const int wg = threadIdx.x / 128;", "const int wl = (threadIdx.x / 32) % 4;",
+            "const int warp_row = wg * 64 + wl * 16;  // the warp's first row in the band",
+            "const int row0 = warp_row + lane / 4;  // the thread's first row",
+            "const unsigned long long desc_a = cvl_wgmma_desc(sa + wg * 8192u, 16u, 1024u);",
+            "const unsigned long long desc_b = cvl_wgmma_desc(sb, 16u, 1024u);",
+            f"float acc_even[{eng.regs}], acc_odd[{eng.regs}];  // even and odd column tiles",
+            f"__half2 pv[{tiles}][{eng.regs // 2}];  // the numerators of each tile, rounded to f16",
+            f"float tile_base[{tiles}][2];  // the thread's base of each row after each tile",
+            f"__shared__ __align__(8) unsigned long long cvl_full[{tiles + 1}];  // B tiles, then A",
+            "const unsigned full0 = cvl_smem_addr(cvl_full);",
+            *([f"__shared__ float2 cvl_part[{bm}];  // the CTA's (max, sum) of each row",
+               "const unsigned part0 = cvl_smem_addr(cvl_part);"] if ctas > 1 else []),
+            f"const int n_cta = blockIdx.x % {ctas} * {tiles * 64};  // the cluster rank's columns",
+            f"const int clusters = gridDim.x / {ctas};",
+            "if (threadIdx.x == 0) {",
+            f"    for (int s = 0; s <= {tiles}; ++s) cvl_mbar_init(full0 + s * 8, 1);",
+            "    asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");",
+            *indent(load(f"blockIdx.x / {ctas}")),
+            "}",
+            "__syncthreads();",
+            "#pragma unroll 1",
+            f"for (int band = blockIdx.x / {ctas}, round = 0; band < {self.bands}; band += clusters, ++round) {{",
+            *indent(band_body),
+            "}",
+        ]
+        if ctas > 1:
+            body.append("cvl_cluster_wait();  // no CTA leaves while another may read its statistics")
+        return self.emitted(body, tile_a + tiles * tile_b + stage_out + 1024, "")
+
+    # ------------------------------------------------------------------ the lagged variant
+    def lagged(self, entry: str) -> Emitted:
+        """Persistent clusters whose statistics exchange lags a band. Round ``r`` computes band ``r``
+        (B tiles through a ring of two TMA slots, so three CTAs fit a multiprocessor), then writes band
+        ``r - 1``, whose statistics the cluster pushed (``st.async`` onto each CTA's mbarrier,
+        double-buffered by round) while band ``r`` computed, from the numerators it staged in shared
+        memory; then stages band ``r``'s numerators and pushes its statistics. No CTA waits for its
+        cluster except once at the start and once at the end."""
+        self.entry = entry
+        g, eng, ctas, tiles, bm, neg_inf = self.g, self.eng, self.ctas, self.tiles, self.bm, self.neg_inf
+        tile_a, tile_b, maps = self.tile_a, self.tile_b, self.maps
+        ldp = tiles * 64 + 8  # a staged row of numerators, in halves (16 bytes of padding)
+        per_row = tiles * 8  # 16-byte chunks of a staged row
+        loads = [len(range(s, tiles, 2)) for s in (0, 1)]  # B loads of each ring slot a band
+
+        def issue(t: int, acc: str) -> list[str]:
+            slot = t % 2
+            wait = f"cvl_mbar_wait(full0 + {slot * 8}, (round * {loads[slot]} + {t // 2}) & 1);"
+            return self.wgmma(acc, wait, slot * tile_b)
+
+        def load(band: str, what: list[int], with_a: bool) -> list[str]:  # thread 0: B tiles `what` of `band`
+            lines = ["{", f"    const int ld_mt = ({band}) % {g.mt};", f"    const int ld_bz = ({band}) / {g.mt};",
+                     "    (void)ld_bz;"]
+            if with_a:
+                lines += [f"    cvl_mbar_expect_tx(full0 + 16, {tile_a}u);",
+                          f"    cvl_tma_2d(sa, {maps['a']}, 0, {self.row_a}, full0 + 16);"]
+            for t in what:
+                lines += [f"    cvl_mbar_expect_tx(full0 + {t % 2 * 8}, {tile_b}u);",
+                          f"    cvl_tma_2d(sb + {t % 2 * tile_b}u, {maps['b']}, 0, {self.row_b.format(t=t * 64)}, "
+                          f"full0 + {t % 2 * 8});"]
+            return lines + ["}"]
+
+        def refill(t: int) -> list[str]:
+            if t + 2 < tiles:  # tile t's slot takes tile t + 2
+                return ["__syncthreads();  // the warpgroup is past tile t's wgmma",
+                        "if (threadIdx.x == 0) {", *indent(load("band", [t + 2], False)), "}"]
+            if t + 1 == tiles:  # the A band and both slots take the next band's first tiles
+                return ["__syncthreads();  // the warpgroup is past the band's last wgmma",
+                        f"if (threadIdx.x == 0 && band + clusters < {self.bands}) {{",
+                        *indent(load("band + clusters", list(range(min(2, tiles))), True)), "}"]
+            return []
+
+        def write(band: str, rnd: str) -> list[str]:  # band `band` of round `rnd`, from the staged numerators
+            lines = ["{", *indent(self.band_coords(f"({band})")),
+                     f"    cvl_mbar_wait(stats0 + (({rnd}) & 1) * 8, (({rnd}) >> 1) & 1);  // the cluster's statistics",
+                     "    float fin_base[2], inv_sum[2];", "#pragma unroll", "    for (int r = 0; r < 2; ++r) {",
+                     f"        const float2* const got = cvl_part + (({rnd}) & 1) * {ctas * bm} + row0 + r * 8;",
+                     f"        float top = {neg_inf};", "#pragma unroll",
+                     f"        for (int q = 0; q < {ctas}; ++q) top = fmaxf(top, got[q * {bm}].x);",
+                     f"        const float bl = __fmul_rn(top, {LOG2E});", "        float total = 0.0f;", "#pragma unroll",
+                     f"        for (int q = 0; q < {ctas}; ++q) {{", f"            const float2 w = got[q * {bm}];",
+                     f"            total += w.x == top ? w.y : w.y * cvl_ex2(__fmul_rn(w.x, {LOG2E}) - bl);", "        }",
+                     "        fin_base[r] = bl;", "        inv_sum[r] = 1.0f / total;", "    }"]
+            for t in range(tiles):
+                lines += ["    {", "        float sc[2];", "#pragma unroll",
+                          f"        for (int r = 0; r < 2; ++r) sc[r] = cvl_ex2(prev_base[{t}][r] - fin_base[r]) * inv_sum[r];",
+                          "#pragma unroll", "        for (int ni = 0; ni < 8; ++ni)",
+                          "#pragma unroll", "        for (int h = 0; h < 2; ++h) {",
+                          f"            __half* const at = pw + (lane / 4 + h * 8) * {ldp} + {t * 64} + ni * 8 + lane % 4 * 2;",
+                          "            const float2 x = __half22float2(*reinterpret_cast<const __half2*>(at));",
+                          f"            *reinterpret_cast<{self.pair}*>(at) = {self.pack}(x.x * sc[h], x.y * sc[h]);",
+                          "        }", "    }"]
+            copy = self.guarded([f"__stcs(reinterpret_cast<uint4*>(&{self.target}), "
+                                 f"*reinterpret_cast<const uint4*>(pw + c / {per_row} * {ldp} + c % {per_row} * 8));"])
+            return lines + ["    __syncwarp();  // the warp's output rows are staged", "#pragma unroll",
+                            f"    for (int i = 0; i < {per_row // 2}; ++i) {{", "        const int c = i * 32 + lane;",
+                            f"        const int m = m0 + warp_row + c / {per_row};",
+                            f"        const int n = n_cta + c % {per_row} * 8;", *indent(copy, 2), "    }",
+                            "    __syncwarp();  // out of the staging rows", "}"]
+
+        band_body = [
+            *self.band_coords("band"),
+            f"if (threadIdx.x == 0) cvl_mbar_expect_tx(stats0 + (round & 1) * 8, {ctas * bm * 8}u);",
+            *g.band_state(neg_inf),
+            "cvl_mbar_wait(full0 + 16, round & 1);  // the A band is in",
+            *self.band_tiles(issue, refill),
+            *self.merge_quad(),
+            "if (round > 0)", *indent(write("band - clusters", "round - 1")),
+            "#pragma unroll", f"for (int t = 0; t < {tiles}; ++t)", "#pragma unroll", "for (int ni = 0; ni < 8; ++ni)",
+            "#pragma unroll", "for (int h = 0; h < 2; ++h)",
+            f"    *reinterpret_cast<__half2*>(pw + (lane / 4 + h * 8) * {ldp} + t * 64 + ni * 8 + lane % 4 * 2) = pv[t][ni * 2 + h];",
+            "#pragma unroll", f"for (int t = 0; t < {tiles}; ++t) prev_base[t][0] = tile_base[t][0], prev_base[t][1] = tile_base[t][1];",
+            "if (lane % 4 == 0) {  // this band's statistics of the CTA's rows, to every CTA of the cluster",
+            "#pragma unroll", "    for (int r = 0; r < 2; ++r)", "#pragma unroll", f"        for (int q = 0; q < {ctas}; ++q)",
+            f"            cvl_cluster_push2(part0 + ((round & 1) * {ctas * bm} + rank * {bm} + row0 + r * 8) * 8,",
+            "                              stats0 + (round & 1) * 8, q, row_max[r], row_sum[r]);", "}",
+        ]
+        body = [
+            *self.common_head("a ring of 2 B tiles of 64 rows"),
+            f"__half* const pw = reinterpret_cast<__half*>(cvl_smem + (smem0 - cvl_smem_addr(cvl_smem)) + {tile_a + 2 * tile_b})"
+            f" + (threadIdx.x / 32) * {16 * ldp};  // this warp's 16 rows of numerators, then of output",
+            "const int lane = threadIdx.x % 32;", "const int wg = 0;", "const int wl = threadIdx.x / 32;",
+            "const int warp_row = wl * 16;  // the warp's first row in the band",
+            "const int row0 = warp_row + lane / 4;  // the thread's first row",
+            "const unsigned long long desc_a = cvl_wgmma_desc(sa, 16u, 1024u);",
+            "const unsigned long long desc_b = cvl_wgmma_desc(sb, 16u, 1024u);",
+            f"float acc_even[{eng.regs}], acc_odd[{eng.regs}];  // even and odd column tiles",
+            f"__half2 pv[{tiles}][{eng.regs // 2}];  // the numerators of each tile, rounded to f16",
+            f"float tile_base[{tiles}][2], prev_base[{tiles}][2];  // the thread's bases after each tile (this band, the last)",
+            "__shared__ __align__(8) unsigned long long cvl_full[3];  // the 2 B slots, then A",
+            "__shared__ __align__(8) unsigned long long cvl_stats[2];  // statistics received, by round parity",
+            f"__shared__ float2 cvl_part[{2 * ctas * bm}];  // [round parity][sender rank][row]: (max, sum)",
+            "const unsigned full0 = cvl_smem_addr(cvl_full);", "const unsigned stats0 = cvl_smem_addr(cvl_stats);",
+            "const unsigned part0 = cvl_smem_addr(cvl_part);",
+            f"const unsigned rank = blockIdx.x % {ctas};",
+            f"const int n_cta = rank * {tiles * 64};  // the cluster rank's columns",
+            f"const int clusters = gridDim.x / {ctas};",
+            "if (threadIdx.x == 0) {",
+            "    for (int s = 0; s < 3; ++s) cvl_mbar_init(full0 + s * 8, 1);",
+            "    cvl_mbar_init(stats0, 1);", "    cvl_mbar_init(stats0 + 8, 1);",
+            "    asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");",
+            *indent(load(f"blockIdx.x / {ctas}", list(range(min(2, tiles))), True)),
+            "}",
+            "__syncthreads();",
+            "cvl_cluster_arrive();", "cvl_cluster_wait();  // every CTA's mbarriers are set up before any push",
+            "int round = 0;", "int band = blockIdx.x / " + str(ctas) + ";",
+            "#pragma unroll 1",
+            f"for (; band < {self.bands}; band += clusters, ++round) {{", *indent(band_body), "}",
+            *write("band - clusters", "round - 1"),
+            "cvl_cluster_arrive();", "cvl_cluster_wait();  // no CTA leaves while a push to it may be in flight",
+        ]
+        return self.emitted(body, tile_a + 2 * tile_b + 4 * 16 * ldp * 2 + 1024, PUSH_HELPER)

@@ -68,11 +68,11 @@ ROW_BAND = True
 # ROW_BAND_TUNING "mma", "wgmma" or "cluster" forces one engine (A/B runs).
 LAGGED_CLUSTER_CTAS = 4
 LAGGED_FILL = 0.9  # persistent clusters: this share of those that fit at once (at 0.6: 14% slower)
+CLUSTER_CTAS_PER_SM = 8.0
+CLUSTER_CTAS_PER_SM_NO_WGMMA = 16.0
 WGMMA_BANDS_PER_SM = 1.5
 # ROW_BAND_TUNING keys that tune the mma.sync band only (and so ask for it)
 MMA_ONLY_TUNING = frozenset({"mma", "poly", "stsm", "overlap", "tile", "min_blocks", "stream"})
-CLUSTER_CTAS_PER_SM = 8.0
-CLUSTER_CTAS_PER_SM_NO_WGMMA = 16.0
 # 16-bit storage -> (its pair type, the intrinsic joining two rounded halves into one)
 PAIR = {DType.F16: ("__half2", "__halves2half2"), DType.BF16: ("__nv_bfloat162", "__halves2bfloat162")}
 LOG2E = "1.4426950408889634f"
@@ -152,8 +152,8 @@ __device__ __forceinline__ void cvl_ldsm_x4_at(unsigned (&r)[4], unsigned addr) 
 #   "mma": True: the mma.sync band wherever a band applies (see CLUSTER_CTAS_PER_SM); so do the
 #           keys above that tune it (MMA_ONLY_TUNING).
 #   "wgmma": (BN, stages, min_blocks): the two-pass band on wgmma where it applies.
-#   "cluster": (warpgroups a CTA, min_blocks, fill): the one-pass band on a cluster of CTAs where it
-#           applies (see cuda_band_cluster.render).
+#   "cluster": (warpgroups a CTA, min_blocks, fill, lag): the one-pass band on a cluster of CTAs where
+#           it applies (see cuda_band_cluster.render; every element may be left out from the right).
 ROW_BAND_TUNING: dict = {}
 
 
