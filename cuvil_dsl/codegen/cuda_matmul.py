@@ -67,7 +67,11 @@ ROW_BAND = True
 # * else the mma.sync band (render_band), the band everywhere before sm_90.
 # ROW_BAND_TUNING "mma", "wgmma" or "cluster" forces one engine (A/B runs).
 LAGGED_CLUSTER_CTAS = 4
-LAGGED_FILL = 0.9  # persistent clusters: this share of those that fit at once (at 0.6: 14% slower)
+# Persistent clusters of the lagged band: this share of those that fit at once by the arch's SM count
+# (cuda.SM_COUNT). H200, attention_f16: 0.9 (44 clusters of 8) 135.8 us; 0.8 152.1; 0.6 156.7; 0.95
+# (46) 199.7 and 1.0 186.8, past the clusters the GPU runs at once (a second wave). A part with fewer
+# SMs than the table says stays correct (the kernel walks bands by gridDim) but runs a second wave.
+LAGGED_FILL = 0.9
 CLUSTER_CTAS_PER_SM = 8.0
 CLUSTER_CTAS_PER_SM_NO_WGMMA = 16.0
 WGMMA_BANDS_PER_SM = 1.5
