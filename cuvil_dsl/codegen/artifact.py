@@ -58,3 +58,7 @@ class RenderedKernel:
     options: tuple[str, ...]  # extra compiler options (e.g. -maxrregcount=128)
     graph: str | None
     span: Span
+    # > 0: a persistent kernel of clusters of this many CTAs that walks its work by gridDim.x, so
+    # fewer clusters give the same results; the runtime launches at most as many as the device runs
+    # at once (runtime/clusters.py). 0: the grid is fixed.
+    persistent_cluster: int = 0

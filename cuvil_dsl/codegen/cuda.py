@@ -38,6 +38,7 @@ class Emitted:
     shared_bytes: int = 0
     helpers: str = ""  # extra device code the kernel needs (PTX wrappers)
     options: tuple[str, ...] = field(default=())
+    persistent_cluster: int = 0  # see RenderedKernel.persistent_cluster
 
 
 class CudaKernel:
@@ -216,6 +217,7 @@ def render_kernel(plan: FusionPlan, kernel: FusedKernel, sizes: dict[str, int], 
     return RenderedKernel(
         name=kernel.name, entry=entry, source=source, grid=out.grid, block=out.block,
         shared_bytes=out.shared_bytes, args=k.args(), options=options, graph=kernel.graph, span=kernel.span,
+        persistent_cluster=out.persistent_cluster,
     )
 
 

@@ -239,13 +239,14 @@ class _ClusterBand:
             f"const unsigned sb = smem0 + {self.tile_a}u;  // {b_tiles}",
         ]
 
-    def emitted(self, body: list[str], shared: int, helpers: str) -> Emitted:
+    def emitted(self, body: list[str], shared: int, helpers: str, persistent: bool = False) -> Emitted:
         lines = [*self.k.signature(self.entry, self.threads), *indent(body), "}"]
         if self.ctas > 1:
             lines[0] = lines[0].replace("__global__ void", f"__global__ void __cluster_dims__({self.ctas}, 1, 1)", 1)
         eng = self.eng
         return Emitted(lines, (self.grid_clusters * self.ctas, 1, 1), (self.threads, 1, 1), shared,
-                       eng.helpers() + eng.set_helper() + BAND_HELPERS + CLUSTER_HELPERS + helpers, eng.options)
+                       eng.helpers() + eng.set_helper() + BAND_HELPERS + CLUSTER_HELPERS + helpers, eng.options,
+                       self.ctas if persistent else 0)
 
     # ------------------------------------------------------------------ the cluster barrier variant
     def plain(self, entry: str) -> Emitted:
@@ -476,4 +477,4 @@ class _ClusterBand:
             *write("band - clusters", "round - 1"),
             "cvl_cluster_arrive();", "cvl_cluster_wait();  // no CTA leaves while a push to it may be in flight",
         ]
-        return self.emitted(body, tile_a + 2 * tile_b + 4 * 16 * ldp * 2 + 1024, PUSH_HELPER)
+        return self.emitted(body, tile_a + 2 * tile_b + 4 * 16 * ldp * 2 + 1024, PUSH_HELPER, persistent=True)

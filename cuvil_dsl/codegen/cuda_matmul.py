@@ -69,8 +69,8 @@ ROW_BAND = True
 LAGGED_CLUSTER_CTAS = 4
 # Persistent clusters of the lagged band: this share of those that fit at once by the arch's SM count
 # (cuda.SM_COUNT). H200, attention_f16: 0.9 (44 clusters of 8) 135.8 us; 0.8 152.1; 0.6 156.7; 0.95
-# (46) 199.7 and 1.0 186.8, past the clusters the GPU runs at once (a second wave). A part with fewer
-# SMs than the table says stays correct (the kernel walks bands by gridDim) but runs a second wave.
+# (46) 199.7 and 1.0 186.8, past the clusters the GPU runs at once (a second wave). On a part with
+# fewer SMs than the table says, the loader launches fewer clusters (runtime/clusters.py).
 LAGGED_FILL = 0.9
 CLUSTER_CTAS_PER_SM = 8.0
 CLUSTER_CTAS_PER_SM_NO_WGMMA = 16.0

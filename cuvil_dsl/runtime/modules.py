@@ -135,13 +135,15 @@ class LoadedKernel:
     function: object  # cupy.cuda.function.Function; holds its Module
     _params: ctypes.Array = field(repr=False)
     _cells: tuple = field(repr=False)  # keeps the cells the parameter array points at alive
+    grid: tuple[int, int, int] | None = None  # launched instead of kernel.grid (clusters.fitted_grid)
 
     def __post_init__(self) -> None:
         from cupy_backends.cuda.api import driver
 
         self._launch_kernel = driver.launchKernel
         self._fn = self.function.ptr
-        self._dims = (*self.kernel.grid, *self.kernel.block)
+        self.grid = self.grid or self.kernel.grid
+        self._dims = (*self.grid, *self.kernel.block)
         self._shared = self.kernel.shared_bytes
         self._params_ptr = ctypes.addressof(self._params)
 
@@ -197,6 +199,8 @@ def load_kernels(kernels: Iterable[RenderedKernel], units: Iterable[CompiledUnit
     from cupy.cuda.function import Module
     from cupy_backends.cuda.api import driver
 
+    from cuvil_dsl.runtime.clusters import fitted_grid
+
     by_entry: dict[str, CompiledUnit] = {entry: unit for unit in units for entry in unit.unit.kernels}
     modules: dict[str, Module] = {}
     loaded: dict[str, LoadedKernel] = {}
@@ -217,5 +221,5 @@ def load_kernels(kernels: Iterable[RenderedKernel], units: Iterable[CompiledUnit
             driver.funcSetAttribute(function.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                     kernel.shared_bytes)
         params, chosen = _parameter_array(kernel, cells)
-        loaded[kernel.name] = LoadedKernel(kernel, function, params, chosen)
+        loaded[kernel.name] = LoadedKernel(kernel, function, params, chosen, fitted_grid(kernel, function.ptr))
     return loaded

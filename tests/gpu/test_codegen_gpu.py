@@ -220,3 +220,29 @@ def test_wgmma_warp_specialised_library_kernel_matches_reference(name, tmp_path,
     for r in case.pipeline.results:
         rtol, atol = case.loaded.spec.check.tolerances(r.type.dtype, case.tf32)
         assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
+
+
+@pytest.mark.parametrize("fit", [1, 3])
+def test_persistent_cluster_kernels_match_on_fewer_clusters(fit, monkeypatch):
+    """The lagged cluster band walks its bands by gridDim: launched with 1 or 3 clusters instead of the
+    8 it was rendered with (as on a part that runs fewer at once; runtime/clusters.py), each cluster
+    takes several rounds of the lagged exchange and the results still match the reference."""
+    from cuvil_dsl.runtime import clusters
+
+    asked = []
+    real = clusters.max_active_clusters
+    monkeypatch.setattr(clusters, "max_active_clusters",
+                        lambda kernel, function: asked.append(real(kernel, function)) or fit)
+    case = load_case(next(p for p in case_paths() if p.stem == "attention_cluster"))
+    prepared = Prepared(case)
+    lagged = [k for k in prepared.launches if k.kernel.persistent_cluster]
+    assert len(lagged) == 2 and all(k.grid == (fit * 4, 1, 1) != k.kernel.grid for k in lagged)
+    assert all(n is not None and n >= 8 for n in asked)  # the H200's driver: at least the 8 rendered
+    prepared.run()
+    got = prepared.results()
+    from cuvil_dsl.reference import execute
+
+    want = execute(case.pipeline, prepared.host, case.binding.params)
+    for r in case.pipeline.results:
+        rtol, atol = case.loaded.spec.check.tolerances(r.type.dtype, case.tf32)
+        assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
