@@ -854,7 +854,7 @@ class _GemmKernel:
 
         return [
             "{",
-            f"    // matrix j = lane / 8: rows (j % 2) * 8 + lane % 8 of the m16 tile, columns of n8 tile 2 * nj + j / 2",
+            "    // matrix j = lane / 8: rows (j % 2) * 8 + lane % 8 of the m16 tile, columns of n8 tile 2 * nj + j / 2",
             f"    const unsigned st_lane = cvl_smem_addr({so}) + ((wm + (lane / 8) % 2 * 8 + lane % 8) * {lds}"
             " + lane / 16 * 8) * 2;",
             "#pragma unroll", f"    for (int mi = 0; mi < {eng.mi}; ++mi)",
