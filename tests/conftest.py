@@ -18,6 +18,23 @@ def _private_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("CUVIL_CACHE_DIR", str(cache))
 
 
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """A fresh compile cache folder, no compile-affecting knobs set, in-memory caches and the nvcc
+    circuit breaker cleared before and after (the compile service's tests)."""
+    from cuvil_dsl.compile import BREAKER, cache_clear
+
+    root = tmp_path / "cache"
+    monkeypatch.setenv("CUVIL_CACHE_DIR", str(root))
+    for var in ("CUVIL_COMPILE_LOG", "CUVIL_DISABLE_CACHE", "CUVIL_NVCC", "CUVIL_LINEINFO", "CUVIL_COMPILE_TIMEOUT"):
+        monkeypatch.delenv(var, raising=False)
+    cache_clear(disk=False)
+    BREAKER.reset()
+    yield root
+    cache_clear(disk=False)
+    BREAKER.reset()
+
+
 def gpu_available() -> bool:
     try:
         from cuvil_dsl.runtime.device import gpu_available as probe

@@ -239,8 +239,8 @@ class _ClusterBand:
             f"const unsigned sb = smem0 + {self.tile_a}u;  // {b_tiles}",
         ]
 
-    def emitted(self, body: list[str], shared: int, helpers: str, persistent: bool = False) -> Emitted:
-        lines = [*self.k.signature(self.entry, self.threads), *indent(body), "}"]
+    def emitted(self, entry: str, body: list[str], shared: int, helpers: str, persistent: bool = False) -> Emitted:
+        lines = [*self.k.signature(entry, self.threads), *indent(body), "}"]
         if self.ctas > 1:
             lines[0] = lines[0].replace("__global__ void", f"__global__ void __cluster_dims__({self.ctas}, 1, 1)", 1)
         eng = self.eng
@@ -252,7 +252,6 @@ class _ClusterBand:
     def plain(self, entry: str) -> Emitted:
         """Each band exchanges its statistics at a cluster barrier, then writes its output from the
         numerators in registers (staged per warp for 16-byte stores)."""
-        self.entry = entry
         g, eng, ctas, tiles, bm, neg_inf = self.g, self.eng, self.ctas, self.tiles, self.bm, self.neg_inf
         tile_a, tile_b, maps = self.tile_a, self.tile_b, self.maps
         lds = 64 + 8  # staging row, in halves (16 bytes of padding against bank conflicts)
@@ -354,7 +353,7 @@ class _ClusterBand:
         ]
         if ctas > 1:
             body.append("cvl_cluster_wait();  // no CTA leaves while another may read its statistics")
-        return self.emitted(body, tile_a + tiles * tile_b + stage_out + 1024, "")
+        return self.emitted(entry, body, tile_a + tiles * tile_b + stage_out + 1024, "")
 
     # ------------------------------------------------------------------ the lagged variant
     def lagged(self, entry: str) -> Emitted:
@@ -364,7 +363,6 @@ class _ClusterBand:
         double-buffered by round) while band ``r`` computed, from the numerators it staged in shared
         memory; then stages band ``r``'s numerators and pushes its statistics. No CTA waits for its
         cluster except once at the start and once at the end."""
-        self.entry = entry
         g, eng, ctas, tiles, bm, neg_inf = self.g, self.eng, self.ctas, self.tiles, self.bm, self.neg_inf
         tile_a, tile_b, maps = self.tile_a, self.tile_b, self.maps
         ldp = tiles * 64 + 8  # a staged row of numerators, in halves (16 bytes of padding)
@@ -477,4 +475,4 @@ class _ClusterBand:
             *write("band - clusters", "round - 1"),
             "cvl_cluster_arrive();", "cvl_cluster_wait();  // no CTA leaves while a push to it may be in flight",
         ]
-        return self.emitted(body, tile_a + 2 * tile_b + 4 * 16 * ldp * 2 + 1024, PUSH_HELPER, persistent=True)
+        return self.emitted(entry, body, tile_a + 2 * tile_b + 4 * 16 * ldp * 2 + 1024, PUSH_HELPER, persistent=True)

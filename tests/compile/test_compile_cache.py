@@ -17,7 +17,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cuvil_dsl.compile import (
-    BREAKER,
     CompileUnit,
     cache_clear,
     cache_info,
@@ -43,17 +42,6 @@ extern "C" __global__ void scale(const float* __restrict__ x, float* __restrict_
 def unit(tag: str = "a") -> CompileUnit:
     return CompileUnit(f"scale_{tag}", KERNEL.replace("1.0f", f"1.0f /* {tag} */"), ("scale",))
 
-
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    root = tmp_path / "cache"
-    monkeypatch.setenv("CUVIL_CACHE_DIR", str(root))
-    for var in ("CUVIL_COMPILE_LOG", "CUVIL_DISABLE_CACHE", "CUVIL_NVCC", "CUVIL_LINEINFO", "CUVIL_COMPILE_TIMEOUT"):
-        monkeypatch.delenv(var, raising=False)
-    cache_clear(disk=False)
-    BREAKER.reset()
-    yield root
-    cache_clear(disk=False)
 
 
 def entries(root):

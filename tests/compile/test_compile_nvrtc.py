@@ -8,11 +8,9 @@ from pathlib import Path
 import pytest
 
 from cuvil_dsl.compile import (
-    BREAKER,
     RESULT_CODES,
     CompileUnit,
     KernelResources,
-    cache_clear,
     capture,
     compile_units,
     count_instructions,
@@ -80,17 +78,6 @@ BROKEN = """extern "C" __global__ void broken(float* y) {
 }
 """
 
-
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    root = tmp_path / "cache"
-    monkeypatch.setenv("CUVIL_CACHE_DIR", str(root))
-    for var in ("CUVIL_COMPILE_LOG", "CUVIL_DISABLE_CACHE", "CUVIL_NVCC", "CUVIL_LINEINFO", "CUVIL_COMPILE_TIMEOUT"):
-        monkeypatch.delenv(var, raising=False)
-    cache_clear(disk=False)
-    BREAKER.reset()
-    yield root
-    cache_clear(disk=False)
 
 
 needs_cuobjdump = pytest.mark.skipif(find_cuobjdump() is None, reason="cuobjdump wheel not installed")

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from cuvil_dsl.compile import BREAKER, CompileUnit, cache_clear, capture, compile_units, export_counters
+from cuvil_dsl.compile import CompileUnit, cache_clear, capture, compile_units, export_counters
 from cuvil_dsl.compile import cache as cache_mod
 from cuvil_dsl.compile import service
 from cuvil_dsl.compile.units import estimated_compile_ms
@@ -42,18 +42,6 @@ extern "C" __global__ void heavy(const float* __restrict__ x, float* __restrict_
 }}"""
     return CompileUnit(f"heavy_{tag}", source, ("heavy",))
 
-
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    root = tmp_path / "cache"
-    monkeypatch.setenv("CUVIL_CACHE_DIR", str(root))
-    for var in ("CUVIL_COMPILE_LOG", "CUVIL_DISABLE_CACHE", "CUVIL_NVCC", "CUVIL_LINEINFO", "CUVIL_COMPILE_TIMEOUT"):
-        monkeypatch.delenv(var, raising=False)
-    cache_clear(disk=False)
-    BREAKER.reset()
-    yield root
-    cache_clear(disk=False)
-    BREAKER.reset()
 
 
 @pytest.fixture

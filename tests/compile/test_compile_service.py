@@ -55,18 +55,6 @@ def unit(tag: str) -> CompileUnit:
     return CompileUnit(f"sum_{tag}", KERNEL.replace("TAG", tag), ("block_sum",))
 
 
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    root = tmp_path / "cache"
-    monkeypatch.setenv("CUVIL_CACHE_DIR", str(root))
-    for var in ("CUVIL_COMPILE_LOG", "CUVIL_DISABLE_CACHE", "CUVIL_NVCC", "CUVIL_LINEINFO", "CUVIL_COMPILE_TIMEOUT"):
-        monkeypatch.delenv(var, raising=False)
-    cache_clear(disk=False)
-    BREAKER.reset()
-    yield root
-    cache_clear(disk=False)
-    BREAKER.reset()
-
 
 def nvrtc_failing_with(monkeypatch, code: int) -> list:
     """Make every NVRTC compile fail with ``code`` at the CuPy binding; returns the list of calls."""

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from hardening_support import ROOT
 
-from cuvil_dsl.compile import BREAKER, CompileUnit, cache_clear, compile_units
+from cuvil_dsl.compile import CompileUnit, cache_clear, compile_units
 from cuvil_dsl.compile import cache as cache_mod
 from cuvil_dsl.compile.units import BuildArtifact, KernelResources
 
@@ -43,17 +43,6 @@ extern "C" __global__ void scale(const float* __restrict__ x, float* __restrict_
 def unit(tag: str) -> CompileUnit:
     return CompileUnit(f"scale_{tag}", KERNEL.replace("1.0f", f"1.0f /* {tag} */"), ("scale",))
 
-
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    root = tmp_path / "cache"
-    monkeypatch.setenv("CUVIL_CACHE_DIR", str(root))
-    for var in ("CUVIL_COMPILE_LOG", "CUVIL_DISABLE_CACHE", "CUVIL_NVCC", "CUVIL_LINEINFO", "CUVIL_COMPILE_TIMEOUT"):
-        monkeypatch.delenv(var, raising=False)
-    cache_clear(disk=False)
-    BREAKER.reset()
-    yield root
-    cache_clear(disk=False)
 
 
 def _env(root: Path) -> dict:

@@ -9,21 +9,12 @@ from __future__ import annotations
 
 import ctypes
 import re
-from pathlib import Path
 
 import pytest
 
-from cuvil_dsl.compile.nvrtc import header_dir
 from cuvil_dsl.runtime import graph_nodes
 from cuvil_dsl.runtime.graph_nodes import KernelNodeParams, kernel_nodes
 
-
-@pytest.fixture(scope="module")
-def cuda_h() -> str:
-    include = header_dir()
-    if include is None or not (Path(include) / "cuda.h").is_file():
-        pytest.skip("cuda.h is not installed (nvidia-cuda-runtime wheel)")
-    return (Path(include) / "cuda.h").read_text()
 
 
 def test_kernel_node_params_match_the_header_field_by_field(cuda_h):

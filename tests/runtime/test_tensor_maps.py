@@ -5,23 +5,13 @@ from __future__ import annotations
 
 import ctypes
 import re
-from pathlib import Path
 
-import pytest
 
 from cuvil_dsl.codegen.artifact import KernelArg, TensorMap
-from cuvil_dsl.compile.nvrtc import header_dir
 from cuvil_dsl.runtime import tensor_maps
 from cuvil_dsl.runtime.modules import ArgumentCells, _parameter_array
 from cuvil_dsl.types import DType
 
-
-@pytest.fixture(scope="module")
-def cuda_h() -> str:
-    include = header_dir()
-    if include is None or not (Path(include) / "cuda.h").is_file():
-        pytest.skip("cuda.h is not installed (nvidia-cuda-runtime wheel)")
-    return (Path(include) / "cuda.h").read_text()
 
 
 def _enum(cuda_h: str, type_name: str) -> list[str]:
