@@ -122,6 +122,16 @@ CHECKED_VARIANTS = [
     # (2026-11-30, session 4): 137.2 us at 0.9 (44 clusters), 156.7 at 0.6; correct on every case.
     ("one pass, lagged exchange, clusters at 0.9 (all cases)", {"cluster": (1, None, 0.9, True)}),
     ("one pass, lagged exchange, clusters at 0.6 (all cases)", {"cluster": (1, None, 0.6, True)}),
+    # session 5: the numerators scaled on their way out (store_scaled, the default above). Per band a
+    # thread converted 128 f16 numerators to f32, scaled and rounded them back (5 instructions a pair)
+    # and, in the lagged band, made a round trip through shared memory for it; now one HMUL2 a pair
+    # (f16 output), stmatrix staging, and in the lagged band the factors (one per row and tile: the
+    # bases made uniform across a row's four lanes) applied in the 16-byte store loop. Static SASS of
+    # attention_f16's lagged kernel: 2880 -> 2136 instructions, 155 -> 148 registers. These two are
+    # the previous write paths, for comparison in the same run.
+    ("one pass, cluster, previous write (f32 scaling) (all cases)", {"cluster": (1, None, 0.0, False, False)}),
+    ("one pass, lagged at 0.9, previous write (f32 scaling in place) (all cases)",
+     {"cluster": (1, None, 0.9, True, False)}),
 ]
 
 

@@ -42,7 +42,7 @@ from dataclasses import replace
 
 from cuvil_dsl.codegen import cuda_wgmma
 from cuvil_dsl.codegen.cuda import Emitted, element_count, indent
-from cuvil_dsl.codegen.cuda_matmul import BAND_HELPERS, LOG2E
+from cuvil_dsl.codegen.cuda_matmul import BAND_HELPERS, LOG2E, STSM_HELPER, STSM_PACK
 from cuvil_dsl.types import DType
 
 MAX_CLUSTER = 8  # CTAs: the portable cluster size on sm_90
@@ -78,6 +78,21 @@ __device__ __forceinline__ void cvl_cluster_push2(unsigned local, unsigned bar, 
 """
 
 
+SCALE_HELPERS = r"""
+// f16 pairs as their 32 bits: x in both halves (round to nearest), and a * b per half (HMUL2)
+__device__ __forceinline__ unsigned cvl_half2_bits(float x) {
+    unsigned r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+__device__ __forceinline__ unsigned cvl_hmul2_bits(unsigned a, unsigned b) {
+    unsigned r;
+    asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+"""
+
+
 def layout(n: int) -> tuple[int, int] | None:
     """(CTAs a cluster, column tiles of 64 a CTA) for N columns, or None when N does not fit."""
     tiles = -(-n // 64)
@@ -102,14 +117,18 @@ def grid_ctas(g, groups: int = 1) -> int:
 
 
 def render(g, entry: str, groups: int = 1, min_blocks: int | None = None, fill: float = 0.0,
-           lag: bool = False) -> Emitted:
+           lag: bool = False, store_scaled: bool = True) -> Emitted:
     """The kernel for band ``g`` (see the module docstring): ``groups`` warpgroups of 64 rows a CTA,
     ``min_blocks`` CTAs a multiprocessor asked of ptxas (it bounds the registers; by default 4, or 3
     when the softmax's argument is walked per element; with ``lag`` 3, or 2); ``fill`` > 0 makes the
     clusters persistent, that share of the clusters that fit on the device at once; ``lag``
     (persistent clusters of one warpgroup a CTA, at least 2 CTAs a cluster) exchanges a band's
-    statistics while the next band computes (:meth:`_ClusterBand.lagged`)."""
-    band = _ClusterBand(g, groups, min_blocks, fill, lag)
+    statistics while the next band computes (:meth:`_ClusterBand.lagged`); ``store_scaled`` scales the
+    numerators on their way out: for an f16 output by an f16 factor, a pair per ``HMUL2`` (instead of
+    converting each pair to f32, scaling and rounding it back), and in the lagged band inside the
+    16-byte store loop, from a table of one factor per row and column tile (instead of a pass over
+    the staged numerators in shared memory)."""
+    band = _ClusterBand(g, groups, min_blocks, fill, lag, store_scaled)
     return band.lagged(entry) if band.lag else band.plain(entry)
 
 
@@ -118,7 +137,7 @@ class _ClusterBand:
 
     ACCS = ("acc_even", "acc_odd")  # even and odd column tiles' accumulators
 
-    def __init__(self, g, groups: int, min_blocks: int | None, fill: float, lag: bool):
+    def __init__(self, g, groups: int, min_blocks: int | None, fill: float, lag: bool, store_scaled: bool = True):
         k, a, b = g.k, g.a, g.b
         self.g, self.k = g, k
         self.ctas, self.tiles = layout(g.N)
@@ -155,6 +174,8 @@ class _ClusterBand:
         self.pair, self.pack = (("__half2", "__floats2half2_rn") if k.dtype(staged.value) is DType.F16
                                 else ("__nv_bfloat162", "__floats2bfloat162_rn"))
         self.target = f"{k.names[staged.value]}[{k.offset(staged.value, staged.map, g.coord)}]"
+        self.scaled = store_scaled
+        self.half = store_scaled and self.pair == "__half2"  # the numerators scaled in f16 pairs
 
     # ------------------------------------------------------------------ shared pieces
     def guarded(self, body: list[str]) -> list[str]:
@@ -186,8 +207,13 @@ class _ClusterBand:
             lines = eng.elements("m0", "n0", [f"float s = {neg_inf};", *self.guarded([*pre, f"s = {x};"]),
                                               "ACC = s;", "tile_max[slot] = fmaxf(tile_max[slot], s);"])
             top, scale = "tile_max[r]", LOG2E
+        quad = []
+        if self.lag and self.scaled:  # one base for the four lanes of a row: a factor per row and tile
+            quad = ["#pragma unroll", "for (int r = 0; r < 2; ++r) {  // the tile's maximum over the row's four lanes",
+                    "    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));",
+                    "    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));", "}"]
         return [
-            "float tile_max[2], base[2];", f"tile_max[0] = tile_max[1] = {neg_inf};", *lines,
+            "float tile_max[2], base[2];", f"tile_max[0] = tile_max[1] = {neg_inf};", *lines, *quad,
             "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
             f"    const float top = fmaxf(row_max[r], {top});",
             f"    const float bl = __fmul_rn(top, {LOG2E});",
@@ -201,6 +227,27 @@ class _ClusterBand:
                                     "row_sum[slot] += p0 + p1;",
                                     f"pv[{t}][ni * 2 + h] = __floats2half2_rn(p0, p1);"]),
         ]
+
+    def stage_scaled(self, pv: str, at: str) -> list[str]:
+        """The tile's numerators ``pv`` times the row's factor ``sc[h]`` (f32), rounded to the output
+        type, into the warp's 16 staging rows by ``stmatrix`` (``at``: the lane's address in them)."""
+        if self.half:
+            lines = ["const unsigned sh[2] = {cvl_half2_bits(sc[0]), cvl_half2_bits(sc[1])};"]
+            scaled = f"cvl_hmul2_bits(cvl_pack_bits({pv}[q * 4 + j]), sh[j % 2])"
+        else:
+            lines = []
+            scaled = (f"cvl_pack_bits({self.pack}(__half22float2({pv}[q * 4 + j]).x * sc[j % 2], "
+                      f"__half22float2({pv}[q * 4 + j]).y * sc[j % 2]))")
+        return [*lines, "#pragma unroll", "for (int q = 0; q < 4; ++q) {  // columns 16q to 16q + 15 of rows 0-7, 8-15",
+                "    unsigned r[4];  // matrix j: pair j / 2 of the lane's two in those columns, row half j % 2",
+                "#pragma unroll", f"    for (int j = 0; j < 4; ++j) r[j] = {scaled};",
+                f"    cvl_stsm_x4({at} + q * 32, r[0], r[1], r[2], r[3]);", "}"]
+
+    @staticmethod
+    def stsm_lane(ld: int) -> str:
+        """The byte offset of this lane's ``stmatrix`` row address in 16 staged rows of ``ld`` halves:
+        row ``lane % 8`` of matrix ``lane / 8`` (rows 0-7, 8-15, then the next 8 columns)."""
+        return f"((lane % 8 + lane / 8 % 2 * 8) * {ld} + lane / 16 * 8) * 2"
 
     @staticmethod
     def merge_quad() -> list[str]:
@@ -245,7 +292,8 @@ class _ClusterBand:
             lines[0] = lines[0].replace("__global__ void", f"__global__ void __cluster_dims__({self.ctas}, 1, 1)", 1)
         eng = self.eng
         return Emitted(lines, (self.grid_clusters * self.ctas, 1, 1), (self.threads, 1, 1), shared,
-                       eng.helpers() + eng.set_helper() + BAND_HELPERS + CLUSTER_HELPERS + helpers, eng.options,
+                       eng.helpers() + eng.set_helper() + BAND_HELPERS + CLUSTER_HELPERS
+                       + (STSM_HELPER + STSM_PACK + SCALE_HELPERS if self.scaled else "") + helpers, eng.options,
                        self.ctas if persistent else 0)
 
     # ------------------------------------------------------------------ the cluster barrier variant
@@ -280,10 +328,13 @@ class _ClusterBand:
                                       f"*reinterpret_cast<const uint4*>(so + c / 8 * {lds} + c % 8 * 8));"])), "}"]
 
         def write(t: int) -> list[str]:
-            return [f"const int n0 = n_cta + {t * 64};",
+            head = [f"const int n0 = n_cta + {t * 64};",
                     "float sc[2];", "#pragma unroll",
                     f"for (int r = 0; r < 2; ++r) sc[r] = cvl_ex2(tile_base[{t}][r] - fin_base[r]) * inv_sum[r];",
-                    "__syncwarp();  // the warp's previous tile is out of its staging rows",
+                    "__syncwarp();  // the warp's previous tile is out of its staging rows"]
+            if self.scaled:
+                return [*head, *self.stage_scaled(f"pv[{t}]", "so_st"), "__syncwarp();", *copy]
+            return [*head,
                     "#pragma unroll", "for (int ni = 0; ni < 8; ++ni)",
                     "#pragma unroll", "for (int h = 0; h < 2; ++h) {  // columns ni * 8 + lane % 4 * 2, + 1 of row h",
                     f"    const float2 v = __half22float2(pv[{t}][ni * 2 + h]);",
@@ -329,6 +380,8 @@ class _ClusterBand:
             "const int lane = threadIdx.x % 32;", "const int wg = threadIdx.x / 128;", "const int wl = (threadIdx.x / 32) % 4;",
             "const int warp_row = wg * 64 + wl * 16;  // the warp's first row in the band",
             "const int row0 = warp_row + lane / 4;  // the thread's first row",
+            *([f"const unsigned so_st = cvl_smem_addr(so) + {self.stsm_lane(lds)};  // this lane's stmatrix row"]
+              if self.scaled else []),
             "const unsigned long long desc_a = cvl_wgmma_desc(sa + wg * 8192u, 16u, 1024u);",
             "const unsigned long long desc_b = cvl_wgmma_desc(sb, 16u, 1024u);",
             f"float acc_even[{eng.regs}], acc_odd[{eng.regs}];  // even and odd column tiles",
@@ -396,6 +449,37 @@ class _ClusterBand:
                         *indent(load("band + clusters", list(range(min(2, tiles))), True)), "}"]
             return []
 
+        def scaled_copy() -> list[str]:
+            """The staged numerators times their factors (a table of one per row and tile), stored."""
+            pick = ["float pb0 = prev_base[0][0], pb1 = prev_base[0][1];"]
+            for t in range(1, tiles):
+                pick.append(f"if (lane % 4 == {t}) pb0 = prev_base[{t}][0], pb1 = prev_base[{t}][1];")
+            if self.half:
+                factor, store = "cvl_half2_bits", [
+                    "const unsigned f = sf[c / {per_row} * 4 + c % {per_row} / 8];".format(per_row=per_row),
+                    "v.x = cvl_hmul2_bits(v.x, f);", "v.y = cvl_hmul2_bits(v.y, f);",
+                    "v.z = cvl_hmul2_bits(v.z, f);", "v.w = cvl_hmul2_bits(v.w, f);"]
+            else:
+                factor = "__float_as_uint"
+                store = [f"const float f = __uint_as_float(sf[c / {per_row} * 4 + c % {per_row} / 8]);",
+                         "unsigned* const w = &v.x;", "#pragma unroll", "for (int e = 0; e < 4; ++e) {",
+                         "    const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&w[e]));",
+                         f"    w[e] = cvl_pack_bits({self.pack}(x.x * f, x.y * f));", "}"]
+            each = self.guarded([f"uint4 v = *reinterpret_cast<const uint4*>(pw + c / {per_row} * {ldp} + c % {per_row} * 8);",
+                                 *store, f"__stcs(reinterpret_cast<uint4*>(&{self.target}), v);"])
+            return [
+                "{  // the factor of tile lane % 4 for the lane's two rows (one base for a row's four lanes)",
+                *indent(pick),
+                *indent([f"if (lane % 4 < {tiles}) {{"] if tiles < 4 else ["{"]),
+                f"        sf[(lane / 4) * 4 + lane % 4] = {factor}(cvl_ex2(pb0 - fin_base[0]) * inv_sum[0]);",
+                f"        sf[(lane / 4 + 8) * 4 + lane % 4] = {factor}(cvl_ex2(pb1 - fin_base[1]) * inv_sum[1]);",
+                "    }", "}",
+                "__syncwarp();  // the warp's factors are in", "#pragma unroll",
+                f"for (int i = 0; i < {per_row // 2}; ++i) {{", "    const int c = i * 32 + lane;",
+                f"    const int m = m0 + warp_row + c / {per_row};",
+                f"    const int n = n_cta + c % {per_row} * 8;", *indent(each), "}",
+                "__syncwarp();  // out of the staged rows and the factors"]
+
         def write(band: str, rnd: str) -> list[str]:  # band `band` of round `rnd`, from the staged numerators
             lines = ["{", *indent(self.band_coords(f"({band})")),
                      f"    cvl_mbar_wait(stats0 + (({rnd}) & 1) * 8, (({rnd}) >> 1) & 1);  // the cluster's statistics",
@@ -407,6 +491,8 @@ class _ClusterBand:
                      f"        for (int q = 0; q < {ctas}; ++q) {{", f"            const float2 w = got[q * {bm}];",
                      f"            total += w.x == top ? w.y : w.y * cvl_ex2(__fmul_rn(w.x, {LOG2E}) - bl);", "        }",
                      "        fin_base[r] = bl;", "        inv_sum[r] = 1.0f / total;", "    }"]
+            if self.scaled:
+                return lines + indent(scaled_copy()) + ["}"]
             for t in range(tiles):
                 lines += ["    {", "        float sc[2];", "#pragma unroll",
                           f"        for (int r = 0; r < 2; ++r) sc[r] = cvl_ex2(prev_base[{t}][r] - fin_base[r]) * inv_sum[r];",
@@ -432,9 +518,12 @@ class _ClusterBand:
             *self.band_tiles(issue, refill),
             *self.merge_quad(),
             "if (round > 0)", *indent(write("band - clusters", "round - 1")),
-            "#pragma unroll", f"for (int t = 0; t < {tiles}; ++t)", "#pragma unroll", "for (int ni = 0; ni < 8; ++ni)",
-            "#pragma unroll", "for (int h = 0; h < 2; ++h)",
-            f"    *reinterpret_cast<__half2*>(pw + (lane / 4 + h * 8) * {ldp} + t * 64 + ni * 8 + lane % 4 * 2) = pv[t][ni * 2 + h];",
+            *(["#pragma unroll", f"for (int t = 0; t < {tiles}; ++t)", "#pragma unroll", "for (int q = 0; q < 4; ++q)",
+               "    cvl_stsm_x4(pw_st + t * 128 + q * 32, cvl_pack_bits(pv[t][q * 4]), cvl_pack_bits(pv[t][q * 4 + 1]),",
+               "                cvl_pack_bits(pv[t][q * 4 + 2]), cvl_pack_bits(pv[t][q * 4 + 3]));"] if self.scaled else
+              ["#pragma unroll", f"for (int t = 0; t < {tiles}; ++t)", "#pragma unroll", "for (int ni = 0; ni < 8; ++ni)",
+               "#pragma unroll", "for (int h = 0; h < 2; ++h)",
+               f"    *reinterpret_cast<__half2*>(pw + (lane / 4 + h * 8) * {ldp} + t * 64 + ni * 8 + lane % 4 * 2) = pv[t][ni * 2 + h];"]),
             "#pragma unroll", f"for (int t = 0; t < {tiles}; ++t) prev_base[t][0] = tile_base[t][0], prev_base[t][1] = tile_base[t][1];",
             "if (lane % 4 == 0) {  // this band's statistics of the CTA's rows, to every CTA of the cluster",
             "#pragma unroll", "    for (int r = 0; r < 2; ++r)", "#pragma unroll", f"        for (int q = 0; q < {ctas}; ++q)",
@@ -448,6 +537,9 @@ class _ClusterBand:
             "const int lane = threadIdx.x % 32;", "const int wg = 0;", "const int wl = threadIdx.x / 32;",
             "const int warp_row = wl * 16;  // the warp's first row in the band",
             "const int row0 = warp_row + lane / 4;  // the thread's first row",
+            *([f"const unsigned pw_st = cvl_smem_addr(pw) + {self.stsm_lane(ldp)};  // this lane's stmatrix row",
+               "__shared__ unsigned cvl_factor[4][64];  // each warp's factors: [row][tile] (f16x2 or f32 bits)",
+               "unsigned* const sf = cvl_factor[wl];"] if self.scaled else []),
             "const unsigned long long desc_a = cvl_wgmma_desc(sa, 16u, 1024u);",
             "const unsigned long long desc_b = cvl_wgmma_desc(sb, 16u, 1024u);",
             f"float acc_even[{eng.regs}], acc_odd[{eng.regs}];  // even and odd column tiles",

@@ -156,8 +156,9 @@ __device__ __forceinline__ void cvl_ldsm_x4_at(unsigned (&r)[4], unsigned addr) 
 #   "mma": True: the mma.sync band wherever a band applies (see CLUSTER_CTAS_PER_SM); so do the
 #           keys above that tune it (MMA_ONLY_TUNING).
 #   "wgmma": (BN, stages, min_blocks): the two-pass band on wgmma where it applies.
-#   "cluster": (warpgroups a CTA, min_blocks, fill, lag): the one-pass band on a cluster of CTAs where
-#           it applies (see cuda_band_cluster.render; every element may be left out from the right).
+#   "cluster": (warpgroups a CTA, min_blocks, fill, lag, store_scaled): the one-pass band on a cluster
+#           of CTAs where it applies (see cuda_band_cluster.render; every element may be left out from
+#           the right).
 ROW_BAND_TUNING: dict = {}
 
 
@@ -602,7 +603,7 @@ class _GemmKernel:
         return Emitted(lines, (self.batch * self.mt, 1, 1), (eng.threads, 1, 1), shared,
                        eng.helpers() + BAND_HELPERS + (BAND_STREAM_HELPER if stream else "")
                        + (BAND_POLY_HELPER if any(self.poly) else "")
-                       + (_stsm_helper() + STSM_PACK if self.band_stsm() else ""))
+                       + (STSM_HELPER + STSM_PACK if self.band_stsm() else ""))
 
     def band_state(self, neg_inf: str) -> list[str]:
         """The band's per-thread row statistics (and, when the scale folds, its constants)."""
@@ -952,8 +953,7 @@ def staged_rows_copy(first_row: str, per_row: int, iters: int, guard: str, store
             *(indent([f"if ({guard}) {store}"]) if guard else indent([store])), "}"]
 
 
-def _stsm_helper() -> str:
-    return r"""
+STSM_HELPER = r"""
 // stmatrix: four 8x8 b16 matrices to shared memory, register i of every lane holding matrix i's
 // elements (row lane / 4, columns lane % 4 * 2, + 1), the layout of an mma C fragment; lane l gives
 // the address of row l % 8 of matrix l / 8 (sm_90)
