@@ -132,6 +132,12 @@ CHECKED_VARIANTS = [
     ("one pass, cluster, previous write (f32 scaling) (all cases)", {"cluster": (1, None, 0.0, False, False)}),
     ("one pass, lagged at 0.9, previous write (f32 scaling in place) (all cases)",
      {"cluster": (1, None, 0.9, True, False)}),
+    # session 5, round 2: the previous band's store loop cut into one piece after each column tile's
+    # statistics (its stores spread over the band, next to the exps, instead of one burst per band),
+    # and plain stores instead of streaming ones.
+    ("lagged, stores spread over the band's tiles (all cases)", {"cluster": (1, None, 0.9, True, True, True)}),
+    ("lagged, spread, plain stores (all cases)", {"cluster": (1, None, 0.9, True, True, True, False)}),
+    ("lagged, plain stores (all cases)", {"cluster": (1, None, 0.9, True, True, False, False)}),
 ]
 
 

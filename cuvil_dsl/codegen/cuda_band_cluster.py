@@ -15,19 +15,28 @@ exponentiated once, and the numerators wait on chip for the row's statistics:
 * after the last tile: the four lanes of a row merge their statistics, each CTA publishes its
   rows' ``(max, sum)`` in shared memory, and after a cluster barrier every CTA reads all ``C``
   (distributed shared memory) and merges them the same way, to the row's base ``b`` and sum ``L``;
-* the write: each numerator times ``2^(b_t - b) / L`` (in f32), rounded to the output type,
-  staged per warp in shared memory and stored as coalesced 16-byte streaming stores.
+* the write: each numerator times ``2^(b_t - b) / L``, rounded to the output type, staged per warp
+  in shared memory (``stmatrix``) and stored as coalesced 16-byte streaming stores. For an f16
+  output the factor is rounded to f16 and a pair of numerators scaled by one ``HMUL2``; otherwise
+  the pair is scaled in f32.
 
 With clusters of 4 CTAs or more the exchange lags a band (:meth:`_ClusterBand.lagged`, chosen by
 ``cuda_matmul.row_band_engine``): persistent clusters push each band's statistics with ``st.async``
 onto the peers' mbarriers and write the band one round later, from numerators staged in shared
 memory, so no CTA waits at a cluster barrier per band (that wait, for the slowest of 8 CTAs, cost
-the barrier variant 39% of its time on attention_f16; benchmarks/NOTES.md).
+the barrier variant 39% of its time on attention_f16; benchmarks/NOTES.md). There the four lanes
+of a row share one base per tile (the tile's maximum is merged across them first), so a band's
+factors are one per row and tile: a table in shared memory that the 16-byte store loop applies
+while it stores, in one piece after each column tile of the next band (the stores spread over the
+band instead of one burst).
 
 Rounding: the numerator is rounded to f16 once (relative error 2^-11, values below 2^-24 flush to
-0, an absolute error under 6e-8) before the f32 scaling and the output's own rounding; the rest is
-the two-pass band's (see its docstring). So the result is within about one unit in the last place
-of a 16-bit output; f32 outputs never take this path.
+0, an absolute error under 6e-8); for an f16 output the factor and the product are rounded to f16
+too (each relative 2^-11, or absolute 2^-25 below f16's normal range), so the result is within
+3 * 2^-11 (1.5e-3, 1.5 units in the last place) of the exact value, plus 3 * 2^-25 absolutely
+(tests/codegen/test_row_band.py emulates it); for bf16 the scaling is in
+f32 before the output's own rounding. The rest is the two-pass band's (see its docstring). F32
+outputs never take this path.
 
 Masked columns (``-inf``) and NaN follow the two-pass band: a row whose values are all ``-inf``
 gives NaN (0 / 0) as NumPy does, a NaN anywhere in a row reaches its sum and so the whole row.
@@ -117,7 +126,7 @@ def grid_ctas(g, groups: int = 1) -> int:
 
 
 def render(g, entry: str, groups: int = 1, min_blocks: int | None = None, fill: float = 0.0,
-           lag: bool = False, store_scaled: bool = True) -> Emitted:
+           lag: bool = False, store_scaled: bool = True, spread: bool = True, stcs: bool = True) -> Emitted:
     """The kernel for band ``g`` (see the module docstring): ``groups`` warpgroups of 64 rows a CTA,
     ``min_blocks`` CTAs a multiprocessor asked of ptxas (it bounds the registers; by default 4, or 3
     when the softmax's argument is walked per element; with ``lag`` 3, or 2); ``fill`` > 0 makes the
@@ -127,8 +136,10 @@ def render(g, entry: str, groups: int = 1, min_blocks: int | None = None, fill: 
     numerators on their way out: for an f16 output by an f16 factor, a pair per ``HMUL2`` (instead of
     converting each pair to f32, scaling and rounding it back), and in the lagged band inside the
     16-byte store loop, from a table of one factor per row and column tile (instead of a pass over
-    the staged numerators in shared memory)."""
-    band = _ClusterBand(g, groups, min_blocks, fill, lag, store_scaled)
+    the staged numerators in shared memory). With ``spread`` (lagged, ``store_scaled``) the store loop
+    of the previous band is cut into one piece after each column tile's statistics instead of one loop
+    after the band; ``stcs``: streaming (evict-first) stores of the output."""
+    band = _ClusterBand(g, groups, min_blocks, fill, lag, store_scaled, spread, stcs)
     return band.lagged(entry) if band.lag else band.plain(entry)
 
 
@@ -137,7 +148,8 @@ class _ClusterBand:
 
     ACCS = ("acc_even", "acc_odd")  # even and odd column tiles' accumulators
 
-    def __init__(self, g, groups: int, min_blocks: int | None, fill: float, lag: bool, store_scaled: bool = True):
+    def __init__(self, g, groups: int, min_blocks: int | None, fill: float, lag: bool, store_scaled: bool = True,
+                 spread: bool = True, stcs: bool = True):
         k, a, b = g.k, g.a, g.b
         self.g, self.k = g, k
         self.ctas, self.tiles = layout(g.N)
@@ -175,6 +187,7 @@ class _ClusterBand:
                                 else ("__nv_bfloat162", "__floats2bfloat162_rn"))
         self.target = f"{k.names[staged.value]}[{k.offset(staged.value, staged.map, g.coord)}]"
         self.scaled = store_scaled
+        self.spread, self.stcs = spread and store_scaled and self.lag, stcs
         self.half = store_scaled and self.pair == "__half2"  # the numerators scaled in f16 pairs
 
     # ------------------------------------------------------------------ shared pieces
@@ -260,9 +273,9 @@ class _ClusterBand:
             "    row_sum[r] = cvl_warp_sum(part, 4);",
             "    row_max[r] = top;", "}"]
 
-    def band_tiles(self, issue, refill) -> list[str]:
+    def band_tiles(self, issue, refill, after=lambda t: []) -> list[str]:
         """Every column tile of a band: tile t + 1's wgmma issued, tile t's retired, ``refill(t)`` (lines
-        once tile t's shared memory is free), tile t's statistics."""
+        once tile t's shared memory is free), tile t's statistics, then ``after(t)``."""
         accs, tiles = self.ACCS, self.tiles
         lines = issue(0, accs[0])
         for t in range(tiles):
@@ -270,7 +283,7 @@ class _ClusterBand:
             ahead = [*issue(t + 1, nxt), "cvl_wgmma_wait<1>();"] if t + 1 < tiles else ["cvl_wgmma_wait<0>();"]
             lines += ["{", *indent([*ahead, f"cvl_wgmma_pin({cur});", *refill(t)]),
                       f"    float (&acc)[{self.eng.regs}] = {cur};",
-                      f"    const int n0 = n_cta + {t * 64};", *indent(self.statistics(t)), "}"]
+                      f"    const int n0 = n_cta + {t * 64};", *indent(self.statistics(t)), "}", *after(t)]
         return lines
 
     def band_coords(self, band: str) -> list[str]:
@@ -449,38 +462,68 @@ class _ClusterBand:
                         *indent(load("band + clusters", list(range(min(2, tiles))), True)), "}"]
             return []
 
-        def scaled_copy() -> list[str]:
-            """The staged numerators times their factors (a table of one per row and tile), stored."""
+        def factors() -> list[str]:
+            """The factor of tile lane % 4 for the lane's two rows into the warp's table (the rows' bases
+            are the same in their four lanes)."""
             pick = ["float pb0 = prev_base[0][0], pb1 = prev_base[0][1];"]
             for t in range(1, tiles):
                 pick.append(f"if (lane % 4 == {t}) pb0 = prev_base[{t}][0], pb1 = prev_base[{t}][1];")
+            factor = "cvl_half2_bits" if self.half else "__float_as_uint"
+            return ["{", *indent(pick), *indent([f"if (lane % 4 < {tiles}) {{"] if tiles < 4 else ["{"]),
+                    f"        sf[(lane / 4) * 4 + lane % 4] = {factor}(cvl_ex2(pb0 - fin_base[0]) * inv_sum[0]);",
+                    f"        sf[(lane / 4 + 8) * 4 + lane % 4] = {factor}(cvl_ex2(pb1 - fin_base[1]) * inv_sum[1]);",
+                    "    }", "}", "__syncwarp();  // the warp's factors are in"]
+
+        def scaled_copy(lo: int, hi: int) -> list[str]:
+            """Chunks ``i * 32 + lane`` (lo <= i < hi) of the staged numerators times their factors, stored."""
             if self.half:
-                factor, store = "cvl_half2_bits", [
-                    "const unsigned f = sf[c / {per_row} * 4 + c % {per_row} / 8];".format(per_row=per_row),
-                    "v.x = cvl_hmul2_bits(v.x, f);", "v.y = cvl_hmul2_bits(v.y, f);",
-                    "v.z = cvl_hmul2_bits(v.z, f);", "v.w = cvl_hmul2_bits(v.w, f);"]
+                store = [f"const unsigned f = sf[c / {per_row} * 4 + c % {per_row} / 8];",
+                         "v.x = cvl_hmul2_bits(v.x, f);", "v.y = cvl_hmul2_bits(v.y, f);",
+                         "v.z = cvl_hmul2_bits(v.z, f);", "v.w = cvl_hmul2_bits(v.w, f);"]
             else:
-                factor = "__float_as_uint"
                 store = [f"const float f = __uint_as_float(sf[c / {per_row} * 4 + c % {per_row} / 8]);",
                          "unsigned* const w = &v.x;", "#pragma unroll", "for (int e = 0; e < 4; ++e) {",
                          "    const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&w[e]));",
                          f"    w[e] = cvl_pack_bits({self.pack}(x.x * f, x.y * f));", "}"]
+            put = (f"__stcs(reinterpret_cast<uint4*>(&{self.target}), v);" if self.stcs
+                   else f"*reinterpret_cast<uint4*>(&{self.target}) = v;")
             each = self.guarded([f"uint4 v = *reinterpret_cast<const uint4*>(pw + c / {per_row} * {ldp} + c % {per_row} * 8);",
-                                 *store, f"__stcs(reinterpret_cast<uint4*>(&{self.target}), v);"])
-            return [
-                "{  // the factor of tile lane % 4 for the lane's two rows (one base for a row's four lanes)",
-                *indent(pick),
-                *indent([f"if (lane % 4 < {tiles}) {{"] if tiles < 4 else ["{"]),
-                f"        sf[(lane / 4) * 4 + lane % 4] = {factor}(cvl_ex2(pb0 - fin_base[0]) * inv_sum[0]);",
-                f"        sf[(lane / 4 + 8) * 4 + lane % 4] = {factor}(cvl_ex2(pb1 - fin_base[1]) * inv_sum[1]);",
-                "    }", "}",
-                "__syncwarp();  // the warp's factors are in", "#pragma unroll",
-                f"for (int i = 0; i < {per_row // 2}; ++i) {{", "    const int c = i * 32 + lane;",
-                f"    const int m = m0 + warp_row + c / {per_row};",
-                f"    const int n = n_cta + c % {per_row} * 8;", *indent(each), "}",
-                "__syncwarp();  // out of the staged rows and the factors"]
+                                 *store, put])
+            return ["#pragma unroll", f"for (int i = {lo}; i < {hi}; ++i) {{", "    const int c = i * 32 + lane;",
+                    f"    const int m = m0 + warp_row + c / {per_row};",
+                    f"    const int n = n_cta + c % {per_row} * 8;", *indent(each), "}"]
+
+        def write_parts(band: str, rnd: str, parts: int) -> list[list[str]]:
+            """The scaled write of band ``band`` (round ``rnd``) in ``parts`` pieces of its store loop;
+            the first waits for the statistics and fills the factor table."""
+            chunks = per_row // 2
+            cuts = [chunks * p // parts for p in range(parts + 1)]
+            out = []
+            for p in range(parts):
+                lines = ["{", *indent(write_head(band, rnd) if p == 0 else self.band_coords(f"({band})"))]
+                if p == 0:
+                    lines += indent(factors())
+                lines += indent(scaled_copy(cuts[p], cuts[p + 1]))
+                if p + 1 == parts:
+                    lines.append("    __syncwarp();  // out of the staged rows and the factors")
+                out.append(lines + ["}"])
+            return out
+
+        def write_head(band: str, rnd: str) -> list[str]:  # coordinates, the statistics of band `band`
+            return [*self.band_coords(f"({band})"),
+                    f"cvl_mbar_wait(stats0 + (({rnd}) & 1) * 8, (({rnd}) >> 1) & 1);  // the cluster's statistics",
+                    "float fin_base[2], inv_sum[2];", "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
+                    f"    const float2* const got = cvl_part + (({rnd}) & 1) * {ctas * bm} + row0 + r * 8;",
+                    f"    float top = {neg_inf};", "#pragma unroll",
+                    f"    for (int q = 0; q < {ctas}; ++q) top = fmaxf(top, got[q * {bm}].x);",
+                    f"    const float bl = __fmul_rn(top, {LOG2E});", "    float total = 0.0f;", "#pragma unroll",
+                    f"    for (int q = 0; q < {ctas}; ++q) {{", f"        const float2 w = got[q * {bm}];",
+                    f"        total += w.x == top ? w.y : w.y * cvl_ex2(__fmul_rn(w.x, {LOG2E}) - bl);", "    }",
+                    "    fin_base[r] = bl;", "    inv_sum[r] = 1.0f / total;", "}"]
 
         def write(band: str, rnd: str) -> list[str]:  # band `band` of round `rnd`, from the staged numerators
+            if self.scaled:
+                return write_parts(band, rnd, 1)[0]
             lines = ["{", *indent(self.band_coords(f"({band})")),
                      f"    cvl_mbar_wait(stats0 + (({rnd}) & 1) * 8, (({rnd}) >> 1) & 1);  // the cluster's statistics",
                      "    float fin_base[2], inv_sum[2];", "#pragma unroll", "    for (int r = 0; r < 2; ++r) {",
@@ -491,8 +534,6 @@ class _ClusterBand:
                      f"        for (int q = 0; q < {ctas}; ++q) {{", f"            const float2 w = got[q * {bm}];",
                      f"            total += w.x == top ? w.y : w.y * cvl_ex2(__fmul_rn(w.x, {LOG2E}) - bl);", "        }",
                      "        fin_base[r] = bl;", "        inv_sum[r] = 1.0f / total;", "    }"]
-            if self.scaled:
-                return lines + indent(scaled_copy()) + ["}"]
             for t in range(tiles):
                 lines += ["    {", "        float sc[2];", "#pragma unroll",
                           f"        for (int r = 0; r < 2; ++r) sc[r] = cvl_ex2(prev_base[{t}][r] - fin_base[r]) * inv_sum[r];",
@@ -510,14 +551,16 @@ class _ClusterBand:
                             f"        const int n = n_cta + c % {per_row} * 8;", *indent(copy, 2), "    }",
                             "    __syncwarp();  // out of the staging rows", "}"]
 
+        spread = write_parts("band - clusters", "round - 1", tiles) if self.spread else []
         band_body = [
             *self.band_coords("band"),
             f"if (threadIdx.x == 0) cvl_mbar_expect_tx(stats0 + (round & 1) * 8, {ctas * bm * 8}u);",
             *g.band_state(neg_inf),
             "cvl_mbar_wait(full0 + 16, round & 1);  // the A band is in",
-            *self.band_tiles(issue, refill),
+            *(self.band_tiles(issue, refill, lambda t: ["if (round > 0)", *indent(spread[t])]) if self.spread
+              else self.band_tiles(issue, refill)),
             *self.merge_quad(),
-            "if (round > 0)", *indent(write("band - clusters", "round - 1")),
+            *([] if self.spread else ["if (round > 0)", *indent(write("band - clusters", "round - 1"))]),
             *(["#pragma unroll", f"for (int t = 0; t < {tiles}; ++t)", "#pragma unroll", "for (int q = 0; q < 4; ++q)",
                "    cvl_stsm_x4(pw_st + t * 128 + q * 32, cvl_pack_bits(pv[t][q * 4]), cvl_pack_bits(pv[t][q * 4 + 1]),",
                "                cvl_pack_bits(pv[t][q * 4 + 2]), cvl_pack_bits(pv[t][q * 4 + 3]));"] if self.scaled else

@@ -464,3 +464,46 @@ def test_lagged_cluster_band_builds_without_spills(sizes, grid, per_sm, tmp_path
     r, _ = _compile_sass(k)
     assert r.spill_bytes == 0 and r.stack_bytes == 0 and r.registers <= 65536 // (128 * per_sm), r
     assert per_sm * (k.shared_bytes + r.shared_bytes) <= 227 * 1024
+
+
+@pytest.mark.parametrize("text,dtype", [(ATTENTION, "f16"), (ODD, "bf16")])
+def test_lagged_band_scales_numerators_as_it_stores(text, dtype, tmp_path, monkeypatch):
+    """The lagged band's write: numerators staged by stmatrix, the tile maxima merged over a row's four
+    lanes (one base, so one factor per row and tile, in a table), the factor applied in the 16-byte
+    store loop (one HMUL2 a pair for f16; in f32 for bf16), the loop cut into one piece after each
+    column tile of the next band plus the last band's after the loop."""
+    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
+    plan, _ = plan_pipeline(check_source(text, "a.cuvil").module.pipelines[0])
+    (k,) = render_cuda(plan, {"B": 32, "M": 2048, "N": 2048, "D": 64}, "sm_90")
+    body = k.source.split('extern "C"')[1]
+    assert _engine(k.source) == "lagged"
+    assert "cvl_stsm_x4(pw_st + t * 128 + q * 32" in body
+    assert body.count("__shfl_xor_sync(0xffffffffu, tile_max[r], 1)") == 4  # each tile's maximum
+    scaled = "v.x = cvl_hmul2_bits(v.x, f);" if dtype == "f16" else "w[e] = cvl_pack_bits(__floats2bfloat162_rn("
+    assert body.count(scaled) == 4 + 1 and body.count("cvl_mbar_wait(stats0") == 1 + 1
+    assert ("__half22float2" in body) == (dtype == "bf16")  # f16: never widened to f32
+    r, sass = _compile_sass(k)
+    assert r.spill_bytes == 0 and r.registers <= 65536 // (128 * 3), r
+    if sass is not None and dtype == "f16":
+        from cuvil_dsl.compile import count_instructions
+
+        # 4 tiles x 16 pairs: one HMUL2 each, in the loop and after it; 16 stmatrix of the numerators
+        assert count_instructions(sass, r"HMUL2") == 2 * 64 and count_instructions(sass, r"STSM") == 16
+        assert count_instructions(sass, r"HADD2\.F32") == 0
+
+
+def test_half_scaling_error_bound():
+    """The module docstring's bound for an f16 output: the numerator, the factor and their product each
+    rounded to f16 (IEEE round to nearest, as HMUL2 and cvt.rn do), against the exact product: within
+    3 * 2^-11 relatively, plus 3 * 2^-25 absolutely for what falls below f16's normal range."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    x = -rng.exponential(4.0, 200_000)  # exponents of the numerators: 2^x in (0, 1]
+    f = 2.0 ** -rng.uniform(0, 30, x.size) / rng.uniform(1, 2048, x.size)  # 2^(b_t - b) / L
+    exact = 2.0 ** x * f
+    got = (np.float16(2.0 ** x).astype(np.float32) * np.float16(f).astype(np.float32)).astype(np.float16)
+    err = np.abs(got.astype(np.float64) - exact)
+    assert np.all(err <= 3 * 2.0 ** -11 * exact + 3 * 2.0 ** -25)
+    normal = exact > 2.0 ** -14
+    assert np.max(err[normal] / exact[normal]) > 2.0 ** -11  # the bound is not vacuous: more than one rounding shows

@@ -189,6 +189,30 @@ __device__ __forceinline__ float2 cvl_cluster_ld2(unsigned local, unsigned rank)
     return v;
 }
 
+// stmatrix: four 8x8 b16 matrices to shared memory, register i of every lane holding matrix i's
+// elements (row lane / 4, columns lane % 4 * 2, + 1), the layout of an mma C fragment; lane l gives
+// the address of row l % 8 of matrix l / 8 (sm_90)
+__device__ __forceinline__ void cvl_stsm_x4(unsigned addr, unsigned r0, unsigned r1, unsigned r2, unsigned r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
+                 :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+
+template <typename T> __device__ __forceinline__ unsigned cvl_pack_bits(T v) {
+    return *reinterpret_cast<unsigned*>(&v);  // a __half2 / __nv_bfloat162 as its 32 bits
+}
+
+// f16 pairs as their 32 bits: x in both halves (round to nearest), and a * b per half (HMUL2)
+__device__ __forceinline__ unsigned cvl_half2_bits(float x) {
+    unsigned r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+__device__ __forceinline__ unsigned cvl_hmul2_bits(unsigned a, unsigned b) {
+    unsigned r;
+    asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+
 extern "C" __global__ void __launch_bounds__(128, 3) cvl_masked_softmax(
     const __half* __restrict__ b0,  // k: f16[B, N, D] input
     const __half* __restrict__ b1,  // q: f16[B, M, D] input
@@ -209,6 +233,7 @@ extern "C" __global__ void __launch_bounds__(128, 3) cvl_masked_softmax(
     const int wl = (threadIdx.x / 32) % 4;
     const int warp_row = wg * 64 + wl * 16;  // the warp's first row in the band
     const int row0 = warp_row + lane / 4;  // the thread's first row
+    const unsigned so_st = cvl_smem_addr(so) + ((lane % 8 + lane / 8 % 2 * 8) * 72 + lane / 16 * 8) * 2;  // this lane's stmatrix row
     const unsigned long long desc_a = cvl_wgmma_desc(sa + wg * 8192u, 16u, 1024u);
     const unsigned long long desc_b = cvl_wgmma_desc(sb, 16u, 1024u);
     float acc_even[32], acc_odd[32];  // even and odd column tiles
@@ -404,12 +429,13 @@ extern "C" __global__ void __launch_bounds__(128, 3) cvl_masked_softmax(
             #pragma unroll
             for (int r = 0; r < 2; ++r) sc[r] = cvl_ex2(tile_base[0][r] - fin_base[r]) * inv_sum[r];
             __syncwarp();  // the warp's previous tile is out of its staging rows
+            const unsigned sh[2] = {cvl_half2_bits(sc[0]), cvl_half2_bits(sc[1])};
             #pragma unroll
-            for (int ni = 0; ni < 8; ++ni)
+            for (int q = 0; q < 4; ++q) {  // columns 16q to 16q + 15 of rows 0-7, 8-15
+                unsigned r[4];  // matrix j: pair j / 2 of the lane's two in those columns, row half j % 2
             #pragma unroll
-            for (int h = 0; h < 2; ++h) {  // columns ni * 8 + lane % 4 * 2, + 1 of row h
-                const float2 v = __half22float2(pv[0][ni * 2 + h]);
-                *reinterpret_cast<__half2*>(so + (lane / 4 + h * 8) * 72 + ni * 8 + lane % 4 * 2) = __floats2half2_rn(v.x * sc[h], v.y * sc[h]);
+                for (int j = 0; j < 4; ++j) r[j] = cvl_hmul2_bits(cvl_pack_bits(pv[0][q * 4 + j]), sh[j % 2]);
+                cvl_stsm_x4(so_st + q * 32, r[0], r[1], r[2], r[3]);
             }
             __syncwarp();
             #pragma unroll
@@ -426,12 +452,13 @@ extern "C" __global__ void __launch_bounds__(128, 3) cvl_masked_softmax(
             #pragma unroll
             for (int r = 0; r < 2; ++r) sc[r] = cvl_ex2(tile_base[1][r] - fin_base[r]) * inv_sum[r];
             __syncwarp();  // the warp's previous tile is out of its staging rows
+            const unsigned sh[2] = {cvl_half2_bits(sc[0]), cvl_half2_bits(sc[1])};
             #pragma unroll
-            for (int ni = 0; ni < 8; ++ni)
+            for (int q = 0; q < 4; ++q) {  // columns 16q to 16q + 15 of rows 0-7, 8-15
+                unsigned r[4];  // matrix j: pair j / 2 of the lane's two in those columns, row half j % 2
             #pragma unroll
-            for (int h = 0; h < 2; ++h) {  // columns ni * 8 + lane % 4 * 2, + 1 of row h
-                const float2 v = __half22float2(pv[1][ni * 2 + h]);
-                *reinterpret_cast<__half2*>(so + (lane / 4 + h * 8) * 72 + ni * 8 + lane % 4 * 2) = __floats2half2_rn(v.x * sc[h], v.y * sc[h]);
+                for (int j = 0; j < 4; ++j) r[j] = cvl_hmul2_bits(cvl_pack_bits(pv[1][q * 4 + j]), sh[j % 2]);
+                cvl_stsm_x4(so_st + q * 32, r[0], r[1], r[2], r[3]);
             }
             __syncwarp();
             #pragma unroll
