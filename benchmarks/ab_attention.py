@@ -138,6 +138,14 @@ CHECKED_VARIANTS = [
     ("lagged, stores spread over the band's tiles (all cases)", {"cluster": (1, None, 0.9, True, True, True)}),
     ("lagged, spread, plain stores (all cases)", {"cluster": (1, None, 0.9, True, True, True, False)}),
     ("lagged, plain stores (all cases)", {"cluster": (1, None, 0.9, True, True, False, False)}),
+    # session 5, round 3 (ncu, 2026-11-30: issue slots 41% busy, 0.69 eligible warps a scheduler, the
+    # top stall "wait", a fixed-latency dependency): a row's maximum over a tile ran as one chain of
+    # 16 dependent FMNMX, its sum as one of 16 FADD. Independent chains (maximum, sum), merged at the end;
+    # the default is now (4, 2).
+    ("cluster bands, one chain a row (previous) (all cases)", {"chains": (1, 1)}),
+    ("cluster bands, chains (2, 2) (all cases)", {"chains": (2, 2)}),
+    ("cluster bands, chains (4, 4) (all cases)", {"chains": (4, 4)}),
+    ("cluster bands, chains (8, 2) (all cases)", {"chains": (8, 2)}),
 ]
 
 

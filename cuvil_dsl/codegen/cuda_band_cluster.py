@@ -56,6 +56,7 @@ from cuvil_dsl.types import DType
 
 MAX_CLUSTER = 8  # CTAs: the portable cluster size on sm_90
 MAX_TILES = 4  # column tiles of 64 a CTA keeps: 16 registers of f16 pairs each
+CHAINS = (4, 2)  # independent chains of a row's maximum and sum over a tile (ROW_BAND_TUNING "chains")
 
 CLUSTER_HELPERS = r"""
 // the CTAs of a cluster: the two halves of its barrier, and a float2 in another CTA's shared memory
@@ -100,6 +101,14 @@ __device__ __forceinline__ unsigned cvl_hmul2_bits(unsigned a, unsigned b) {
     return r;
 }
 """
+
+
+def _tree(target: str, terms: list[str], fn: str | None) -> list[str]:
+    """``target = terms[0] op terms[1] op ...`` as a balanced tree (``fn(a, b)``, or ``a + b``)."""
+    while len(terms) > 1:
+        pairs = [(terms[i], terms[i + 1]) for i in range(0, len(terms) - 1, 2)]
+        terms = [f"{fn}({a}, {b})" if fn else f"({a} + {b})" for a, b in pairs] + terms[len(pairs) * 2:]
+    return [f"{target} = {terms[0]};"]
 
 
 def layout(n: int) -> tuple[int, int] | None:
@@ -187,6 +196,8 @@ class _ClusterBand:
                                 else ("__nv_bfloat162", "__floats2bfloat162_rn"))
         self.target = f"{k.names[staged.value]}[{k.offset(staged.value, staged.map, g.coord)}]"
         self.scaled = store_scaled
+        from cuvil_dsl.codegen.cuda_matmul import ROW_BAND_TUNING
+        self.chains = tuple(ROW_BAND_TUNING.get("chains", CHAINS))  # (maximum, sum) chains a row
         self.spread, self.stcs = spread and store_scaled and self.lag, stcs
         self.half = store_scaled and self.pair == "__half2"  # the numerators scaled in f16 pairs
 
@@ -204,11 +215,15 @@ class _ClusterBand:
                 "cvl_wgmma_commit();"]
 
     def statistics(self, t: int) -> list[str]:
-        """Tile t: the running statistics, and its numerators into pv[t] (acc is the tile's)."""
+        """Tile t: the running statistics, and its numerators into pv[t] (acc is the tile's). A row's
+        maximum and sum over the tile's 32 values of a thread run in ``self.chains`` independent
+        chains (instruction-level parallelism), merged at the end."""
         g, eng, neg_inf = self.g, self.eng, self.neg_inf
+        kmax, ksum = self.chains
+        mx = f"tmx[slot][(ni * 2 + q) % {kmax}]"
         if g.fold is not None:  # max(acc * u) is |u| * max(acc), of -acc when u < 0
             def scan(sign: str) -> list[str]:
-                return eng.elements("m0", "n0", [f"tile_max[slot] = fmaxf(tile_max[slot], {sign}ACC);"])
+                return eng.elements("m0", "n0", [f"{mx} = fmaxf({mx}, {sign}ACC);"])
 
             lines = scan("") if not g.fold else ["if (band_flip) {", *indent(scan("-")), "} else {",
                                                  *indent(scan("")), "}"]
@@ -218,7 +233,7 @@ class _ClusterBand:
             w = g.walk(pre)
             x = w.value(g.softmax.args[0], g.p.layout.maps[g.softmax.args[0]])
             lines = eng.elements("m0", "n0", [f"float s = {neg_inf};", *self.guarded([*pre, f"s = {x};"]),
-                                              "ACC = s;", "tile_max[slot] = fmaxf(tile_max[slot], s);"])
+                                              "ACC = s;", f"{mx} = fmaxf({mx}, s);"])
             top, scale = "tile_max[r]", LOG2E
         quad = []
         if self.lag and self.scaled:  # one base for the four lanes of a row: a factor per row and tile
@@ -226,7 +241,14 @@ class _ClusterBand:
                     "    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));",
                     "    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));", "}"]
         return [
-            "float tile_max[2], base[2];", f"tile_max[0] = tile_max[1] = {neg_inf};", *lines, *quad,
+            f"float tile_max[2], base[2], tmx[2][{kmax}], tsum[2][{ksum}];", "#pragma unroll",
+            f"for (int r = 0; r < 2; ++r) {{",
+            "#pragma unroll", f"    for (int c = 0; c < {kmax}; ++c) tmx[r][c] = {neg_inf};",
+            "#pragma unroll", f"    for (int c = 0; c < {ksum}; ++c) tsum[r][c] = 0.0f;", "}",
+            *lines,
+            "#pragma unroll", "for (int r = 0; r < 2; ++r) {  // the chains' maxima",
+            *indent(_tree("tile_max[r]", [f"tmx[r][{c}]" for c in range(kmax)], "fmaxf")), "}",
+            *quad,
             "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
             f"    const float top = fmaxf(row_max[r], {top});",
             f"    const float bl = __fmul_rn(top, {LOG2E});",
@@ -237,8 +259,11 @@ class _ClusterBand:
             "}",
             *eng.pairs("m0", "n0", [f"const float p0 = cvl_ex2(fmaf(ACC0, {scale}, -base[slot]));",
                                     f"const float p1 = cvl_ex2(fmaf(ACC1, {scale}, -base[slot]));",
-                                    "row_sum[slot] += p0 + p1;",
+                                    f"tsum[slot][ni % {ksum}] += p0 + p1;",
                                     f"pv[{t}][ni * 2 + h] = __floats2half2_rn(p0, p1);"]),
+            "#pragma unroll", "for (int r = 0; r < 2; ++r) {  // the chains' sums",
+            *indent(_tree("const float part", [f"tsum[r][{c}]" for c in range(ksum)], None)),
+            "    row_sum[r] += part;", "}",
         ]
 
     def stage_scaled(self, pv: str, at: str) -> list[str]:

@@ -159,6 +159,8 @@ __device__ __forceinline__ void cvl_ldsm_x4_at(unsigned (&r)[4], unsigned addr) 
 #   "cluster": (warpgroups a CTA, min_blocks, fill, lag, store_scaled): the one-pass band on a cluster
 #           of CTAs where it applies (see cuda_band_cluster.render; every element may be left out from
 #           the right).
+#   "chains": (maximum, sum): independent chains of a row's maximum and sum over a tile in the cluster
+#           bands (cuda_band_cluster.CHAINS).
 ROW_BAND_TUNING: dict = {}
 
 
