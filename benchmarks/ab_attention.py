@@ -146,6 +146,14 @@ CHECKED_VARIANTS = [
     ("cluster bands, chains (2, 2) (all cases)", {"chains": (2, 2)}),
     ("cluster bands, chains (4, 4) (all cases)", {"chains": (4, 4)}),
     ("cluster bands, chains (8, 2) (all cases)", {"chains": (8, 2)}),
+    # session 5, round 4 (ncu source counters): at the first piece of the spread write the statistics of
+    # the last band had not arrived in 74% of the waits (1.05 M spins of the wait loop, 13% of the
+    # kernel's instructions). Adaptive: after each tile a piece only when they are in (a non-blocking
+    # test), the pieces left after the band.
+    ("lagged, adaptive spread (all cases)", {"cluster": (1, None, 0.9, True, True, 2)}),
+    # and the band's statistics pushed as soon as they are final (after the last band's have been read),
+    # before the remaining pieces and the staging, so they reach the peers sooner
+    ("lagged, adaptive spread, early push (all cases)", {"cluster": (1, None, 0.9, True, True, 3)}),
 ]
 
 

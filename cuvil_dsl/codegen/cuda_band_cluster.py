@@ -77,6 +77,13 @@ __device__ __forceinline__ float2 cvl_cluster_ld2(unsigned local, unsigned rank)
 
 
 PUSH_HELPER = r"""
+// whether mbarrier `bar` has completed the phase of `parity` (no waiting)
+__device__ __forceinline__ bool cvl_mbar_ready(unsigned bar, unsigned parity) {
+    unsigned done;
+    asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    return done != 0;
+}
 // st.async of (x, y) to the same shared address in CTA `rank`, completing bytes on that CTA's mbarrier `bar`
 __device__ __forceinline__ void cvl_cluster_push2(unsigned local, unsigned bar, unsigned rank, float x, float y) {
     unsigned ra, rb;
@@ -198,7 +205,7 @@ class _ClusterBand:
         self.scaled = store_scaled
         from cuvil_dsl.codegen.cuda_matmul import ROW_BAND_TUNING
         self.chains = tuple(ROW_BAND_TUNING.get("chains", CHAINS))  # (maximum, sum) chains a row
-        self.spread, self.stcs = spread and store_scaled and self.lag, stcs
+        self.spread, self.stcs = (int(spread) if store_scaled and self.lag else 0), stcs
         self.half = store_scaled and self.pair == "__half2"  # the numerators scaled in f16 pairs
 
     # ------------------------------------------------------------------ shared pieces
@@ -499,8 +506,9 @@ class _ClusterBand:
                     f"        sf[(lane / 4 + 8) * 4 + lane % 4] = {factor}(cvl_ex2(pb1 - fin_base[1]) * inv_sum[1]);",
                     "    }", "}", "__syncwarp();  // the warp's factors are in"]
 
-        def scaled_copy(lo: int, hi: int) -> list[str]:
-            """Chunks ``i * 32 + lane`` (lo <= i < hi) of the staged numerators times their factors, stored."""
+        def scaled_copy(lo, hi) -> list[str]:
+            """Chunks ``i * 32 + lane`` (lo <= i < hi; ``hi - lo`` folds to a constant) of the staged
+            numerators times their factors, stored."""
             if self.half:
                 store = [f"const unsigned f = sf[c / {per_row} * 4 + c % {per_row} / 8];",
                          "v.x = cvl_hmul2_bits(v.x, f);", "v.y = cvl_hmul2_bits(v.y, f);",
@@ -514,7 +522,7 @@ class _ClusterBand:
                    else f"*reinterpret_cast<uint4*>(&{self.target}) = v;")
             each = self.guarded([f"uint4 v = *reinterpret_cast<const uint4*>(pw + c / {per_row} * {ldp} + c % {per_row} * 8);",
                                  *store, put])
-            return ["#pragma unroll", f"for (int i = {lo}; i < {hi}; ++i) {{", "    const int c = i * 32 + lane;",
+            return ["#pragma unroll", f"for (int j = 0; j < {hi} - ({lo}); ++j) {{", f"    const int c = ({lo} + j) * 32 + lane;",
                     f"    const int m = m0 + warp_row + c / {per_row};",
                     f"    const int n = n_cta + c % {per_row} * 8;", *indent(each), "}"]
 
@@ -533,6 +541,14 @@ class _ClusterBand:
                     lines.append("    __syncwarp();  // out of the staged rows and the factors")
                 out.append(lines + ["}"])
             return out
+
+        def piece_at(band: str, rnd: str, p: str) -> list[str]:
+            """Piece ``p`` (a run-time index) of ``tiles`` of band ``band``'s scaled write; piece 0 reads
+            the statistics (arrived) and fills the factor table."""
+            ipp = per_row // 2 // tiles  # store-loop iterations a piece
+            return ["{", *indent(self.band_coords(f"({band})")),
+                    f"    if ({p} == 0) {{", *indent(write_head(band, rnd), 2), *indent(factors(), 2), "    }",
+                    *indent(scaled_copy(f"{p} * {ipp}", f"{p} * {ipp} + {ipp}")), "}"]  # (hi - lo: a constant)
 
         def write_head(band: str, rnd: str) -> list[str]:  # coordinates, the statistics of band `band`
             return [*self.band_coords(f"({band})"),
@@ -576,16 +592,41 @@ class _ClusterBand:
                             f"        const int n = n_cta + c % {per_row} * 8;", *indent(copy, 2), "    }",
                             "    __syncwarp();  // out of the staging rows", "}"]
 
-        spread = write_parts("band - clusters", "round - 1", tiles) if self.spread else []
+        spread = write_parts("band - clusters", "round - 1", tiles) if self.spread == 1 else []
+        prev = ("band - clusters", "round - 1")
+        stats_prev = "stats0 + ((round - 1) & 1) * 8, ((round - 1) >> 1) & 1"
+
+        def when_ready(t: int) -> list[str]:  # adaptive: a piece after tile t if the statistics are in
+            return [f"if (done < {tiles}) {{",
+                    f"    if (!ready) ready = __all_sync(0xffffffffu, cvl_mbar_ready({stats_prev}));",
+                    "    if (ready) {", *indent(piece_at(*prev, "done"), 2), "        ++done;", "    }", "}"]
+
+        def after(t: int) -> list[str]:
+            return when_ready(t) if self.spread >= 2 else ["if (round > 0)", *indent(spread[t])]
+
+        push = ["if (lane % 4 == 0) {  // this band's statistics of the CTA's rows, to every CTA of the cluster",
+                "#pragma unroll", "    for (int r = 0; r < 2; ++r)", "#pragma unroll", f"        for (int q = 0; q < {ctas}; ++q)",
+                f"            cvl_cluster_push2(part0 + ((round & 1) * {ctas * bm} + rank * {bm} + row0 + r * 8) * 8,",
+                "                              stats0 + (round & 1) * 8, q, row_max[r], row_sum[r]);", "}"]
+        # mode 3 pushes this band's statistics as soon as they are final, once the warp has read the last
+        # band's (piece 0): a peer's next push to that buffer needs this one first
+        early = [f"if (done == 0) {{  // the last band's statistics read before this band's are pushed",
+                 f"    cvl_mbar_wait({stats_prev});", *indent(piece_at(*prev, "0")), "    done = 1;", "}", *push]
+        rest = [*(early if self.spread == 3 else []),
+                f"if (done < {tiles}) cvl_mbar_wait({stats_prev});  // the pieces not written yet",
+                "#pragma unroll 1", f"for (; done < {tiles}; ++done)", *indent(piece_at(*prev, "done")),
+                "__syncwarp();  // out of the staged rows and the factors"]
         band_body = [
             *self.band_coords("band"),
             f"if (threadIdx.x == 0) cvl_mbar_expect_tx(stats0 + (round & 1) * 8, {ctas * bm * 8}u);",
             *g.band_state(neg_inf),
             "cvl_mbar_wait(full0 + 16, round & 1);  // the A band is in",
-            *(self.band_tiles(issue, refill, lambda t: ["if (round > 0)", *indent(spread[t])]) if self.spread
-              else self.band_tiles(issue, refill)),
+            *([f"int done = round > 0 ? 0 : {tiles};  // pieces of the last band's write done",
+               "bool ready = false;  // its statistics are in"] if self.spread >= 2 else []),
+            *(self.band_tiles(issue, refill, after) if self.spread else self.band_tiles(issue, refill)),
             *self.merge_quad(),
-            *([] if self.spread else ["if (round > 0)", *indent(write("band - clusters", "round - 1"))]),
+            *(rest if self.spread >= 2 else [] if self.spread else
+              ["if (round > 0)", *indent(write("band - clusters", "round - 1"))]),
             *(["#pragma unroll", f"for (int t = 0; t < {tiles}; ++t)", "#pragma unroll", "for (int q = 0; q < 4; ++q)",
                "    cvl_stsm_x4(pw_st + t * 128 + q * 32, cvl_pack_bits(pv[t][q * 4]), cvl_pack_bits(pv[t][q * 4 + 1]),",
                "                cvl_pack_bits(pv[t][q * 4 + 2]), cvl_pack_bits(pv[t][q * 4 + 3]));"] if self.scaled else
@@ -593,10 +634,7 @@ class _ClusterBand:
                "#pragma unroll", "for (int h = 0; h < 2; ++h)",
                f"    *reinterpret_cast<__half2*>(pw + (lane / 4 + h * 8) * {ldp} + t * 64 + ni * 8 + lane % 4 * 2) = pv[t][ni * 2 + h];"]),
             "#pragma unroll", f"for (int t = 0; t < {tiles}; ++t) prev_base[t][0] = tile_base[t][0], prev_base[t][1] = tile_base[t][1];",
-            "if (lane % 4 == 0) {  // this band's statistics of the CTA's rows, to every CTA of the cluster",
-            "#pragma unroll", "    for (int r = 0; r < 2; ++r)", "#pragma unroll", f"        for (int q = 0; q < {ctas}; ++q)",
-            f"            cvl_cluster_push2(part0 + ((round & 1) * {ctas * bm} + rank * {bm} + row0 + r * 8) * 8,",
-            "                              stats0 + (round & 1) * 8, q, row_max[r], row_sum[r]);", "}",
+            *([] if self.spread == 3 else push),
         ]
         body = [
             *self.common_head("a ring of 2 B tiles of 64 rows"),
