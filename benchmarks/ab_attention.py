@@ -154,6 +154,11 @@ CHECKED_VARIANTS = [
     # and the band's statistics pushed as soon as they are final (after the last band's have been read),
     # before the remaining pieces and the staging, so they reach the peers sooner
     ("lagged, adaptive spread, early push (all cases)", {"cluster": (1, None, 0.9, True, True, 3)}),
+    # session 5, round 5: tiles after a band's first keep the rows' bases (no FMNMX, quad shuffles or
+    # rescale: about 70 of 190 instructions a tile) while each thread's part of a row's sum over the
+    # tile stays below 16; else the warp redoes the tile with its maximum (cuda_band_cluster.LAZY)
+    ("cluster bands, lazy bases (all cases)", {"lazy": True}),
+    ("cluster bands, lazy bases, one chain a row (all cases)", {"lazy": True, "chains": (1, 1)}),
 ]
 
 

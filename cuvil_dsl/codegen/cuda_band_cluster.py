@@ -56,6 +56,7 @@ from cuvil_dsl.types import DType
 
 MAX_CLUSTER = 8  # CTAs: the portable cluster size on sm_90
 MAX_TILES = 4  # column tiles of 64 a CTA keeps: 16 registers of f16 pairs each
+LAZY = False  # a tile after a band's first keeps the rows' bases while its numerators stay small
 CHAINS = (4, 2)  # independent chains of a row's maximum and sum over a tile (ROW_BAND_TUNING "chains")
 
 CLUSTER_HELPERS = r"""
@@ -205,6 +206,7 @@ class _ClusterBand:
         self.scaled = store_scaled
         from cuvil_dsl.codegen.cuda_matmul import ROW_BAND_TUNING
         self.chains = tuple(ROW_BAND_TUNING.get("chains", CHAINS))  # (maximum, sum) chains a row
+        self.lazy = bool(ROW_BAND_TUNING.get("lazy", LAZY))  # tiles after the first without their maximum
         self.spread, self.stcs = (int(spread) if store_scaled and self.lag else 0), stcs
         self.half = store_scaled and self.pair == "__half2"  # the numerators scaled in f16 pairs
 
@@ -247,7 +249,7 @@ class _ClusterBand:
             quad = ["#pragma unroll", "for (int r = 0; r < 2; ++r) {  // the tile's maximum over the row's four lanes",
                     "    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));",
                     "    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));", "}"]
-        return [
+        slow = [
             f"float tile_max[2], base[2], tmx[2][{kmax}], tsum[2][{ksum}];", "#pragma unroll",
             f"for (int r = 0; r < 2; ++r) {{",
             "#pragma unroll", f"    for (int c = 0; c < {kmax}; ++c) tmx[r][c] = {neg_inf};",
@@ -272,6 +274,29 @@ class _ClusterBand:
             *indent(_tree("const float part", [f"tsum[r][{c}]" for c in range(ksum)], None)),
             "    row_sum[r] += part;", "}",
         ]
+        if not (self.lazy and g.fold is not None and t > 0):
+            return slow
+        # The rows' bases as they are (no maximum of this tile): kept when every thread's part of each
+        # row's sum over the tile stays below 16, so every numerator is below 16 (f16 holds them to
+        # 2^-11) and a row's sum over its 128 parts below 2^11, as with the maximum (the factors
+        # 2^(b_t - b) / L stay in f16's normal range); else (a value 4 above its base, NaN or inf,
+        # a row without a base yet) the warp takes the tile again with its maximum.
+        return [
+            f"float fb[2], fsum[2][{ksum}];",
+            f"bool fine = row_max[0] != {neg_inf} && row_max[1] != {neg_inf};",
+            "#pragma unroll", "for (int r = 0; r < 2; ++r) {", f"    fb[r] = __fmul_rn(row_max[r], {LOG2E});",
+            "#pragma unroll", f"    for (int c = 0; c < {ksum}; ++c) fsum[r][c] = 0.0f;", "}",
+            *eng.pairs("m0", "n0", ["const float p0 = cvl_ex2(fmaf(ACC0, band_c, -fb[slot]));",
+                                    "const float p1 = cvl_ex2(fmaf(ACC1, band_c, -fb[slot]));",
+                                    f"fsum[slot][ni % {ksum}] += p0 + p1;",
+                                    f"pv[{t}][ni * 2 + h] = __floats2half2_rn(p0, p1);"]),
+            "float fpart[2];", "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
+            *indent(_tree("fpart[r]", [f"fsum[r][{c}]" for c in range(ksum)], None)), "}",
+            "fine = fine && fpart[0] < 16.0f && fpart[1] < 16.0f;  // false for NaN",
+            "if (__all_sync(0xffffffffu, fine)) {",
+            "#pragma unroll", "    for (int r = 0; r < 2; ++r) {",
+            f"        row_sum[r] += fpart[r];", f"        tile_base[{t}][r] = fb[r];", "    }",
+            "} else {", *indent(slow), "}"]
 
     def stage_scaled(self, pv: str, at: str) -> list[str]:
         """The tile's numerators ``pv`` times the row's factor ``sc[h]`` (f32), rounded to the output

@@ -246,3 +246,19 @@ def test_persistent_cluster_kernels_match_on_fewer_clusters(fit, monkeypatch):
     for r in case.pipeline.results:
         rtol, atol = case.loaded.spec.check.tolerances(r.type.dtype, case.tf32)
         assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
+
+
+@pytest.mark.parametrize("lazy", [True, False])
+@pytest.mark.parametrize("stem", ["attention_lazy", "attention_cluster", "attention_f16"])
+def test_cluster_band_bases_lazy_or_not_match_reference(stem, lazy, monkeypatch):
+    """The cluster bands with and without lazy bases (cuda_band_cluster.LAZY): attention_lazy's tilted
+    logits send about 40% of the later tiles back to their maximum (the slow path), the other
+    programs' logits keep their bases (the fast path) or walk a mask (never lazy)."""
+    from cuvil_dsl.codegen import cuda_matmul
+
+    monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", {"lazy": lazy})
+    case = load_case(next(p for p in case_paths() if p.stem == stem))
+    got, want = run_on_gpu(case)
+    for r in case.pipeline.results:
+        rtol, atol = case.loaded.spec.check.tolerances(r.type.dtype, case.tf32)
+        assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
