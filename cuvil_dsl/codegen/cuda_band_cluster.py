@@ -251,7 +251,7 @@ class _ClusterBand:
                     "    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));", "}"]
         slow = [
             f"float tile_max[2], base[2], tmx[2][{kmax}], tsum[2][{ksum}];", "#pragma unroll",
-            f"for (int r = 0; r < 2; ++r) {{",
+            "for (int r = 0; r < 2; ++r) {",
             "#pragma unroll", f"    for (int c = 0; c < {kmax}; ++c) tmx[r][c] = {neg_inf};",
             "#pragma unroll", f"    for (int c = 0; c < {ksum}; ++c) tsum[r][c] = 0.0f;", "}",
             *lines,
@@ -295,7 +295,7 @@ class _ClusterBand:
             "fine = fine && fpart[0] < 16.0f && fpart[1] < 16.0f;  // false for NaN",
             "if (__all_sync(0xffffffffu, fine)) {",
             "#pragma unroll", "    for (int r = 0; r < 2; ++r) {",
-            f"        row_sum[r] += fpart[r];", f"        tile_base[{t}][r] = fb[r];", "    }",
+            "        row_sum[r] += fpart[r];", f"        tile_base[{t}][r] = fb[r];", "    }",
             "} else {", *indent(slow), "}"]
 
     def stage_scaled(self, pv: str, at: str) -> list[str]:
@@ -635,7 +635,7 @@ class _ClusterBand:
                 "                              stats0 + (round & 1) * 8, q, row_max[r], row_sum[r]);", "}"]
         # mode 3 pushes this band's statistics as soon as they are final, once the warp has read the last
         # band's (piece 0): a peer's next push to that buffer needs this one first
-        early = [f"if (done == 0) {{  // the last band's statistics read before this band's are pushed",
+        early = ["if (done == 0) {  // the last band's statistics read before this band's are pushed",
                  f"    cvl_mbar_wait({stats_prev});", *indent(piece_at(*prev, "0")), "    done = 1;", "}", *push]
         rest = [*(early if self.spread == 3 else []),
                 f"if (done < {tiles}) cvl_mbar_wait({stats_prev});  // the pieces not written yet",
