@@ -11,7 +11,10 @@ exponentiated once, and the numerators wait on chip for the row's statistics:
   runs while tile ``t``'s epilogue does (two accumulator sets);
 * tile ``t``'s epilogue: its row maxima, the thread's running maximum and sum (rescaled when the
   maximum grows, as in the two-pass band), and the numerators ``2^(x - b_t)`` kept in registers
-  as f16 pairs, with ``b_t`` the thread's base after tile ``t``;
+  as f16 pairs, with ``b_t`` the thread's base after tile ``t``. With lazy bases (``LAZY``, the
+  lagged band where the scale folds) the tiles after the first skip the maximum and keep the rows' bases, as long as
+  each thread's part of a row's sum over the tile stays below 16 (so is every numerator, and a
+  row's sum below 2^11, as with the maximum); otherwise the warp takes the tile again with it;
 * after the last tile: the four lanes of a row merge their statistics, each CTA publishes its
   rows' ``(max, sum)`` in shared memory, and after a cluster barrier every CTA reads all ``C``
   (distributed shared memory) and merges them the same way, to the row's base ``b`` and sum ``L``;
@@ -30,12 +33,12 @@ factors are one per row and tile: a table in shared memory that the 16-byte stor
 while it stores, in one piece after each column tile of the next band (the stores spread over the
 band instead of one burst).
 
-Rounding: the numerator is rounded to f16 once (relative error 2^-11, values below 2^-24 flush to
-0, an absolute error under 6e-8); for an f16 output the factor and the product are rounded to f16
-too (each relative 2^-11, or absolute 2^-25 below f16's normal range), so the result is within
-3 * 2^-11 (1.5e-3, 1.5 units in the last place) of the exact value, plus 3 * 2^-25 absolutely
-(tests/codegen/test_row_band.py emulates it); for bf16 the scaling is in
-f32 before the output's own rounding. The rest is the two-pass band's (see its docstring). F32
+Rounding: the numerator (below 16) is rounded to f16 once (relative error 2^-11, values below 2^-24
+flush to 0, an absolute error under 6e-8); for an f16 output the factor (at most 1) and the product
+are rounded to f16 too (each relative 2^-11, or absolute 2^-25 below f16's normal range, which the
+numerator can scale by up to 16), so the result is within 3 * 2^-11 (1.5e-3, 1.5 units in the last
+place) of the exact value, plus 2^-20 absolutely (tests/codegen/test_row_band.py emulates it); for
+bf16 the scaling is in f32 before the output's own rounding. The rest is the two-pass band's (see its docstring). F32
 outputs never take this path.
 
 Masked columns (``-inf``) and NaN follow the two-pass band: a row whose values are all ``-inf``
@@ -56,8 +59,8 @@ from cuvil_dsl.types import DType
 
 MAX_CLUSTER = 8  # CTAs: the portable cluster size on sm_90
 MAX_TILES = 4  # column tiles of 64 a CTA keeps: 16 registers of f16 pairs each
-LAZY = False  # a tile after a band's first keeps the rows' bases while its numerators stay small
-CHAINS = (4, 2)  # independent chains of a row's maximum and sum over a tile (ROW_BAND_TUNING "chains")
+LAZY = True  # (lagged band) a tile after a band's first keeps the rows' bases while its numerators stay small
+CHAINS = (1, 1)  # independent chains of a row's maximum and sum over a tile (ROW_BAND_TUNING "chains")
 
 CLUSTER_HELPERS = r"""
 // the CTAs of a cluster: the two halves of its barrier, and a float2 in another CTA's shared memory
@@ -206,7 +209,9 @@ class _ClusterBand:
         self.scaled = store_scaled
         from cuvil_dsl.codegen.cuda_matmul import ROW_BAND_TUNING
         self.chains = tuple(ROW_BAND_TUNING.get("chains", CHAINS))  # (maximum, sum) chains a row
-        self.lazy = bool(ROW_BAND_TUNING.get("lazy", LAZY))  # tiles after the first without their maximum
+        # tiles after the first without their maximum: the lagged band (in the barrier variant at 4 CTAs
+        # a multiprocessor the slow path's registers spill, and small grids did not gain)
+        self.lazy = bool(ROW_BAND_TUNING.get("lazy", LAZY)) and self.lag
         self.spread, self.stcs = (int(spread) if store_scaled and self.lag else 0), stcs
         self.half = store_scaled and self.pair == "__half2"  # the numerators scaled in f16 pairs
 

@@ -479,6 +479,7 @@ def test_lagged_band_scales_numerators_as_it_stores(text, dtype, tmp_path, monke
     assert _engine(k.source) == "lagged"
     assert "cvl_stsm_x4(pw_st + t * 128 + q * 32" in body
     assert body.count("__shfl_xor_sync(0xffffffffu, tile_max[r], 1)") == 4  # each tile's maximum
+    assert body.count("if (__all_sync(0xffffffffu, fine)) {") == 3  # tiles 1-3 keep the bases when they can
     scaled = "v.x = cvl_hmul2_bits(v.x, f);" if dtype == "f16" else "w[e] = cvl_pack_bits(__floats2bfloat162_rn("
     assert body.count(scaled) == 4 + 1 and body.count("cvl_mbar_wait(stats0") == 1 + 1
     assert ("__half22float2" in body) == (dtype == "bf16")  # f16: never widened to f32
@@ -495,15 +496,16 @@ def test_lagged_band_scales_numerators_as_it_stores(text, dtype, tmp_path, monke
 def test_half_scaling_error_bound():
     """The module docstring's bound for an f16 output: the numerator, the factor and their product each
     rounded to f16 (IEEE round to nearest, as HMUL2 and cvt.rn do), against the exact product: within
-    3 * 2^-11 relatively, plus 3 * 2^-25 absolutely for what falls below f16's normal range."""
+    3 * 2^-11 relatively, plus 2^-20 absolutely for what falls below f16's normal range (a subnormal
+    factor's rounding times a numerator up to 16, with lazy bases)."""
     import numpy as np
 
     rng = np.random.default_rng(7)
-    x = -rng.exponential(4.0, 200_000)  # exponents of the numerators: 2^x in (0, 1]
+    x = 4.0 - rng.exponential(4.0, 200_000)  # exponents of the numerators: 2^x in (0, 16)
     f = 2.0 ** -rng.uniform(0, 30, x.size) / rng.uniform(1, 2048, x.size)  # 2^(b_t - b) / L
     exact = 2.0 ** x * f
     got = (np.float16(2.0 ** x).astype(np.float32) * np.float16(f).astype(np.float32)).astype(np.float16)
     err = np.abs(got.astype(np.float64) - exact)
-    assert np.all(err <= 3 * 2.0 ** -11 * exact + 3 * 2.0 ** -25)
+    assert np.all(err <= 3 * 2.0 ** -11 * exact + 2.0 ** -20)
     normal = exact > 2.0 ** -14
     assert np.max(err[normal] / exact[normal]) > 2.0 ** -11  # the bound is not vacuous: more than one rounding shows
