@@ -159,6 +159,11 @@ CHECKED_VARIANTS = [
     # tile stays below 16; else the warp redoes the tile with its maximum (cuda_band_cluster.LAZY)
     ("cluster bands, lazy bases (all cases)", {"lazy": True}),
     ("cluster bands, lazy bases, one chain a row (all cases)", {"lazy": True, "chains": (1, 1)}),
+    # session 5, round 6: the lagged band's four lanes of a row did the same work on the exchange: each
+    # pushed nothing but lane 0 pushed to all 8 peers (48 issues for the warp), and each merged all 8
+    # peers' statistics (about 120 instructions a band). Split across the four: 2 peers each, merged by
+    # two shuffles (cuda_band_cluster.QUAD_MERGE).
+    ("lagged, exchange split across a row's lanes (all cases)", {"quad_merge": True}),
 ]
 
 

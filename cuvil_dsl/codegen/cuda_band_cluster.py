@@ -60,6 +60,7 @@ from cuvil_dsl.types import DType
 MAX_CLUSTER = 8  # CTAs: the portable cluster size on sm_90
 MAX_TILES = 4  # column tiles of 64 a CTA keeps: 16 registers of f16 pairs each
 LAZY = True  # (lagged band) a tile after a band's first keeps the rows' bases while its numerators stay small
+QUAD_MERGE = False  # (lagged band) a row's four lanes split the pushes to and the merge of the peers
 CHAINS = (1, 1)  # independent chains of a row's maximum and sum over a tile (ROW_BAND_TUNING "chains")
 
 CLUSTER_HELPERS = r"""
@@ -212,6 +213,7 @@ class _ClusterBand:
         # tiles after the first without their maximum: the lagged band (in the barrier variant at 4 CTAs
         # a multiprocessor the slow path's registers spill, and small grids did not gain)
         self.lazy = bool(ROW_BAND_TUNING.get("lazy", LAZY)) and self.lag
+        self.quad = bool(ROW_BAND_TUNING.get("quad_merge", QUAD_MERGE)) and self.lag  # split across a row's lanes
         self.spread, self.stcs = (int(spread) if store_scaled and self.lag else 0), stcs
         self.half = store_scaled and self.pair == "__half2"  # the numerators scaled in f16 pairs
 
@@ -581,6 +583,25 @@ class _ClusterBand:
                     *indent(scaled_copy(f"{p} * {ipp}", f"{p} * {ipp} + {ipp}")), "}"]  # (hi - lo: a constant)
 
         def write_head(band: str, rnd: str) -> list[str]:  # coordinates, the statistics of band `band`
+            if self.quad:  # the four lanes of a row split the peers (q = lane % 4 + 4i) and merge by shuffles
+                per = -(-ctas // 4)
+                mine = (lambda body: ["#pragma unroll", f"    for (int i = 0; i < {per}; ++i) {{",
+                                      "        const int q = lane % 4 + 4 * i;",
+                                      *([f"        if (q < {ctas}) {{", *indent(body, 3), "        }"] if ctas % 4
+                                        else indent(body, 2)), "    }"])
+                return [*self.band_coords(f"({band})"),
+                        f"cvl_mbar_wait(stats0 + (({rnd}) & 1) * 8, (({rnd}) >> 1) & 1);  // the cluster's statistics",
+                        "float fin_base[2], inv_sum[2];", "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
+                        f"    const float2* const got = cvl_part + (({rnd}) & 1) * {ctas * bm} + row0 + r * 8;",
+                        f"    float top = {neg_inf};", f"    float2 w[{per}];",
+                        *mine([f"w[i] = got[q * {bm}];", "top = fmaxf(top, w[i].x);"]),
+                        "    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));",
+                        "    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));",
+                        f"    const float bl = __fmul_rn(top, {LOG2E});", "    float total = 0.0f;",
+                        *mine([f"total += w[i].x == top ? w[i].y : w[i].y * cvl_ex2(__fmul_rn(w[i].x, {LOG2E}) - bl);"]),
+                        "    total += __shfl_xor_sync(0xffffffffu, total, 1);",
+                        "    total += __shfl_xor_sync(0xffffffffu, total, 2);",
+                        "    fin_base[r] = bl;", "    inv_sum[r] = 1.0f / total;", "}"]
             return [*self.band_coords(f"({band})"),
                     f"cvl_mbar_wait(stats0 + (({rnd}) & 1) * 8, (({rnd}) >> 1) & 1);  // the cluster's statistics",
                     "float fin_base[2], inv_sum[2];", "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
@@ -638,6 +659,12 @@ class _ClusterBand:
                 "#pragma unroll", "    for (int r = 0; r < 2; ++r)", "#pragma unroll", f"        for (int q = 0; q < {ctas}; ++q)",
                 f"            cvl_cluster_push2(part0 + ((round & 1) * {ctas * bm} + rank * {bm} + row0 + r * 8) * 8,",
                 "                              stats0 + (round & 1) * 8, q, row_max[r], row_sum[r]);", "}"]
+        if self.quad:  # lane j of a row's four pushes to peers j, j + 4 (the row's statistics are the same in all four)
+            push = ["#pragma unroll", f"for (int i = 0; i < {-(-ctas // 4)}; ++i) {{",
+                    "    const unsigned q = lane % 4 + 4 * i;  // this band's statistics of the CTA's rows, to CTA q",
+                    *([f"    if (q < {ctas})"] if ctas % 4 else []), "#pragma unroll", "    for (int r = 0; r < 2; ++r)",
+                    f"        cvl_cluster_push2(part0 + ((round & 1) * {ctas * bm} + rank * {bm} + row0 + r * 8) * 8,",
+                    "                          stats0 + (round & 1) * 8, q, row_max[r], row_sum[r]);", "}"]
         # mode 3 pushes this band's statistics as soon as they are final, once the warp has read the last
         # band's (piece 0): a peer's next push to that buffer needs this one first
         early = ["if (done == 0) {  // the last band's statistics read before this band's are pushed",

@@ -236,7 +236,8 @@ def test_persistent_cluster_kernels_match_on_fewer_clusters(fit, monkeypatch):
     case = load_case(next(p for p in case_paths() if p.stem == "attention_cluster"))
     prepared = Prepared(case)
     lagged = [k for k in prepared.launches if k.kernel.persistent_cluster]
-    assert len(lagged) == 2 and all(k.grid == (fit * 4, 1, 1) != k.kernel.grid for k in lagged)
+    assert len(lagged) == 3 and all(k.grid == (fit * k.kernel.persistent_cluster, 1, 1) != k.kernel.grid
+                                    for k in lagged)  # clusters of 4, 4 and 6
     assert all(n is not None and n >= 8 for n in asked)  # the H200's driver: at least the 8 rendered
     prepared.run()
     got = prepared.results()
@@ -248,15 +249,17 @@ def test_persistent_cluster_kernels_match_on_fewer_clusters(fit, monkeypatch):
         assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
 
 
-@pytest.mark.parametrize("lazy", [True, False])
+@pytest.mark.parametrize("tuning", [{"lazy": True}, {"lazy": False}, {"quad_merge": True}, {"quad_merge": False}],
+                         ids=str)
 @pytest.mark.parametrize("stem", ["attention_lazy", "attention_cluster", "attention_f16"])
-def test_cluster_band_bases_lazy_or_not_match_reference(stem, lazy, monkeypatch):
-    """The cluster bands with and without lazy bases (cuda_band_cluster.LAZY): attention_lazy's tilted
-    logits send about 40% of the later tiles back to their maximum (the slow path), the other
-    programs' logits keep their bases (the fast path) or walk a mask (never lazy)."""
+def test_cluster_band_switches_match_reference(stem, tuning, monkeypatch):
+    """The lagged cluster band with and without lazy bases (cuda_band_cluster.LAZY; attention_lazy's
+    tilted logits send about 40% of the later tiles back to their maximum, the slow path, the other
+    programs' logits keep their bases or walk a mask, never lazy) and with the exchange split across a
+    row's four lanes or not (QUAD_MERGE; attention_cluster's `six` has clusters of 6)."""
     from cuvil_dsl.codegen import cuda_matmul
 
-    monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", {"lazy": lazy})
+    monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", tuning)
     case = load_case(next(p for p in case_paths() if p.stem == stem))
     got, want = run_on_gpu(case)
     for r in case.pipeline.results:
