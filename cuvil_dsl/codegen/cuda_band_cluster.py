@@ -31,7 +31,9 @@ the barrier variant 39% of its time on attention_f16; benchmarks/NOTES.md). Ther
 of a row share one base per tile (the tile's maximum is merged across them first), so a band's
 factors are one per row and tile: a table in shared memory that the 16-byte store loop applies
 while it stores, in one piece after each column tile of the next band (the stores spread over the
-band instead of one burst).
+band instead of one burst). The exchange is split across a row's four lanes (``QUAD_MERGE``): each
+pushes the row's statistics to a quarter of the peers and merges a quarter of theirs, two shuffles
+merge the four.
 
 Rounding: the numerator (below 16) is rounded to f16 once (relative error 2^-11, values below 2^-24
 flush to 0, an absolute error under 6e-8); for an f16 output the factor (at most 1) and the product
@@ -60,7 +62,7 @@ from cuvil_dsl.types import DType
 MAX_CLUSTER = 8  # CTAs: the portable cluster size on sm_90
 MAX_TILES = 4  # column tiles of 64 a CTA keeps: 16 registers of f16 pairs each
 LAZY = True  # (lagged band) a tile after a band's first keeps the rows' bases while its numerators stay small
-QUAD_MERGE = False  # (lagged band) a row's four lanes split the pushes to and the merge of the peers
+QUAD_MERGE = True  # (lagged band) a row's four lanes split the pushes to and the merge of the peers
 CHAINS = (1, 1)  # independent chains of a row's maximum and sum over a tile (ROW_BAND_TUNING "chains")
 
 CLUSTER_HELPERS = r"""
