@@ -164,6 +164,10 @@ CHECKED_VARIANTS = [
     # peers' statistics (about 120 instructions a band). Split across the four: 2 peers each, merged by
     # two shuffles (cuda_band_cluster.QUAD_MERGE).
     ("lagged, exchange split across a row's lanes (all cases)", {"quad_merge": True}),
+    # the persistent grid again with the faster kernel: 0.8 of the clusters that fit, and all of them
+    # (49 rendered; the loader launches the 45 the driver runs at once)
+    ("lagged at 0.8 (all cases)", {"cluster": (1, None, 0.8, True)}),
+    ("lagged at 1.0, clamped by the loader (all cases)", {"cluster": (1, None, 1.0, True)}),
 ]
 
 
