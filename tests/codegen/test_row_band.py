@@ -340,15 +340,15 @@ def _engine(source: str) -> str:
 
 # (B, M, N), D 64 -> each engine's time in us on the H200, 2026-11-30 (benchmarks/ab_attention.py --sweep,
 # benchmarks/results/2026-11-30-h200-ab_attention-lagged*.md; "lagged" needs clusters of 2 or more)
-MEASURED = {
-    (4, 2048, 2048): {"mma": 36.8, "wgmma": 49.9, "cluster": 26.8, "lagged": 23.5},
-    (8, 2048, 2048): {"mma": 50.6, "wgmma": 50.0, "cluster": 46.6, "lagged": 41.2},
-    (16, 2048, 2048): {"mma": 84.5, "wgmma": 75.0, "cluster": 87.2, "lagged": 70.8},
-    (32, 1024, 1024): {"mma": 45.6, "wgmma": 40.0, "cluster": 43.0, "lagged": 40.3},
-    (64, 512, 512): {"mma": 26.3, "wgmma": 24.4, "cluster": 22.1, "lagged": 23.9},
-    (128, 256, 256): {"mma": 17.3, "wgmma": 15.8, "cluster": 13.0},
-    (32, 2048, 2048): {"mma": 145.8, "wgmma": 139.9, "cluster": 167.9, "lagged": 137.2},
-    (4, 256, 256): {"mma": 9.5, "wgmma": 12.1, "cluster": 7.5},
+MEASURED = {  # us, H200, benchmarks/results/2026-11-30-h200-ab_attention-session5-sweep.md (session 5)
+    (4, 2048, 2048): {"mma": 37.6, "wgmma": 49.1, "cluster": 26.0, "lagged": 21.9},
+    (8, 2048, 2048): {"mma": 50.0, "wgmma": 50.0, "cluster": 45.7, "lagged": 35.9},
+    (16, 2048, 2048): {"mma": 84.5, "wgmma": 74.3, "cluster": 86.5, "lagged": 60.5},
+    (32, 1024, 1024): {"mma": 46.5, "wgmma": 39.9, "cluster": 43.8, "lagged": 34.3},
+    (64, 512, 512): {"mma": 26.5, "wgmma": 24.6, "cluster": 22.5, "lagged": 22.6},
+    (128, 256, 256): {"mma": 17.7, "wgmma": 16.0, "cluster": 13.1},
+    (32, 2048, 2048): {"mma": 146.5, "wgmma": 139.6, "cluster": 166.6, "lagged": 115.7},
+    (4, 256, 256): {"mma": 8.9, "wgmma": 12.8, "cluster": 6.9},
 }
 
 
