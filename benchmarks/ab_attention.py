@@ -128,20 +128,22 @@ CHECKED_VARIANTS = [
     # (f16 output), stmatrix staging, and in the lagged band the factors (one per row and tile: the
     # bases made uniform across a row's four lanes) applied in the 16-byte store loop. Static SASS of
     # attention_f16's lagged kernel: 2880 -> 2136 instructions, 155 -> 148 registers. These two are
-    # the previous write paths, for comparison in the same run.
+    # the previous write paths, for comparison in the same run. Measured (2026-11-30, session 5): lagged
+    # 127.4 us against 136.8 for the previous write; the barrier variant 165.2 against 167.7.
     ("one pass, cluster, previous write (f32 scaling) (all cases)", {"cluster": (1, None, 0.0, False, False)}),
     ("one pass, lagged at 0.9, previous write (f32 scaling in place) (all cases)",
      {"cluster": (1, None, 0.9, True, False)}),
     # session 5, round 2: the previous band's store loop cut into one piece after each column tile's
     # statistics (its stores spread over the band, next to the exps, instead of one burst per band),
-    # and plain stores instead of streaming ones.
+    # and plain stores instead of streaming ones. Measured: spread 124.5 against 127.4 (now the
+    # default); plain stores no difference.
     ("lagged, stores spread over the band's tiles (all cases)", {"cluster": (1, None, 0.9, True, True, True)}),
     ("lagged, spread, plain stores (all cases)", {"cluster": (1, None, 0.9, True, True, True, False)}),
     ("lagged, plain stores (all cases)", {"cluster": (1, None, 0.9, True, True, False, False)}),
     # session 5, round 3 (ncu, 2026-11-30: issue slots 41% busy, 0.69 eligible warps a scheduler, the
     # top stall "wait", a fixed-latency dependency): a row's maximum over a tile ran as one chain of
     # 16 dependent FMNMX, its sum as one of 16 FADD. Independent chains (maximum, sum), merged at the end;
-    # the default is now (4, 2).
+    # measured no difference (124.5-126.6 us for all four): the default went back to (1, 1).
     ("cluster bands, one chain a row (previous) (all cases)", {"chains": (1, 1)}),
     ("cluster bands, chains (2, 2) (all cases)", {"chains": (2, 2)}),
     ("cluster bands, chains (4, 4) (all cases)", {"chains": (4, 4)}),
@@ -149,23 +151,26 @@ CHECKED_VARIANTS = [
     # session 5, round 4 (ncu source counters): at the first piece of the spread write the statistics of
     # the last band had not arrived in 74% of the waits (1.05 M spins of the wait loop, 13% of the
     # kernel's instructions). Adaptive: after each tile a piece only when they are in (a non-blocking
-    # test), the pieces left after the band.
+    # test), the pieces left after the band. Measured slower: 135.0 (and 136.8 with the early push
+    # below) against 125.9.
     ("lagged, adaptive spread (all cases)", {"cluster": (1, None, 0.9, True, True, 2)}),
     # and the band's statistics pushed as soon as they are final (after the last band's have been read),
     # before the remaining pieces and the staging, so they reach the peers sooner
     ("lagged, adaptive spread, early push (all cases)", {"cluster": (1, None, 0.9, True, True, 3)}),
     # session 5, round 5: tiles after a band's first keep the rows' bases (no FMNMX, quad shuffles or
     # rescale: about 70 of 190 instructions a tile) while each thread's part of a row's sum over the
-    # tile stays below 16; else the warp redoes the tile with its maximum (cuda_band_cluster.LAZY)
+    # tile stays below 16; else the warp redoes the tile with its maximum (cuda_band_cluster.LAZY).
+    # Measured 119.2 (one chain) against 125.6: now the default for the lagged band.
     ("cluster bands, lazy bases (all cases)", {"lazy": True}),
     ("cluster bands, lazy bases, one chain a row (all cases)", {"lazy": True, "chains": (1, 1)}),
     # session 5, round 6: the lagged band's four lanes of a row did the same work on the exchange: each
     # pushed nothing but lane 0 pushed to all 8 peers (48 issues for the warp), and each merged all 8
     # peers' statistics (about 120 instructions a band). Split across the four: 2 peers each, merged by
-    # two shuffles (cuda_band_cluster.QUAD_MERGE).
+    # two shuffles (cuda_band_cluster.QUAD_MERGE). Measured 116.4 against 120.3: now the default.
     ("lagged, exchange split across a row's lanes (all cases)", {"quad_merge": True}),
     # the persistent grid again with the faster kernel: 0.8 of the clusters that fit, and all of them
-    # (49 rendered; the loader launches the 45 the driver runs at once)
+    # (49 rendered; the loader launches the 45 the driver runs at once). Measured 128.6 and 115.1
+    # against 116.5 at 0.9 (kept: a margin from the second-wave cliff at 46 clusters).
     ("lagged at 0.8 (all cases)", {"cluster": (1, None, 0.8, True)}),
     ("lagged at 1.0, clamped by the loader (all cases)", {"cluster": (1, None, 1.0, True)}),
 ]
