@@ -159,9 +159,12 @@ def render(g, entry: str, groups: int = 1, min_blocks: int | None = None, fill: 
     numerators on their way out: for an f16 output by an f16 factor, a pair per ``HMUL2`` (instead of
     converting each pair to f32, scaling and rounding it back), and in the lagged band inside the
     16-byte store loop, from a table of one factor per row and column tile (instead of a pass over
-    the staged numerators in shared memory). With ``spread`` (lagged, ``store_scaled``) the store loop
-    of the previous band is cut into one piece after each column tile's statistics instead of one loop
-    after the band; ``stcs``: streaming (evict-first) stores of the output."""
+    the staged numerators in shared memory). ``spread`` (lagged, ``store_scaled``) cuts the store loop
+    of the previous band into pieces instead of one loop after the band: 1 (True, the default) one
+    after each column tile's statistics; for A/B runs 2 a piece after a tile only when the statistics
+    are in (a non-blocking test), the rest after the band; 3 as 2 with this band's statistics pushed
+    before the remaining pieces; 4 a tile later than 1 (after tiles 1 to T - 1, the last after the
+    band). ``stcs``: streaming (evict-first) stores of the output."""
     band = _ClusterBand(g, groups, min_blocks, fill, lag, store_scaled, spread, stcs)
     return band.lagged(entry) if band.lag else band.plain(entry)
 
@@ -645,7 +648,8 @@ class _ClusterBand:
                             f"        const int n = n_cta + c % {per_row} * 8;", *indent(copy, 2), "    }",
                             "    __syncwarp();  // out of the staging rows", "}"]
 
-        spread = write_parts("band - clusters", "round - 1", tiles) if self.spread == 1 else []
+        spread = write_parts("band - clusters", "round - 1", tiles) if self.spread in (1, 4) else []
+        adaptive = self.spread in (2, 3)
         prev = ("band - clusters", "round - 1")
         stats_prev = "stats0 + ((round - 1) & 1) * 8, ((round - 1) >> 1) & 1"
 
@@ -655,7 +659,11 @@ class _ClusterBand:
                     "    if (ready) {", *indent(piece_at(*prev, "done"), 2), "        ++done;", "    }", "}"]
 
         def after(t: int) -> list[str]:
-            return when_ready(t) if self.spread >= 2 else ["if (round > 0)", *indent(spread[t])]
+            if adaptive:
+                return when_ready(t)
+            if self.spread == 4:  # a tile later: piece t - 1 after tile t, the last after the band
+                return ["if (round > 0)", *indent(spread[t - 1])] if t else []
+            return ["if (round > 0)", *indent(spread[t])]
 
         push = ["if (lane % 4 == 0) {  // this band's statistics of the CTA's rows, to every CTA of the cluster",
                 "#pragma unroll", "    for (int r = 0; r < 2; ++r)", "#pragma unroll", f"        for (int q = 0; q < {ctas}; ++q)",
@@ -681,10 +689,11 @@ class _ClusterBand:
             *g.band_state(neg_inf),
             "cvl_mbar_wait(full0 + 16, round & 1);  // the A band is in",
             *([f"int done = round > 0 ? 0 : {tiles};  // pieces of the last band's write done",
-               "bool ready = false;  // its statistics are in"] if self.spread >= 2 else []),
+               "bool ready = false;  // its statistics are in"] if adaptive else []),
             *(self.band_tiles(issue, refill, after) if self.spread else self.band_tiles(issue, refill)),
             *self.merge_quad(),
-            *(rest if self.spread >= 2 else [] if self.spread else
+            *(rest if adaptive else ["if (round > 0)", *indent(spread[-1])] if self.spread == 4 else
+              [] if self.spread else
               ["if (round > 0)", *indent(write("band - clusters", "round - 1"))]),
             *(["#pragma unroll", f"for (int t = 0; t < {tiles}; ++t)", "#pragma unroll", "for (int q = 0; q < 4; ++q)",
                "    cvl_stsm_x4(pw_st + t * 128 + q * 32, cvl_pack_bits(pv[t][q * 4]), cvl_pack_bits(pv[t][q * 4 + 1]),",
