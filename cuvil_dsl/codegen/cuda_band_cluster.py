@@ -12,9 +12,10 @@ exponentiated once, and the numerators wait on chip for the row's statistics:
 * tile ``t``'s epilogue: its row maxima, the thread's running maximum and sum (rescaled when the
   maximum grows, as in the two-pass band), and the numerators ``2^(x - b_t)`` kept in registers
   as f16 pairs, with ``b_t`` the thread's base after tile ``t``. With lazy bases (``LAZY``, the
-  lagged band where the scale folds) the tiles after the first skip the maximum and keep the rows' bases, as long as
-  each thread's part of a row's sum over the tile stays below 16 (so is every numerator, and a
-  row's sum below 2^11, as with the maximum); otherwise the warp takes the tile again with it;
+  lagged band where the scale folds) the tiles after the first skip the maximum and keep the
+  rows' bases, as long as each thread's part of a row's sum over the tile stays below 16 (so is
+  every numerator, and a row's sum below 2^11, as with the maximum); otherwise the warp takes the
+  tile again with it;
 * after the last tile: the four lanes of a row merge their statistics, each CTA publishes its
   rows' ``(max, sum)`` in shared memory, and after a cluster barrier every CTA reads all ``C``
   (distributed shared memory) and merges them the same way, to the row's base ``b`` and sum ``L``;
@@ -40,8 +41,8 @@ flush to 0, an absolute error under 6e-8); for an f16 output the factor (at most
 are rounded to f16 too (each relative 2^-11, or absolute 2^-25 below f16's normal range, which the
 numerator can scale by up to 16), so the result is within 3 * 2^-11 (1.5e-3, 1.5 units in the last
 place) of the exact value, plus 2^-20 absolutely (tests/codegen/test_row_band.py emulates it); for
-bf16 the scaling is in f32 before the output's own rounding. The rest is the two-pass band's (see its docstring). F32
-outputs never take this path.
+bf16 the scaling is in f32 before the output's own rounding. The rest is the two-pass band's (see
+its docstring). F32 outputs never take this path.
 
 Masked columns (``-inf``) and NaN follow the two-pass band: a row whose values are all ``-inf``
 gives NaN (0 / 0) as NumPy does, a NaN anywhere in a row reaches its sum and so the whole row.
