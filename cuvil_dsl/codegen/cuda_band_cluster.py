@@ -589,49 +589,40 @@ class _ClusterBand:
                     *indent(scaled_copy(f"{p} * {ipp}", f"{p} * {ipp} + {ipp}")), "}"]  # (hi - lo: a constant)
 
         def write_head(band: str, rnd: str) -> list[str]:  # coordinates, the statistics of band `band`
-            if self.quad:  # the four lanes of a row split the peers (q = lane % 4 + 4i) and merge by shuffles
-                per = -(-ctas // 4)
-                mine = (lambda body: ["#pragma unroll", f"    for (int i = 0; i < {per}; ++i) {{",
-                                      "        const int q = lane % 4 + 4 * i;",
-                                      *([f"        if (q < {ctas}) {{", *indent(body, 3), "        }"] if ctas % 4
-                                        else indent(body, 2)), "    }"])
-                return [*self.band_coords(f"({band})"),
-                        f"cvl_mbar_wait(stats0 + (({rnd}) & 1) * 8, (({rnd}) >> 1) & 1);  // the cluster's statistics",
-                        "float fin_base[2], inv_sum[2];", "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
-                        f"    const float2* const got = cvl_part + (({rnd}) & 1) * {ctas * bm} + row0 + r * 8;",
-                        f"    float top = {neg_inf};", f"    float2 w[{per}];",
-                        *mine([f"w[i] = got[q * {bm}];", "top = fmaxf(top, w[i].x);"]),
-                        "    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));",
-                        "    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));",
-                        f"    const float bl = __fmul_rn(top, {LOG2E});", "    float total = 0.0f;",
-                        *mine([f"total += w[i].x == top ? w[i].y : w[i].y * cvl_ex2(__fmul_rn(w[i].x, {LOG2E}) - bl);"]),
-                        "    total += __shfl_xor_sync(0xffffffffu, total, 1);",
-                        "    total += __shfl_xor_sync(0xffffffffu, total, 2);",
-                        "    fin_base[r] = bl;", "    inv_sum[r] = 1.0f / total;", "}"]
-            return [*self.band_coords(f"({band})"),
+            head = [*self.band_coords(f"({band})"),
                     f"cvl_mbar_wait(stats0 + (({rnd}) & 1) * 8, (({rnd}) >> 1) & 1);  // the cluster's statistics",
                     "float fin_base[2], inv_sum[2];", "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
                     f"    const float2* const got = cvl_part + (({rnd}) & 1) * {ctas * bm} + row0 + r * 8;",
-                    f"    float top = {neg_inf};", "#pragma unroll",
-                    f"    for (int q = 0; q < {ctas}; ++q) top = fmaxf(top, got[q * {bm}].x);",
-                    f"    const float bl = __fmul_rn(top, {LOG2E});", "    float total = 0.0f;", "#pragma unroll",
-                    f"    for (int q = 0; q < {ctas}; ++q) {{", f"        const float2 w = got[q * {bm}];",
-                    f"        total += w.x == top ? w.y : w.y * cvl_ex2(__fmul_rn(w.x, {LOG2E}) - bl);", "    }",
-                    "    fin_base[r] = bl;", "    inv_sum[r] = 1.0f / total;", "}"]
+                    f"    float top = {neg_inf};"]
+            tail = ["    fin_base[r] = bl;", "    inv_sum[r] = 1.0f / total;", "}"]
+            if not self.quad:
+                return [*head, "#pragma unroll",
+                        f"    for (int q = 0; q < {ctas}; ++q) top = fmaxf(top, got[q * {bm}].x);",
+                        f"    const float bl = __fmul_rn(top, {LOG2E});", "    float total = 0.0f;", "#pragma unroll",
+                        f"    for (int q = 0; q < {ctas}; ++q) {{", f"        const float2 w = got[q * {bm}];",
+                        f"        total += w.x == top ? w.y : w.y * cvl_ex2(__fmul_rn(w.x, {LOG2E}) - bl);", "    }",
+                        *tail]
+            # the four lanes of a row split the peers (q = lane % 4 + 4i) and merge by shuffles
+            per = -(-ctas // 4)
+
+            def mine(body: list[str]) -> list[str]:
+                return ["#pragma unroll", f"    for (int i = 0; i < {per}; ++i) {{", "        const int q = lane % 4 + 4 * i;",
+                        *([f"        if (q < {ctas}) {{", *indent(body, 3), "        }"] if ctas % 4 else indent(body, 2)),
+                        "    }"]
+
+            return [*head, f"    float2 w[{per}];",
+                    *mine([f"w[i] = got[q * {bm}];", "top = fmaxf(top, w[i].x);"]),
+                    "    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));",
+                    "    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));",
+                    f"    const float bl = __fmul_rn(top, {LOG2E});", "    float total = 0.0f;",
+                    *mine([f"total += w[i].x == top ? w[i].y : w[i].y * cvl_ex2(__fmul_rn(w[i].x, {LOG2E}) - bl);"]),
+                    "    total += __shfl_xor_sync(0xffffffffu, total, 1);",
+                    "    total += __shfl_xor_sync(0xffffffffu, total, 2);", *tail]
 
         def write(band: str, rnd: str) -> list[str]:  # band `band` of round `rnd`, from the staged numerators
             if self.scaled:
                 return write_parts(band, rnd, 1)[0]
-            lines = ["{", *indent(self.band_coords(f"({band})")),
-                     f"    cvl_mbar_wait(stats0 + (({rnd}) & 1) * 8, (({rnd}) >> 1) & 1);  // the cluster's statistics",
-                     "    float fin_base[2], inv_sum[2];", "#pragma unroll", "    for (int r = 0; r < 2; ++r) {",
-                     f"        const float2* const got = cvl_part + (({rnd}) & 1) * {ctas * bm} + row0 + r * 8;",
-                     f"        float top = {neg_inf};", "#pragma unroll",
-                     f"        for (int q = 0; q < {ctas}; ++q) top = fmaxf(top, got[q * {bm}].x);",
-                     f"        const float bl = __fmul_rn(top, {LOG2E});", "        float total = 0.0f;", "#pragma unroll",
-                     f"        for (int q = 0; q < {ctas}; ++q) {{", f"            const float2 w = got[q * {bm}];",
-                     f"            total += w.x == top ? w.y : w.y * cvl_ex2(__fmul_rn(w.x, {LOG2E}) - bl);", "        }",
-                     "        fin_base[r] = bl;", "        inv_sum[r] = 1.0f / total;", "    }"]
+            lines = ["{", *indent(write_head(band, rnd))]
             for t in range(tiles):
                 lines += ["    {", "        float sc[2];", "#pragma unroll",
                           f"        for (int r = 0; r < 2; ++r) sc[r] = cvl_ex2(prev_base[{t}][r] - fin_base[r]) * inv_sum[r];",
