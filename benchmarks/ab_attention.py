@@ -178,6 +178,11 @@ CHECKED_VARIANTS = [
     # 114.8 against 115.1 for the default spread (and 117.0 for the same default kernel in that run):
     # within noise, not taken.
     ("lagged, spread a tile later (all cases)", {"cluster": (1, None, 0.9, True, True, 4)}),
+    # session 5, round 7: a lazy tile's row sums by the tensor cores (the f16 numerators, already in the
+    # registers of wgmma's A layout, times a 16 x 8 block of ones: 4 HGMMA.64x8x16 a tile instead of
+    # 32 FADD a thread; the whole row's sum in every lane, so no quad sum for it), at the cost of
+    # waiting for that wgmma before the tile's check (cuda_band_cluster.TC_SUMS)
+    ("lagged, lazy tiles' sums on the tensor cores (all cases)", {"tc_sums": True}),
 ]
 
 

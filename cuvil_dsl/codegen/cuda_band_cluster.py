@@ -64,6 +64,7 @@ MAX_CLUSTER = 8  # CTAs: the portable cluster size on sm_90
 MAX_TILES = 4  # column tiles of 64 a CTA keeps: 16 registers of f16 pairs each
 LAZY = True  # (lagged band) a tile after a band's first keeps the rows' bases while its numerators stay small
 QUAD_MERGE = True  # (lagged band) a row's four lanes split the pushes to and the merge of the peers
+TC_SUMS = False  # (lazy tiles) a row's sum over a tile by the tensor cores (A from registers, B ones)
 CHAINS = (1, 1)  # independent chains of a row's maximum and sum over a tile (ROW_BAND_TUNING "chains")
 
 CLUSTER_HELPERS = r"""
@@ -99,6 +100,20 @@ __device__ __forceinline__ void cvl_cluster_push2(unsigned local, unsigned bar, 
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(rb) : "r"(bar), "r"(rank));
     asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];\n"
                  :: "r"(ra), "f"(x), "f"(y), "r"(rb) : "memory");
+}
+"""
+
+
+ROWSUM_HELPER = r"""
+// D (64 x 8, f32) = or += A (64 x 16 f16 in registers: a warp's 16 rows in the mma.sync A layout, which
+// is the accumulator layout of two 8-column groups) * B (16 x 8 f16 ones, descriptor): every column of
+// D is A's row sums
+__device__ __forceinline__ void cvl_wgmma_rowsum(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                                 unsigned long long db, int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(accumulate));
 }
 """
 
@@ -220,6 +235,8 @@ class _ClusterBand:
         # a multiprocessor the slow path's registers spill, and small grids did not gain)
         self.lazy = bool(ROW_BAND_TUNING.get("lazy", LAZY)) and self.lag
         self.quad = bool(ROW_BAND_TUNING.get("quad_merge", QUAD_MERGE)) and self.lag  # split across a row's lanes
+        # lazy tiles' row sums by a wgmma of the f16 numerators (registers) with ones, not FADDs
+        self.tc_sums = bool(ROW_BAND_TUNING.get("tc_sums", TC_SUMS)) and self.lazy and self.scaled
         self.spread, self.stcs = (int(spread) if store_scaled and self.lag else 0), stcs
         self.half = store_scaled and self.pair == "__half2"  # the numerators scaled in f16 pairs
 
@@ -289,6 +306,19 @@ class _ClusterBand:
         ]
         if not (self.lazy and g.fold is not None and t > 0):
             return slow
+        fast_fadd = ["float fpart[2];", "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
+                     *indent(_tree("fpart[r]", [f"fsum[r][{c}]" for c in range(ksum)], None)), "}",
+                     "fine = fine && fpart[0] < 16.0f && fpart[1] < 16.0f;  // false for NaN"]
+        # the tile's whole row sums (all four lanes hold them; lane 0 of four adds to the thread sums
+        # that merge_quad adds up): below 64 keeps every numerator below 64 and a CTA's part of a row's
+        # sum below 4 * 64, so the row's below 2^11 as with the maximum
+        fast_tc = ["float rs[4];", "cvl_wgmma_fence();", "#pragma unroll", "for (int kk = 0; kk < 4; ++kk)",
+                   f"    cvl_wgmma_rowsum(rs, cvl_pack_bits(pv[{t}][kk * 4]), cvl_pack_bits(pv[{t}][kk * 4 + 1]),",
+                   f"                     cvl_pack_bits(pv[{t}][kk * 4 + 2]), cvl_pack_bits(pv[{t}][kk * 4 + 3]), desc_ones, kk);",
+                   "cvl_wgmma_commit();", "cvl_wgmma_wait<0>();",
+                   "asm volatile(\"\" : \"+f\"(rs[0]), \"+f\"(rs[1]), \"+f\"(rs[2]), \"+f\"(rs[3]) :: \"memory\");",
+                   "const float fpart[2] = {rs[0], rs[2]};",
+                   "fine = fine && fpart[0] < 64.0f && fpart[1] < 64.0f;  // false for NaN"]
         # The rows' bases as they are (no maximum of this tile): kept when every thread's part of each
         # row's sum over the tile stays below 16, so every numerator is below 16 (f16 holds them to
         # 2^-11) and a row's sum over its 128 parts below 2^11, as with the maximum (the factors
@@ -301,14 +331,13 @@ class _ClusterBand:
             "#pragma unroll", f"    for (int c = 0; c < {ksum}; ++c) fsum[r][c] = 0.0f;", "}",
             *eng.pairs("m0", "n0", ["const float p0 = cvl_ex2(fmaf(ACC0, band_c, -fb[slot]));",
                                     "const float p1 = cvl_ex2(fmaf(ACC1, band_c, -fb[slot]));",
-                                    f"fsum[slot][ni % {ksum}] += p0 + p1;",
+                                    *([] if self.tc_sums else [f"fsum[slot][ni % {ksum}] += p0 + p1;"]),
                                     f"pv[{t}][ni * 2 + h] = __floats2half2_rn(p0, p1);"]),
-            "float fpart[2];", "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
-            *indent(_tree("fpart[r]", [f"fsum[r][{c}]" for c in range(ksum)], None)), "}",
-            "fine = fine && fpart[0] < 16.0f && fpart[1] < 16.0f;  // false for NaN",
+            *(fast_tc if self.tc_sums else fast_fadd),
             "if (__all_sync(0xffffffffu, fine)) {",
             "#pragma unroll", "    for (int r = 0; r < 2; ++r) {",
-            "        row_sum[r] += fpart[r];", f"        tile_base[{t}][r] = fb[r];", "    }",
+            f"        row_sum[r] += {'lane % 4 == 0 ? fpart[r] : 0.0f' if self.tc_sums else 'fpart[r]'};",
+            f"        tile_base[{t}][r] = fb[r];", "    }",
             "} else {", *indent(slow), "}"]
 
     def stage_scaled(self, pv: str, at: str) -> list[str]:
@@ -502,6 +531,7 @@ class _ClusterBand:
         g, eng, ctas, tiles, bm, neg_inf = self.g, self.eng, self.ctas, self.tiles, self.bm, self.neg_inf
         tile_a, tile_b, maps = self.tile_a, self.tile_b, self.maps
         ldp = tiles * 64 + 8  # a staged row of numerators, in halves (16 bytes of padding)
+        ones_at = tile_a + 2 * tile_b + 4 * 16 * ldp * 2  # a multiple of 1024 bytes
         per_row = tiles * 8  # 16-byte chunks of a staged row
         loads = [len(range(s, tiles, 2)) for s in (0, 1)]  # B loads of each ring slot a band
 
@@ -725,6 +755,11 @@ class _ClusterBand:
             "    asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");",
             *indent(load(f"blockIdx.x / {ctas}", list(range(min(2, tiles))), True)),
             "}",
+            *([f"const unsigned ones = smem0 + {ones_at}u;  // 1 KB of f16 ones: B of the row-sum wgmma",
+               "reinterpret_cast<uint2*>(cvl_smem + (ones - cvl_smem_addr(cvl_smem)))[threadIdx.x] = "
+               "make_uint2(0x3C003C00u, 0x3C003C00u);",
+               "asm volatile(\"fence.proxy.async.shared::cta;\\n\" ::: \"memory\");  // seen by wgmma",
+               "const unsigned long long desc_ones = cvl_wgmma_desc(ones, 16u, 1024u);"] if self.tc_sums else []),
             "__syncthreads();",
             "cvl_cluster_arrive();", "cvl_cluster_wait();  // every CTA's mbarriers are set up before any push",
             "int round = 0;", "int band = blockIdx.x / " + str(ctas) + ";",
@@ -733,4 +768,5 @@ class _ClusterBand:
             *write("band - clusters", "round - 1"),
             "cvl_cluster_arrive();", "cvl_cluster_wait();  // no CTA leaves while a push to it may be in flight",
         ]
-        return self.emitted(entry, body, tile_a + 2 * tile_b + 4 * 16 * ldp * 2 + 1024, PUSH_HELPER, persistent=True)
+        return self.emitted(entry, body, ones_at + (1024 if self.tc_sums else 0) + 1024,
+                            PUSH_HELPER + (ROWSUM_HELPER if self.tc_sums else ""), persistent=True)
