@@ -338,9 +338,9 @@ def _engine(source: str) -> str:
     return "cluster" if "cvl_cluster_" in source else "wgmma" if "cvl_wgmma(" in source else "mma"
 
 
-# (B, M, N), D 64 -> each engine's time in us on the H200, 2026-11-30 (benchmarks/ab_attention.py --sweep,
-# benchmarks/results/2026-11-30-h200-ab_attention-lagged*.md; "lagged" needs clusters of 2 or more)
-MEASURED = {  # us, H200, benchmarks/results/2026-11-30-h200-ab_attention-session5-sweep.md (session 5)
+# (B, M, N), D 64 -> each engine's time in us on the H200, 2026-11-30, fifth session (benchmarks/ab_attention.py
+# --sweep, benchmarks/results/2026-11-30-h200-ab_attention-session5-sweep.md; "lagged" needs clusters of 2 or more)
+MEASURED = {
     (4, 2048, 2048): {"mma": 37.6, "wgmma": 49.1, "cluster": 26.0, "lagged": 21.9},
     (8, 2048, 2048): {"mma": 50.0, "wgmma": 50.0, "cluster": 45.7, "lagged": 35.9},
     (16, 2048, 2048): {"mma": 84.5, "wgmma": 74.3, "cluster": 86.5, "lagged": 60.5},
