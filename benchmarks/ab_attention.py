@@ -151,12 +151,9 @@ CHECKED_VARIANTS = [
     # session 5, round 4 (ncu source counters): at the first piece of the spread write the statistics of
     # the last band had not arrived in 74% of the waits (1.05 M spins of the wait loop, 13% of the
     # kernel's instructions). Adaptive: after each tile a piece only when they are in (a non-blocking
-    # test), the pieces left after the band. Measured slower: 135.0 (and 136.8 with the early push
-    # below) against 125.9.
-    ("lagged, adaptive spread (all cases)", {"cluster": (1, None, 0.9, True, True, 2)}),
-    # and the band's statistics pushed as soon as they are final (after the last band's have been read),
-    # before the remaining pieces and the staging, so they reach the peers sooner
-    ("lagged, adaptive spread, early push (all cases)", {"cluster": (1, None, 0.9, True, True, 3)}),
+    # test), the pieces left after the band; and with the band's statistics pushed as soon as they are
+    # final. Measured slower: 135.0 and 136.8 against 125.9. Code removed after the measurement (it was
+    # spread modes 2 and 3 of cuda_band_cluster.render at commit 3c3a0f4).
     # session 5, round 5: tiles after a band's first keep the rows' bases (no FMNMX, quad shuffles or
     # rescale: about 70 of 190 instructions a tile) while each thread's part of a row's sum over the
     # tile stays below 16; else the warp redoes the tile with its maximum (cuda_band_cluster.LAZY).
@@ -176,14 +173,13 @@ CHECKED_VARIANTS = [
     # the spread pieces a tile later (after tiles 1-3 and after the band), so the first waits on the
     # last band's statistics a tile later than now (ncu: 74% of first tries found them late). Measured
     # 114.8 against 115.1 for the default spread (and 117.0 for the same default kernel in that run):
-    # within noise, not taken.
-    ("lagged, spread a tile later (all cases)", {"cluster": (1, None, 0.9, True, True, 4)}),
+    # within noise, not taken (spread mode 4 at commit 3c3a0f4, removed).
     # session 5, round 7: a lazy tile's row sums by the tensor cores (the f16 numerators, already in the
     # registers of wgmma's A layout, times a 16 x 8 block of ones: 4 HGMMA.64x8x16 a tile instead of
     # 32 FADD a thread; the whole row's sum in every lane, so no quad sum for it), at the cost of
     # waiting for that wgmma before the tile's check (cuda_band_cluster.TC_SUMS). Measured 117.1 against
-    # 116.3 (correct on every case, GPU tests pass): the wait costs what the FADDs did; not taken.
-    ("lagged, lazy tiles' sums on the tensor cores (all cases)", {"tc_sums": True}),
+    # 116.3 (correct on every case, GPU tests pass): the wait costs what the FADDs did; not taken
+    # (TC_SUMS at commit 3c3a0f4, removed).
 ]
 
 

@@ -64,7 +64,6 @@ MAX_CLUSTER = 8  # CTAs: the portable cluster size on sm_90
 MAX_TILES = 4  # column tiles of 64 a CTA keeps: 16 registers of f16 pairs each
 LAZY = True  # (lagged band) a tile after a band's first keeps the rows' bases while its numerators stay small
 QUAD_MERGE = True  # (lagged band) a row's four lanes split the pushes to and the merge of the peers
-TC_SUMS = False  # (lazy tiles) a row's sum over a tile by the tensor cores (A from registers, B ones)
 CHAINS = (1, 1)  # independent chains of a row's maximum and sum over a tile (ROW_BAND_TUNING "chains")
 
 CLUSTER_HELPERS = r"""
@@ -86,13 +85,6 @@ __device__ __forceinline__ float2 cvl_cluster_ld2(unsigned local, unsigned rank)
 
 
 PUSH_HELPER = r"""
-// whether mbarrier `bar` has completed the phase of `parity` (no waiting)
-__device__ __forceinline__ bool cvl_mbar_ready(unsigned bar, unsigned parity) {
-    unsigned done;
-    asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-    return done != 0;
-}
 // st.async of (x, y) to the same shared address in CTA `rank`, completing bytes on that CTA's mbarrier `bar`
 __device__ __forceinline__ void cvl_cluster_push2(unsigned local, unsigned bar, unsigned rank, float x, float y) {
     unsigned ra, rb;
@@ -100,20 +92,6 @@ __device__ __forceinline__ void cvl_cluster_push2(unsigned local, unsigned bar, 
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(rb) : "r"(bar), "r"(rank));
     asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];\n"
                  :: "r"(ra), "f"(x), "f"(y), "r"(rb) : "memory");
-}
-"""
-
-
-ROWSUM_HELPER = r"""
-// D (64 x 8, f32) = or += A (64 x 16 f16 in registers: a warp's 16 rows in the mma.sync A layout, which
-// is the accumulator layout of two 8-column groups) * B (16 x 8 f16 ones, descriptor): every column of
-// D is A's row sums
-__device__ __forceinline__ void cvl_wgmma_rowsum(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                                 unsigned long long db, int accumulate) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(accumulate));
 }
 """
 
@@ -176,11 +154,8 @@ def render(g, entry: str, groups: int = 1, min_blocks: int | None = None, fill: 
     converting each pair to f32, scaling and rounding it back), and in the lagged band inside the
     16-byte store loop, from a table of one factor per row and column tile (instead of a pass over
     the staged numerators in shared memory). ``spread`` (lagged, ``store_scaled``) cuts the store loop
-    of the previous band into pieces instead of one loop after the band: 1 (True, the default) one
-    after each column tile's statistics; for A/B runs 2 a piece after a tile only when the statistics
-    are in (a non-blocking test), the rest after the band; 3 as 2 with this band's statistics pushed
-    before the remaining pieces; 4 a tile later than 1 (after tiles 1 to T - 1, the last after the
-    band). ``stcs``: streaming (evict-first) stores of the output."""
+    of the previous band into one piece after each column tile's statistics instead of one loop after
+    the band; ``stcs``: streaming (evict-first) stores of the output."""
     band = _ClusterBand(g, groups, min_blocks, fill, lag, store_scaled, spread, stcs)
     return band.lagged(entry) if band.lag else band.plain(entry)
 
@@ -235,9 +210,7 @@ class _ClusterBand:
         # a multiprocessor the slow path's registers spill, and small grids did not gain)
         self.lazy = bool(ROW_BAND_TUNING.get("lazy", LAZY)) and self.lag
         self.quad = bool(ROW_BAND_TUNING.get("quad_merge", QUAD_MERGE)) and self.lag  # split across a row's lanes
-        # lazy tiles' row sums by a wgmma of the f16 numerators (registers) with ones, not FADDs
-        self.tc_sums = bool(ROW_BAND_TUNING.get("tc_sums", TC_SUMS)) and self.lazy and self.scaled
-        self.spread, self.stcs = (int(spread) if store_scaled and self.lag else 0), stcs
+        self.spread, self.stcs = spread and store_scaled and self.lag, stcs
         self.half = store_scaled and self.pair == "__half2"  # the numerators scaled in f16 pairs
 
     # ------------------------------------------------------------------ shared pieces
@@ -306,19 +279,6 @@ class _ClusterBand:
         ]
         if not (self.lazy and g.fold is not None and t > 0):
             return slow
-        fast_fadd = ["float fpart[2];", "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
-                     *indent(_tree("fpart[r]", [f"fsum[r][{c}]" for c in range(ksum)], None)), "}",
-                     "fine = fine && fpart[0] < 16.0f && fpart[1] < 16.0f;  // false for NaN"]
-        # the tile's whole row sums (all four lanes hold them; lane 0 of four adds to the thread sums
-        # that merge_quad adds up): below 64 keeps every numerator below 64 and a CTA's part of a row's
-        # sum below 4 * 64, so the row's below 2^11 as with the maximum
-        fast_tc = ["float rs[4];", "cvl_wgmma_fence();", "#pragma unroll", "for (int kk = 0; kk < 4; ++kk)",
-                   f"    cvl_wgmma_rowsum(rs, cvl_pack_bits(pv[{t}][kk * 4]), cvl_pack_bits(pv[{t}][kk * 4 + 1]),",
-                   f"                     cvl_pack_bits(pv[{t}][kk * 4 + 2]), cvl_pack_bits(pv[{t}][kk * 4 + 3]), desc_ones, kk);",
-                   "cvl_wgmma_commit();", "cvl_wgmma_wait<0>();",
-                   "asm volatile(\"\" : \"+f\"(rs[0]), \"+f\"(rs[1]), \"+f\"(rs[2]), \"+f\"(rs[3]) :: \"memory\");",
-                   "const float fpart[2] = {rs[0], rs[2]};",
-                   "fine = fine && fpart[0] < 64.0f && fpart[1] < 64.0f;  // false for NaN"]
         # The rows' bases as they are (no maximum of this tile): kept when every thread's part of each
         # row's sum over the tile stays below 16, so every numerator is below 16 (f16 holds them to
         # 2^-11) and a row's sum over its 128 parts below 2^11, as with the maximum (the factors
@@ -331,12 +291,14 @@ class _ClusterBand:
             "#pragma unroll", f"    for (int c = 0; c < {ksum}; ++c) fsum[r][c] = 0.0f;", "}",
             *eng.pairs("m0", "n0", ["const float p0 = cvl_ex2(fmaf(ACC0, band_c, -fb[slot]));",
                                     "const float p1 = cvl_ex2(fmaf(ACC1, band_c, -fb[slot]));",
-                                    *([] if self.tc_sums else [f"fsum[slot][ni % {ksum}] += p0 + p1;"]),
+                                    f"fsum[slot][ni % {ksum}] += p0 + p1;",
                                     f"pv[{t}][ni * 2 + h] = __floats2half2_rn(p0, p1);"]),
-            *(fast_tc if self.tc_sums else fast_fadd),
+            "float fpart[2];", "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
+            *indent(_tree("fpart[r]", [f"fsum[r][{c}]" for c in range(ksum)], None)), "}",
+            "fine = fine && fpart[0] < 16.0f && fpart[1] < 16.0f;  // false for NaN",
             "if (__all_sync(0xffffffffu, fine)) {",
             "#pragma unroll", "    for (int r = 0; r < 2; ++r) {",
-            f"        row_sum[r] += {'lane % 4 == 0 ? fpart[r] : 0.0f' if self.tc_sums else 'fpart[r]'};",
+            "        row_sum[r] += fpart[r];",
             f"        tile_base[{t}][r] = fb[r];", "    }",
             "} else {", *indent(slow), "}"]
 
@@ -531,7 +493,6 @@ class _ClusterBand:
         g, eng, ctas, tiles, bm, neg_inf = self.g, self.eng, self.ctas, self.tiles, self.bm, self.neg_inf
         tile_a, tile_b, maps = self.tile_a, self.tile_b, self.maps
         ldp = tiles * 64 + 8  # a staged row of numerators, in halves (16 bytes of padding)
-        ones_at = tile_a + 2 * tile_b + 4 * 16 * ldp * 2  # a multiple of 1024 bytes
         per_row = tiles * 8  # 16-byte chunks of a staged row
         loads = [len(range(s, tiles, 2)) for s in (0, 1)]  # B loads of each ring slot a band
 
@@ -610,14 +571,6 @@ class _ClusterBand:
                 out.append(lines + ["}"])
             return out
 
-        def piece_at(band: str, rnd: str, p: str) -> list[str]:
-            """Piece ``p`` (a run-time index) of ``tiles`` of band ``band``'s scaled write; piece 0 reads
-            the statistics (arrived) and fills the factor table."""
-            ipp = per_row // 2 // tiles  # store-loop iterations a piece
-            return ["{", *indent(self.band_coords(f"({band})")),
-                    f"    if ({p} == 0) {{", *indent(write_head(band, rnd), 2), *indent(factors(), 2), "    }",
-                    *indent(scaled_copy(f"{p} * {ipp}", f"{p} * {ipp} + {ipp}")), "}"]  # (hi - lo: a constant)
-
         def write_head(band: str, rnd: str) -> list[str]:  # coordinates, the statistics of band `band`
             head = [*self.band_coords(f"({band})"),
                     f"cvl_mbar_wait(stats0 + (({rnd}) & 1) * 8, (({rnd}) >> 1) & 1);  // the cluster's statistics",
@@ -670,21 +623,9 @@ class _ClusterBand:
                             f"        const int n = n_cta + c % {per_row} * 8;", *indent(copy, 2), "    }",
                             "    __syncwarp();  // out of the staging rows", "}"]
 
-        spread = write_parts("band - clusters", "round - 1", tiles) if self.spread in (1, 4) else []
-        adaptive = self.spread in (2, 3)
-        prev = ("band - clusters", "round - 1")
-        stats_prev = "stats0 + ((round - 1) & 1) * 8, ((round - 1) >> 1) & 1"
+        spread = write_parts("band - clusters", "round - 1", tiles) if self.spread else []
 
-        def when_ready(t: int) -> list[str]:  # adaptive: a piece after tile t if the statistics are in
-            return [f"if (done < {tiles}) {{",
-                    f"    if (!ready) ready = __all_sync(0xffffffffu, cvl_mbar_ready({stats_prev}));",
-                    "    if (ready) {", *indent(piece_at(*prev, "done"), 2), "        ++done;", "    }", "}"]
-
-        def after(t: int) -> list[str]:
-            if adaptive:
-                return when_ready(t)
-            if self.spread == 4:  # a tile later: piece t - 1 after tile t, the last after the band
-                return ["if (round > 0)", *indent(spread[t - 1])] if t else []
+        def after(t: int) -> list[str]:  # piece t of the last band's write
             return ["if (round > 0)", *indent(spread[t])]
 
         push = ["if (lane % 4 == 0) {  // this band's statistics of the CTA's rows, to every CTA of the cluster",
@@ -697,26 +638,14 @@ class _ClusterBand:
                     *([f"    if (q < {ctas})"] if ctas % 4 else []), "#pragma unroll", "    for (int r = 0; r < 2; ++r)",
                     f"        cvl_cluster_push2(part0 + ((round & 1) * {ctas * bm} + rank * {bm} + row0 + r * 8) * 8,",
                     "                          stats0 + (round & 1) * 8, q, row_max[r], row_sum[r]);", "}"]
-        # mode 3 pushes this band's statistics as soon as they are final, once the warp has read the last
-        # band's (piece 0): a peer's next push to that buffer needs this one first
-        early = ["if (done == 0) {  // the last band's statistics read before this band's are pushed",
-                 f"    cvl_mbar_wait({stats_prev});", *indent(piece_at(*prev, "0")), "    done = 1;", "}", *push]
-        rest = [*(early if self.spread == 3 else []),
-                f"if (done < {tiles}) cvl_mbar_wait({stats_prev});  // the pieces not written yet",
-                "#pragma unroll 1", f"for (; done < {tiles}; ++done)", *indent(piece_at(*prev, "done")),
-                "__syncwarp();  // out of the staged rows and the factors"]
         band_body = [
             *self.band_coords("band"),
             f"if (threadIdx.x == 0) cvl_mbar_expect_tx(stats0 + (round & 1) * 8, {ctas * bm * 8}u);",
             *g.band_state(neg_inf),
             "cvl_mbar_wait(full0 + 16, round & 1);  // the A band is in",
-            *([f"int done = round > 0 ? 0 : {tiles};  // pieces of the last band's write done",
-               "bool ready = false;  // its statistics are in"] if adaptive else []),
             *(self.band_tiles(issue, refill, after) if self.spread else self.band_tiles(issue, refill)),
             *self.merge_quad(),
-            *(rest if adaptive else ["if (round > 0)", *indent(spread[-1])] if self.spread == 4 else
-              [] if self.spread else
-              ["if (round > 0)", *indent(write("band - clusters", "round - 1"))]),
+            *([] if self.spread else ["if (round > 0)", *indent(write("band - clusters", "round - 1"))]),
             *(["#pragma unroll", f"for (int t = 0; t < {tiles}; ++t)", "#pragma unroll", "for (int q = 0; q < 4; ++q)",
                "    cvl_stsm_x4(pw_st + t * 128 + q * 32, cvl_pack_bits(pv[t][q * 4]), cvl_pack_bits(pv[t][q * 4 + 1]),",
                "                cvl_pack_bits(pv[t][q * 4 + 2]), cvl_pack_bits(pv[t][q * 4 + 3]));"] if self.scaled else
@@ -724,7 +653,7 @@ class _ClusterBand:
                "#pragma unroll", "for (int h = 0; h < 2; ++h)",
                f"    *reinterpret_cast<__half2*>(pw + (lane / 4 + h * 8) * {ldp} + t * 64 + ni * 8 + lane % 4 * 2) = pv[t][ni * 2 + h];"]),
             "#pragma unroll", f"for (int t = 0; t < {tiles}; ++t) prev_base[t][0] = tile_base[t][0], prev_base[t][1] = tile_base[t][1];",
-            *([] if self.spread == 3 else push),
+            *push,
         ]
         body = [
             *self.common_head("a ring of 2 B tiles of 64 rows"),
@@ -755,11 +684,6 @@ class _ClusterBand:
             "    asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");",
             *indent(load(f"blockIdx.x / {ctas}", list(range(min(2, tiles))), True)),
             "}",
-            *([f"const unsigned ones = smem0 + {ones_at}u;  // 1 KB of f16 ones: B of the row-sum wgmma",
-               "reinterpret_cast<uint2*>(cvl_smem + (ones - cvl_smem_addr(cvl_smem)))[threadIdx.x] = "
-               "make_uint2(0x3C003C00u, 0x3C003C00u);",
-               "asm volatile(\"fence.proxy.async.shared::cta;\\n\" ::: \"memory\");  // seen by wgmma",
-               "const unsigned long long desc_ones = cvl_wgmma_desc(ones, 16u, 1024u);"] if self.tc_sums else []),
             "__syncthreads();",
             "cvl_cluster_arrive();", "cvl_cluster_wait();  // every CTA's mbarriers are set up before any push",
             "int round = 0;", "int band = blockIdx.x / " + str(ctas) + ";",
@@ -768,5 +692,4 @@ class _ClusterBand:
             *write("band - clusters", "round - 1"),
             "cvl_cluster_arrive();", "cvl_cluster_wait();  // no CTA leaves while a push to it may be in flight",
         ]
-        return self.emitted(entry, body, ones_at + (1024 if self.tc_sums else 0) + 1024,
-                            PUSH_HELPER + (ROWSUM_HELPER if self.tc_sums else ""), persistent=True)
+        return self.emitted(entry, body, tile_a + 2 * tile_b + 4 * 16 * ldp * 2 + 1024, PUSH_HELPER, persistent=True)

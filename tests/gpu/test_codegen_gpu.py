@@ -249,15 +249,14 @@ def test_persistent_cluster_kernels_match_on_fewer_clusters(fit, monkeypatch):
         assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
 
 
-@pytest.mark.parametrize("tuning", [{"lazy": True}, {"lazy": False}, {"quad_merge": True}, {"quad_merge": False},
-                                    {"tc_sums": True}, {"tc_sums": False}], ids=str)
+@pytest.mark.parametrize("tuning", [{"lazy": True}, {"lazy": False}, {"quad_merge": True}, {"quad_merge": False}],
+                         ids=str)
 @pytest.mark.parametrize("stem", ["attention_lazy", "attention_cluster", "attention_f16"])
 def test_cluster_band_switches_match_reference(stem, tuning, monkeypatch):
     """The lagged cluster band with and without lazy bases (cuda_band_cluster.LAZY; attention_lazy's
     tilted logits send about 40% of the later tiles back to their maximum, the slow path, the other
     programs' logits keep their bases or walk a mask, never lazy) and with the exchange split across a
-    row's four lanes or not (QUAD_MERGE; attention_cluster's `six` has clusters of 6), and with the lazy
-    tiles' row sums on the tensor cores or not (TC_SUMS)."""
+    row's four lanes or not (QUAD_MERGE; attention_cluster's `six` has clusters of 6)."""
     from cuvil_dsl.codegen import cuda_matmul
 
     monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", tuning)
