@@ -143,11 +143,7 @@ CHECKED_VARIANTS = [
     # session 5, round 3 (ncu, 2026-11-30: issue slots 41% busy, 0.69 eligible warps a scheduler, the
     # top stall "wait", a fixed-latency dependency): a row's maximum over a tile ran as one chain of
     # 16 dependent FMNMX, its sum as one of 16 FADD. Independent chains (maximum, sum), merged at the end;
-    # measured no difference (124.5-126.6 us for all four): the default went back to (1, 1).
-    ("cluster bands, one chain a row (previous) (all cases)", {"chains": (1, 1)}),
-    ("cluster bands, chains (2, 2) (all cases)", {"chains": (2, 2)}),
-    ("cluster bands, chains (4, 4) (all cases)", {"chains": (4, 4)}),
-    ("cluster bands, chains (8, 2) (all cases)", {"chains": (8, 2)}),
+    # measured no difference (124.5-126.6 us for all four): removed (the code is at commit 3c3a0f4).
     # session 5, round 4 (ncu source counters): at the first piece of the spread write the statistics of
     # the last band had not arrived in 74% of the waits (1.05 M spins of the wait loop, 13% of the
     # kernel's instructions). Adaptive: after each tile a piece only when they are in (a non-blocking
@@ -157,14 +153,14 @@ CHECKED_VARIANTS = [
     # session 5, round 5: tiles after a band's first keep the rows' bases (no FMNMX, quad shuffles or
     # rescale: about 70 of 190 instructions a tile) while each thread's part of a row's sum over the
     # tile stays below 16; else the warp redoes the tile with its maximum (cuda_band_cluster.LAZY).
-    # Measured 119.2 (one chain) against 125.6: now the default for the lagged band.
-    ("cluster bands, lazy bases (all cases)", {"lazy": True}),
-    ("cluster bands, lazy bases, one chain a row (all cases)", {"lazy": True, "chains": (1, 1)}),
+    # Measured 119.2 (one chain) against 125.6: now the default for the lagged band; this is without.
+    ("lagged, no lazy bases (previous) (all cases)", {"lazy": False}),
     # session 5, round 6: the lagged band's four lanes of a row did the same work on the exchange: each
     # pushed nothing but lane 0 pushed to all 8 peers (48 issues for the warp), and each merged all 8
     # peers' statistics (about 120 instructions a band). Split across the four: 2 peers each, merged by
-    # two shuffles (cuda_band_cluster.QUAD_MERGE). Measured 116.4 against 120.3: now the default.
-    ("lagged, exchange split across a row's lanes (all cases)", {"quad_merge": True}),
+    # two shuffles (cuda_band_cluster.QUAD_MERGE). Measured 116.4 against 120.3: now the default; this
+    # is without.
+    ("lagged, exchange not split (previous) (all cases)", {"quad_merge": False}),
     # the persistent grid again with the faster kernel: 0.8 of the clusters that fit, and all of them
     # (49 rendered; the loader launches the 45 the driver runs at once). Measured 128.6 and 115.1
     # against 116.5 at 0.9 (kept: a margin from the second-wave cliff at 46 clusters).

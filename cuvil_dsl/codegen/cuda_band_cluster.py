@@ -64,7 +64,6 @@ MAX_CLUSTER = 8  # CTAs: the portable cluster size on sm_90
 MAX_TILES = 4  # column tiles of 64 a CTA keeps: 16 registers of f16 pairs each
 LAZY = True  # (lagged band) a tile after a band's first keeps the rows' bases while its numerators stay small
 QUAD_MERGE = True  # (lagged band) a row's four lanes split the pushes to and the merge of the peers
-CHAINS = (1, 1)  # independent chains of a row's maximum and sum over a tile (ROW_BAND_TUNING "chains")
 
 CLUSTER_HELPERS = r"""
 // the CTAs of a cluster: the two halves of its barrier, and a float2 in another CTA's shared memory
@@ -109,14 +108,6 @@ __device__ __forceinline__ unsigned cvl_hmul2_bits(unsigned a, unsigned b) {
     return r;
 }
 """
-
-
-def _tree(target: str, terms: list[str], fn: str | None) -> list[str]:
-    """``target = terms[0] op terms[1] op ...`` as a balanced tree (``fn(a, b)``, or ``a + b``)."""
-    while len(terms) > 1:
-        pairs = [(terms[i], terms[i + 1]) for i in range(0, len(terms) - 1, 2)]
-        terms = [f"{fn}({a}, {b})" if fn else f"({a} + {b})" for a, b in pairs] + terms[len(pairs) * 2:]
-    return [f"{target} = {terms[0]};"]
 
 
 def layout(n: int) -> tuple[int, int] | None:
@@ -205,7 +196,6 @@ class _ClusterBand:
         self.target = f"{k.names[staged.value]}[{k.offset(staged.value, staged.map, g.coord)}]"
         self.scaled = store_scaled
         from cuvil_dsl.codegen.cuda_matmul import ROW_BAND_TUNING
-        self.chains = tuple(ROW_BAND_TUNING.get("chains", CHAINS))  # (maximum, sum) chains a row
         # tiles after the first without their maximum: the lagged band (in the barrier variant at 4 CTAs
         # a multiprocessor the slow path's registers spill, and small grids did not gain)
         self.lazy = bool(ROW_BAND_TUNING.get("lazy", LAZY)) and self.lag
@@ -227,12 +217,9 @@ class _ClusterBand:
                 "cvl_wgmma_commit();"]
 
     def statistics(self, t: int) -> list[str]:
-        """Tile t: the running statistics, and its numerators into pv[t] (acc is the tile's). A row's
-        maximum and sum over the tile's 32 values of a thread run in ``self.chains`` independent
-        chains (instruction-level parallelism), merged at the end."""
+        """Tile t: the running statistics, and its numerators into pv[t] (acc is the tile's)."""
         g, eng, neg_inf = self.g, self.eng, self.neg_inf
-        kmax, ksum = self.chains
-        mx = f"tmx[slot][(ni * 2 + q) % {kmax}]"
+        mx = "tile_max[slot]"
         if g.fold is not None:  # max(acc * u) is |u| * max(acc), of -acc when u < 0
             def scan(sign: str) -> list[str]:
                 return eng.elements("m0", "n0", [f"{mx} = fmaxf({mx}, {sign}ACC);"])
@@ -253,14 +240,7 @@ class _ClusterBand:
                     "    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));",
                     "    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));", "}"]
         slow = [
-            f"float tile_max[2], base[2], tmx[2][{kmax}], tsum[2][{ksum}];", "#pragma unroll",
-            "for (int r = 0; r < 2; ++r) {",
-            "#pragma unroll", f"    for (int c = 0; c < {kmax}; ++c) tmx[r][c] = {neg_inf};",
-            "#pragma unroll", f"    for (int c = 0; c < {ksum}; ++c) tsum[r][c] = 0.0f;", "}",
-            *lines,
-            "#pragma unroll", "for (int r = 0; r < 2; ++r) {  // the chains' maxima",
-            *indent(_tree("tile_max[r]", [f"tmx[r][{c}]" for c in range(kmax)], "fmaxf")), "}",
-            *quad,
+            "float tile_max[2], base[2];", f"tile_max[0] = tile_max[1] = {neg_inf};", *lines, *quad,
             "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
             f"    const float top = fmaxf(row_max[r], {top});",
             f"    const float bl = __fmul_rn(top, {LOG2E});",
@@ -271,11 +251,8 @@ class _ClusterBand:
             "}",
             *eng.pairs("m0", "n0", [f"const float p0 = cvl_ex2(fmaf(ACC0, {scale}, -base[slot]));",
                                     f"const float p1 = cvl_ex2(fmaf(ACC1, {scale}, -base[slot]));",
-                                    f"tsum[slot][ni % {ksum}] += p0 + p1;",
+                                    "row_sum[slot] += p0 + p1;",
                                     f"pv[{t}][ni * 2 + h] = __floats2half2_rn(p0, p1);"]),
-            "#pragma unroll", "for (int r = 0; r < 2; ++r) {  // the chains' sums",
-            *indent(_tree("const float part", [f"tsum[r][{c}]" for c in range(ksum)], None)),
-            "    row_sum[r] += part;", "}",
         ]
         if not (self.lazy and g.fold is not None and t > 0):
             return slow
@@ -285,16 +262,14 @@ class _ClusterBand:
         # 2^(b_t - b) / L stay in f16's normal range); else (a value 4 above its base, NaN or inf,
         # a row without a base yet) the warp takes the tile again with its maximum.
         return [
-            f"float fb[2], fsum[2][{ksum}];",
+            "float fb[2], fpart[2];",
             f"bool fine = row_max[0] != {neg_inf} && row_max[1] != {neg_inf};",
             "#pragma unroll", "for (int r = 0; r < 2; ++r) {", f"    fb[r] = __fmul_rn(row_max[r], {LOG2E});",
-            "#pragma unroll", f"    for (int c = 0; c < {ksum}; ++c) fsum[r][c] = 0.0f;", "}",
+            "    fpart[r] = 0.0f;", "}",
             *eng.pairs("m0", "n0", ["const float p0 = cvl_ex2(fmaf(ACC0, band_c, -fb[slot]));",
                                     "const float p1 = cvl_ex2(fmaf(ACC1, band_c, -fb[slot]));",
-                                    f"fsum[slot][ni % {ksum}] += p0 + p1;",
+                                    "fpart[slot] += p0 + p1;",
                                     f"pv[{t}][ni * 2 + h] = __floats2half2_rn(p0, p1);"]),
-            "float fpart[2];", "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
-            *indent(_tree("fpart[r]", [f"fsum[r][{c}]" for c in range(ksum)], None)), "}",
             "fine = fine && fpart[0] < 16.0f && fpart[1] < 16.0f;  // false for NaN",
             "if (__all_sync(0xffffffffu, fine)) {",
             "#pragma unroll", "    for (int r = 0; r < 2; ++r) {",

@@ -156,11 +156,11 @@ __device__ __forceinline__ void cvl_ldsm_x4_at(unsigned (&r)[4], unsigned addr) 
 #   "mma": True: the mma.sync band wherever a band applies (see CLUSTER_CTAS_PER_SM); so do the
 #           keys above that tune it (MMA_ONLY_TUNING).
 #   "wgmma": (BN, stages, min_blocks): the two-pass band on wgmma where it applies.
-#   "cluster": (warpgroups a CTA, min_blocks, fill, lag, store_scaled): the one-pass band on a cluster
-#           of CTAs where it applies (see cuda_band_cluster.render; every element may be left out from
-#           the right).
-#   "chains": (maximum, sum): independent chains of a row's maximum and sum over a tile in the cluster
-#           bands (cuda_band_cluster.CHAINS).
+#   "cluster": (warpgroups a CTA, min_blocks, fill, lag, store_scaled, spread, stcs): the one-pass band
+#           on a cluster of CTAs where it applies (see cuda_band_cluster.render; every element may be
+#           left out from the right).
+#   "lazy", "quad_merge": True / False: the lagged cluster band's lazy bases and its exchange split
+#           across a row's four lanes (cuda_band_cluster.LAZY, QUAD_MERGE; both on by default).
 ROW_BAND_TUNING: dict = {}
 
 
