@@ -299,14 +299,8 @@ extern "C" __global__ void __launch_bounds__(128, 3) cvl_masked_softmax(
             cvl_wgmma_pin(acc_even);
             float (&acc)[32] = acc_even;
             const int n0 = n_cta + 0;
-            float tile_max[2], base[2], tmx[2][1], tsum[2][1];
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-            #pragma unroll
-                for (int c = 0; c < 1; ++c) tmx[r][c] = (-__int_as_float(0x7f800000));
-            #pragma unroll
-                for (int c = 0; c < 1; ++c) tsum[r][c] = 0.0f;
-            }
+            float tile_max[2], base[2];
+            tile_max[0] = tile_max[1] = (-__int_as_float(0x7f800000));
             #pragma unroll
             for (int ni = 0; ni < 8; ++ni)
             #pragma unroll
@@ -323,11 +317,7 @@ extern "C" __global__ void __launch_bounds__(128, 3) cvl_masked_softmax(
                 const float t3 = ((b2[m * 128 + n] != 0) ? t2 : u1);
                 s = t3;
                 ACC = s;
-                tmx[slot][(ni * 2 + q) % 1] = fmaxf(tmx[slot][(ni * 2 + q) % 1], s);
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) {  // the chains' maxima
-                tile_max[r] = tmx[r][0];
+                tile_max[slot] = fmaxf(tile_max[slot], s);
             }
             #pragma unroll
             for (int r = 0; r < 2; ++r) {
@@ -350,13 +340,8 @@ extern "C" __global__ void __launch_bounds__(128, 3) cvl_masked_softmax(
                 float& ACC1 = acc[ni * 4 + h * 2 + 1];
                 const float p0 = cvl_ex2(fmaf(ACC0, 1.4426950408889634f, -base[slot]));
                 const float p1 = cvl_ex2(fmaf(ACC1, 1.4426950408889634f, -base[slot]));
-                tsum[slot][ni % 1] += p0 + p1;
+                row_sum[slot] += p0 + p1;
                 pv[0][ni * 2 + h] = __floats2half2_rn(p0, p1);
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) {  // the chains' sums
-                const float part = tsum[r][0];
-                row_sum[r] += part;
             }
         }
         {
@@ -378,14 +363,8 @@ extern "C" __global__ void __launch_bounds__(128, 3) cvl_masked_softmax(
             }
             float (&acc)[32] = acc_odd;
             const int n0 = n_cta + 64;
-            float tile_max[2], base[2], tmx[2][1], tsum[2][1];
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-            #pragma unroll
-                for (int c = 0; c < 1; ++c) tmx[r][c] = (-__int_as_float(0x7f800000));
-            #pragma unroll
-                for (int c = 0; c < 1; ++c) tsum[r][c] = 0.0f;
-            }
+            float tile_max[2], base[2];
+            tile_max[0] = tile_max[1] = (-__int_as_float(0x7f800000));
             #pragma unroll
             for (int ni = 0; ni < 8; ++ni)
             #pragma unroll
@@ -402,11 +381,7 @@ extern "C" __global__ void __launch_bounds__(128, 3) cvl_masked_softmax(
                 const float t6 = ((b2[m * 128 + n] != 0) ? t5 : u1);
                 s = t6;
                 ACC = s;
-                tmx[slot][(ni * 2 + q) % 1] = fmaxf(tmx[slot][(ni * 2 + q) % 1], s);
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) {  // the chains' maxima
-                tile_max[r] = tmx[r][0];
+                tile_max[slot] = fmaxf(tile_max[slot], s);
             }
             #pragma unroll
             for (int r = 0; r < 2; ++r) {
@@ -429,13 +404,8 @@ extern "C" __global__ void __launch_bounds__(128, 3) cvl_masked_softmax(
                 float& ACC1 = acc[ni * 4 + h * 2 + 1];
                 const float p0 = cvl_ex2(fmaf(ACC0, 1.4426950408889634f, -base[slot]));
                 const float p1 = cvl_ex2(fmaf(ACC1, 1.4426950408889634f, -base[slot]));
-                tsum[slot][ni % 1] += p0 + p1;
+                row_sum[slot] += p0 + p1;
                 pv[1][ni * 2 + h] = __floats2half2_rn(p0, p1);
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) {  // the chains' sums
-                const float part = tsum[r][0];
-                row_sum[r] += part;
             }
         }
         #pragma unroll
