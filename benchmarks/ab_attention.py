@@ -176,6 +176,18 @@ CHECKED_VARIANTS = [
     # waiting for that wgmma before the tile's check (cuda_band_cluster.TC_SUMS). Measured 117.1 against
     # 116.3 (correct on every case, GPU tests pass): the wait costs what the FADDs did; not taken
     # (TC_SUMS at commit 3c3a0f4, removed).
+    # session 6: more warps a multiprocessor. The lagged band ran 3 CTAs of one warpgroup (12 warps) a
+    # multiprocessor, latency bound (0.69 eligible warps a scheduler), held there by registers (150) and
+    # shared memory (70 KB). Now (the default) each tile's numerators go to shared memory as soon as its
+    # statistics are done, into the columns the last band's piece of the write just freed (pieces by
+    # column tile), so no band's numerators wait in registers (150 -> 128 registers), and a row's
+    # statistics travel as one float (log2 of its sum of 2^x) instead of (max, sum), halving the
+    # exchange buffer (66 KB). Measured (2026-11-30, session 6): 115.1 us against 116.3 for the previous
+    # kernel (commit 3e629c4, same device call). That let a CTA hold two warpgroups (128-row bands)
+    # sharing the B ring: 2 CTAs of 8 warps a multiprocessor (123 registers, 110 KB). Predicted 100-108
+    # (16 warps instead of 12, half the B loads); measured 120.2 at 0.9 of the clusters, 116.2 at all:
+    # no gain (the two warpgroups meet at a block barrier before every B refill). Not kept (the
+    # variant's code never handled a walked argument's rows in the second warpgroup; not committed).
 ]
 
 

@@ -32,9 +32,13 @@ the barrier variant 39% of its time on attention_f16; benchmarks/NOTES.md). Ther
 of a row share one base per tile (the tile's maximum is merged across them first), so a band's
 factors are one per row and tile: a table in shared memory that the 16-byte store loop applies
 while it stores, in one piece after each column tile of the next band (the stores spread over the
-band instead of one burst). The exchange is split across a row's four lanes (``QUAD_MERGE``): each
-pushes the row's statistics to a quarter of the peers and merges a quarter of theirs, two shuffles
-merge the four.
+band instead of one burst); each piece writes one column tile, whose staged columns then take the
+new band's numerators of that tile at once (no band's numerators wait in registers). A row's
+statistics travel as one float, ``l = b + log2(s)`` (its base and the log2 of its sum of ``2^(x - b)``
+over the CTA's columns); the row's base is then the largest ``l`` and its sum that of
+``2^(l_q - base)``. The exchange is split across a row's four lanes (``QUAD_MERGE``): each pushes the
+row's statistics to a quarter of the peers and merges a quarter of theirs, two shuffles merge the
+four.
 
 Rounding: the numerator (below 16) is rounded to f16 once (relative error 2^-11, values below 2^-24
 flush to 0, an absolute error under 6e-8); for an f16 output the factor (at most 1) and the product
@@ -84,13 +88,19 @@ __device__ __forceinline__ float2 cvl_cluster_ld2(unsigned local, unsigned rank)
 
 
 PUSH_HELPER = r"""
-// st.async of (x, y) to the same shared address in CTA `rank`, completing bytes on that CTA's mbarrier `bar`
-__device__ __forceinline__ void cvl_cluster_push2(unsigned local, unsigned bar, unsigned rank, float x, float y) {
+// st.async of x to the same shared address in CTA `rank`, completing 4 bytes on that CTA's mbarrier `bar`
+__device__ __forceinline__ void cvl_cluster_push(unsigned local, unsigned bar, unsigned rank, float x) {
     unsigned ra, rb;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(ra) : "r"(local), "r"(rank));
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(rb) : "r"(bar), "r"(rank));
-    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];\n"
-                 :: "r"(ra), "f"(x), "f"(y), "r"(rb) : "memory");
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];\n"
+                 :: "r"(ra), "f"(x), "r"(rb) : "memory");
+}
+// log2(x), approximate (lg2.approx: -inf for 0, NaN for NaN)
+__device__ __forceinline__ float cvl_lg2(float x) {
+    float y;
+    asm("lg2.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
 }
 """
 
@@ -460,11 +470,12 @@ class _ClusterBand:
     # ------------------------------------------------------------------ the lagged variant
     def lagged(self, entry: str) -> Emitted:
         """Persistent clusters whose statistics exchange lags a band. Round ``r`` computes band ``r``
-        (B tiles through a ring of two TMA slots, so three CTAs fit a multiprocessor), then writes band
+        (B tiles through a ring of two TMA slots, so three CTAs fit a multiprocessor) and writes band
         ``r - 1``, whose statistics the cluster pushed (``st.async`` onto each CTA's mbarrier,
         double-buffered by round) while band ``r`` computed, from the numerators it staged in shared
-        memory; then stages band ``r``'s numerators and pushes its statistics. No CTA waits for its
-        cluster except once at the start and once at the end."""
+        memory: with ``spread``, after tile t's statistics the piece of band ``r - 1`` in tile t's
+        columns, then tile t's numerators staged there; then it pushes band ``r``'s statistics. No CTA
+        waits for its cluster except once at the start and once at the end."""
         g, eng, ctas, tiles, bm, neg_inf = self.g, self.eng, self.ctas, self.tiles, self.bm, self.neg_inf
         tile_a, tile_b, maps = self.tile_a, self.tile_b, self.maps
         ldp = tiles * 64 + 8  # a staged row of numerators, in halves (16 bytes of padding)
@@ -510,55 +521,59 @@ class _ClusterBand:
                     f"        sf[(lane / 4 + 8) * 4 + lane % 4] = {factor}(cvl_ex2(pb1 - fin_base[1]) * inv_sum[1]);",
                     "    }", "}", "__syncwarp();  // the warp's factors are in"]
 
-        def scaled_copy(lo, hi) -> list[str]:
+        def scaled_copy(lo, hi, tile: int | None = None) -> list[str]:
             """Chunks ``i * 32 + lane`` (lo <= i < hi; ``hi - lo`` folds to a constant) of the staged
-            numerators times their factors, stored."""
+            numerators times their factors, stored: of the warp's rows (``per_row`` chunks of 16 bytes
+            each), or of column tile ``tile`` only (8 chunks a row)."""
+            width, first = (per_row, "") if tile is None else (8, f"{tile * 8} + ")
+            factor = f"sf[c / {width} * 4 + " + (f"c % {per_row} / 8]" if tile is None else f"{tile}]")
             if self.half:
-                store = [f"const unsigned f = sf[c / {per_row} * 4 + c % {per_row} / 8];",
+                store = [f"const unsigned f = {factor};",
                          "v.x = cvl_hmul2_bits(v.x, f);", "v.y = cvl_hmul2_bits(v.y, f);",
                          "v.z = cvl_hmul2_bits(v.z, f);", "v.w = cvl_hmul2_bits(v.w, f);"]
             else:
-                store = [f"const float f = __uint_as_float(sf[c / {per_row} * 4 + c % {per_row} / 8]);",
+                store = [f"const float f = __uint_as_float({factor});",
                          "unsigned* const w = &v.x;", "#pragma unroll", "for (int e = 0; e < 4; ++e) {",
                          "    const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&w[e]));",
                          f"    w[e] = cvl_pack_bits({self.pack}(x.x * f, x.y * f));", "}"]
             put = (f"__stcs(reinterpret_cast<uint4*>(&{self.target}), v);" if self.stcs
                    else f"*reinterpret_cast<uint4*>(&{self.target}) = v;")
-            each = self.guarded([f"uint4 v = *reinterpret_cast<const uint4*>(pw + c / {per_row} * {ldp} + c % {per_row} * 8);",
+            each = self.guarded([f"uint4 v = *reinterpret_cast<const uint4*>(pw + c / {width} * {ldp} + ({first}c % {width}) * 8);",
                                  *store, put])
             return ["#pragma unroll", f"for (int j = 0; j < {hi} - ({lo}); ++j) {{", f"    const int c = ({lo} + j) * 32 + lane;",
-                    f"    const int m = m0 + warp_row + c / {per_row};",
-                    f"    const int n = n_cta + c % {per_row} * 8;", *indent(each), "}"]
+                    f"    const int m = m0 + warp_row + c / {width};",
+                    f"    const int n = n_cta + ({first}c % {width}) * 8;", *indent(each), "}"]
 
         def write_parts(band: str, rnd: str, parts: int) -> list[list[str]]:
-            """The scaled write of band ``band`` (round ``rnd``) in ``parts`` pieces of its store loop;
-            the first waits for the statistics and fills the factor table."""
-            chunks = per_row // 2
-            cuts = [chunks * p // parts for p in range(parts + 1)]
+            """The scaled write of band ``band`` (round ``rnd``): in one piece, or one piece for each
+            column tile (``parts == tiles``); the first waits for the statistics and fills the factor
+            table."""
             out = []
             for p in range(parts):
                 lines = ["{", *indent(write_head(band, rnd) if p == 0 else self.band_coords(f"({band})"))]
                 if p == 0:
                     lines += indent(factors())
-                lines += indent(scaled_copy(cuts[p], cuts[p + 1]))
+                lines += indent(scaled_copy(0, per_row // 2) if parts == 1 else scaled_copy(0, 4, p))
                 if p + 1 == parts:
                     lines.append("    __syncwarp();  // out of the staged rows and the factors")
                 out.append(lines + ["}"])
             return out
 
         def write_head(band: str, rnd: str) -> list[str]:  # coordinates, the statistics of band `band`
+            # the row's base is the largest of its CTAs' log2-sum-exp2 and its sum that of 2^(l_q - base): a row
+            # all -inf (or NaN) in every CTA gets NaN factors, as 0 / 0
             head = [*self.band_coords(f"({band})"),
                     f"cvl_mbar_wait(stats0 + (({rnd}) & 1) * 8, (({rnd}) >> 1) & 1);  // the cluster's statistics",
                     "float fin_base[2], inv_sum[2];", "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
-                    f"    const float2* const got = cvl_part + (({rnd}) & 1) * {ctas * bm} + row0 + r * 8;",
+                    f"    const float* const got = cvl_part + (({rnd}) & 1) * {ctas * bm} + row0 + r * 8;",
                     f"    float top = {neg_inf};"]
-            tail = ["    fin_base[r] = bl;", "    inv_sum[r] = 1.0f / total;", "}"]
+            tail = ["    fin_base[r] = top;", "    inv_sum[r] = 1.0f / total;", "}"]
             if not self.quad:
                 return [*head, "#pragma unroll",
-                        f"    for (int q = 0; q < {ctas}; ++q) top = fmaxf(top, got[q * {bm}].x);",
-                        f"    const float bl = __fmul_rn(top, {LOG2E});", "    float total = 0.0f;", "#pragma unroll",
-                        f"    for (int q = 0; q < {ctas}; ++q) {{", f"        const float2 w = got[q * {bm}];",
-                        f"        total += w.x == top ? w.y : w.y * cvl_ex2(__fmul_rn(w.x, {LOG2E}) - bl);", "    }",
+                        f"    for (int q = 0; q < {ctas}; ++q) top = fmaxf(top, got[q * {bm}]);",
+                        "    float total = 0.0f;", "#pragma unroll",
+                        f"    for (int q = 0; q < {ctas}; ++q) {{", f"        const float w = got[q * {bm}];",
+                        "        total += w == top ? 1.0f : cvl_ex2(w - top);", "    }",
                         *tail]
             # the four lanes of a row split the peers (q = lane % 4 + 4i) and merge by shuffles
             per = -(-ctas // 4)
@@ -568,12 +583,11 @@ class _ClusterBand:
                         *([f"        if (q < {ctas}) {{", *indent(body, 3), "        }"] if ctas % 4 else indent(body, 2)),
                         "    }"]
 
-            return [*head, f"    float2 w[{per}];",
-                    *mine([f"w[i] = got[q * {bm}];", "top = fmaxf(top, w[i].x);"]),
+            return [*head, f"    float w[{per}];",
+                    *mine([f"w[i] = got[q * {bm}];", "top = fmaxf(top, w[i]);"]),
                     "    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));",
-                    "    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));",
-                    f"    const float bl = __fmul_rn(top, {LOG2E});", "    float total = 0.0f;",
-                    *mine([f"total += w[i].x == top ? w[i].y : w[i].y * cvl_ex2(__fmul_rn(w[i].x, {LOG2E}) - bl);"]),
+                    "    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));", "    float total = 0.0f;",
+                    *mine(["total += w[i] == top ? 1.0f : cvl_ex2(w[i] - top);"]),
                     "    total += __shfl_xor_sync(0xffffffffu, total, 1);",
                     "    total += __shfl_xor_sync(0xffffffffu, total, 2);", *tail]
 
@@ -600,30 +614,38 @@ class _ClusterBand:
 
         spread = write_parts("band - clusters", "round - 1", tiles) if self.spread else []
 
-        def after(t: int) -> list[str]:  # piece t of the last band's write
-            return ["if (round > 0)", *indent(spread[t])]
+        def stage(t: int) -> list[str]:  # tile t's numerators into its columns of the warp's staged rows
+            return ["#pragma unroll", "for (int q = 0; q < 4; ++q)",
+                    f"    cvl_stsm_x4(pw_st + {t * 128} + q * 32, cvl_pack_bits(pv[{t}][q * 4]), "
+                    f"cvl_pack_bits(pv[{t}][q * 4 + 1]),",
+                    f"                cvl_pack_bits(pv[{t}][q * 4 + 2]), cvl_pack_bits(pv[{t}][q * 4 + 3]));"]
 
-        push = ["if (lane % 4 == 0) {  // this band's statistics of the CTA's rows, to every CTA of the cluster",
+        def after(t: int) -> list[str]:
+            """Piece t of the last band's write (tile t's columns), then tile t's numerators staged in
+            them: a tile's numerators leave the registers as soon as its statistics are done."""
+            return ["if (round > 0)", *indent(spread[t]), "__syncwarp();  // the last band's tile is out", *stage(t)]
+
+        lse = ["float lse[2];  // log2 of the sum of 2^x over the CTA's columns of each of the thread's rows",
+               "#pragma unroll", f"for (int r = 0; r < 2; ++r) lse[r] = __fmul_rn(row_max[r], {LOG2E}) + cvl_lg2(row_sum[r]);"]
+        push = [*lse, "if (lane % 4 == 0) {  // this band's statistics of the CTA's rows, to every CTA of the cluster",
                 "#pragma unroll", "    for (int r = 0; r < 2; ++r)", "#pragma unroll", f"        for (int q = 0; q < {ctas}; ++q)",
-                f"            cvl_cluster_push2(part0 + ((round & 1) * {ctas * bm} + rank * {bm} + row0 + r * 8) * 8,",
-                "                              stats0 + (round & 1) * 8, q, row_max[r], row_sum[r]);", "}"]
+                f"            cvl_cluster_push(part0 + ((round & 1) * {ctas * bm} + rank * {bm} + row0 + r * 8) * 4,",
+                "                             stats0 + (round & 1) * 8, q, lse[r]);", "}"]
         if self.quad:  # lane j of a row's four pushes to peers j, j + 4 (the row's statistics are the same in all four)
-            push = ["#pragma unroll", f"for (int i = 0; i < {-(-ctas // 4)}; ++i) {{",
+            push = [*lse, "#pragma unroll", f"for (int i = 0; i < {-(-ctas // 4)}; ++i) {{",
                     "    const unsigned q = lane % 4 + 4 * i;  // this band's statistics of the CTA's rows, to CTA q",
                     *([f"    if (q < {ctas})"] if ctas % 4 else []), "#pragma unroll", "    for (int r = 0; r < 2; ++r)",
-                    f"        cvl_cluster_push2(part0 + ((round & 1) * {ctas * bm} + rank * {bm} + row0 + r * 8) * 8,",
-                    "                          stats0 + (round & 1) * 8, q, row_max[r], row_sum[r]);", "}"]
+                    f"        cvl_cluster_push(part0 + ((round & 1) * {ctas * bm} + rank * {bm} + row0 + r * 8) * 4,",
+                    "                         stats0 + (round & 1) * 8, q, lse[r]);", "}"]
         band_body = [
             *self.band_coords("band"),
-            f"if (threadIdx.x == 0) cvl_mbar_expect_tx(stats0 + (round & 1) * 8, {ctas * bm * 8}u);",
+            f"if (threadIdx.x == 0) cvl_mbar_expect_tx(stats0 + (round & 1) * 8, {ctas * bm * 4}u);",
             *g.band_state(neg_inf),
             "cvl_mbar_wait(full0 + 16, round & 1);  // the A band is in",
             *(self.band_tiles(issue, refill, after) if self.spread else self.band_tiles(issue, refill)),
             *self.merge_quad(),
             *([] if self.spread else ["if (round > 0)", *indent(write("band - clusters", "round - 1"))]),
-            *(["#pragma unroll", f"for (int t = 0; t < {tiles}; ++t)", "#pragma unroll", "for (int q = 0; q < 4; ++q)",
-               "    cvl_stsm_x4(pw_st + t * 128 + q * 32, cvl_pack_bits(pv[t][q * 4]), cvl_pack_bits(pv[t][q * 4 + 1]),",
-               "                cvl_pack_bits(pv[t][q * 4 + 2]), cvl_pack_bits(pv[t][q * 4 + 3]));"] if self.scaled else
+            *([] if self.spread else [line for t in range(tiles) for line in stage(t)] if self.scaled else
               ["#pragma unroll", f"for (int t = 0; t < {tiles}; ++t)", "#pragma unroll", "for (int ni = 0; ni < 8; ++ni)",
                "#pragma unroll", "for (int h = 0; h < 2; ++h)",
                f"    *reinterpret_cast<__half2*>(pw + (lane / 4 + h * 8) * {ldp} + t * 64 + ni * 8 + lane % 4 * 2) = pv[t][ni * 2 + h];"]),
@@ -647,7 +669,7 @@ class _ClusterBand:
             f"float tile_base[{tiles}][2], prev_base[{tiles}][2];  // the thread's bases after each tile (this band, the last)",
             "__shared__ __align__(8) unsigned long long cvl_full[3];  // the 2 B slots, then A",
             "__shared__ __align__(8) unsigned long long cvl_stats[2];  // statistics received, by round parity",
-            f"__shared__ float2 cvl_part[{2 * ctas * bm}];  // [round parity][sender rank][row]: (max, sum)",
+            f"__shared__ float cvl_part[{2 * ctas * bm}];  // [round parity][sender rank][row]: log2 of the row's sum of 2^x",
             "const unsigned full0 = cvl_smem_addr(cvl_full);", "const unsigned stats0 = cvl_smem_addr(cvl_stats);",
             "const unsigned part0 = cvl_smem_addr(cvl_part);",
             f"const unsigned rank = blockIdx.x % {ctas};",

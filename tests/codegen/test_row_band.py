@@ -333,7 +333,7 @@ ATTENTION = """pipeline a(q: f16[B, M, D], k: f16[B, N, D]) -> p: f16[B, M, N] {
 
 
 def _engine(source: str) -> str:
-    if "cvl_cluster_push2(part0" in source:
+    if "cvl_cluster_push(part0" in source:
         return "lagged"
     return "cluster" if "cvl_cluster_" in source else "wgmma" if "cvl_wgmma(" in source else "mma"
 
@@ -477,7 +477,12 @@ def test_lagged_band_scales_numerators_as_it_stores(text, dtype, tmp_path, monke
     (k,) = render_cuda(plan, {"B": 32, "M": 2048, "N": 2048, "D": 64}, "sm_90")
     body = k.source.split('extern "C"')[1]
     assert _engine(k.source) == "lagged"
-    assert "cvl_stsm_x4(pw_st + t * 128 + q * 32" in body
+    # each tile's numerators staged right after its statistics, into the columns the last band's piece
+    # of the write (that tile's columns) has just freed; the statistics pushed as one float a row
+    for t in range(4):
+        assert f"cvl_stsm_x4(pw_st + {t * 128} + q * 32" in body
+        assert body.index(f"sf[c / 8 * 4 + {t}]") < body.index(f"cvl_stsm_x4(pw_st + {t * 128}")
+    assert body.count("cvl_cluster_push(part0") == 1 and "cvl_lg2(row_sum[r])" in body
     assert body.count("__shfl_xor_sync(0xffffffffu, tile_max[r], 1)") == 4  # each tile's maximum
     assert body.count("if (__all_sync(0xffffffffu, fine)) {") == 3  # tiles 1-3 keep the bases when they can
     scaled = "v.x = cvl_hmul2_bits(v.x, f);" if dtype == "f16" else "w[e] = cvl_pack_bits(__floats2bfloat162_rn("
