@@ -77,11 +77,16 @@ LIBRARY_CHECKS = [RAGGED, (4000, 3000, 520)]  # ragged; the second large enough 
 # 2026-11-30: TMA 128x256 s4p1 202.2 (204.7 with GpuTimer), cp.async 215.0 (242.7), TMA s4p0 228.3,
 # TMA 256x128 205.1 (220.0). Round 3: smaller tiles whose 2 blocks per SM overlap one's epilogue
 # with the other's main loop, now that TMA loads need few registers.
+# Round 3 (GpuTimer): default 223.2, 128x128 s3p0 268.9, s3p1 266.5, 128x256 s3p1 277.3 (the smaller
+# tiles' extra loads cost more than the overlap gained). Session 6: the warp-specialised persistent
+# kernel loading by TMA (one producer thread arms each stage's barrier and issues its tensor copies;
+# the two consumer warpgroups' gelu epilogue runs while the producer already fills the next tile's
+# stages; no block launch, prologue or pipeline fill per tile). Predicted 193-200 us (from 202-205).
 LIBRARY_MODES = [
     ("library default (128x256 s4p1, paired stores, TMA loads)", True, (128, 256, 4, 1), False, True),
-    ("library 128x128 s3p0, TMA (97 KiB: two blocks per SM)", True, (128, 128, 3, 0), False, True),
-    ("library 128x128 s3p1, TMA (two blocks per SM)", True, (128, 128, 3, 1), False, True),
-    ("library 128x256 s3p1, TMA", True, (128, 256, 3, 1), False, True),
+    ("library warp-specialised persistent 128x256 s4p1, TMA", True, (128, 256, 4, 1), True, True),
+    ("library warp-specialised persistent 128x256 s4p0, TMA", True, (128, 256, 4, 0), True, True),
+    ("library warp-specialised persistent 128x256 s4p1, cp.async (previous)", True, (128, 256, 4, 1), True, False),
 ]
 
 

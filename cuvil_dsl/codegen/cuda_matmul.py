@@ -196,7 +196,7 @@ class _GemmKernel:
             if wgmma is not None:  # Hopper: sm_90a's wgmma (see cuda_wgmma.plain_engine for the rule)
                 k.config = replace(k.config, tile_m=wgmma.bm, tile_n=wgmma.bn, tile_k=wgmma.bk,
                                    block=wgmma.threads + (128 if wgmma.specialised else 0))
-                if cuda_wgmma.TMA and not wgmma.specialised and not self.a.batch and not self.b.batch:
+                if cuda_wgmma.TMA and not self.a.batch and not self.b.batch:
                     wgmma.use_tma(k, {"a": self.a.buffer, "b": self.b.buffer})
                 self.eng = wgmma
             else:
@@ -374,7 +374,7 @@ class _GemmKernel:
         threads = eng.threads + 128
         lines = [*self.k.signature(entry, threads), *indent(body), "}"]
         return Emitted(lines, (min(tiles, self.k.sm_count), 1, 1), (threads, 1, 1), eng.shared_bytes + 16 * eng.stages,
-                       eng.helpers() + cuda_wgmma.WS_HELPERS, eng.options)
+                       eng.helpers() + ("" if eng.maps else cuda_wgmma.WS_HELPERS), eng.options)
 
     def render_plain(self, entry: str) -> Emitted:
         eng = self.eng

@@ -75,15 +75,19 @@ ARCH = "sm_90a"  # what such a kernel is compiled for (wgmma is an arch-specific
 #       4, 1) (4 consumer warpgroups, 512 threads) and 231.9 us warp-specialised (2026-11-29,
 #       benchmarks/ab_wgmma.py); with per-element stores 256 x 128 had been the faster one.
 #   LIBRARY_WS: GEMMs on LARGE_TILE run the warp-specialised persistent kernel of TUNING "ws" (a
-#       producer warpgroup loading through cp.async and mbarriers, BM / 64 consumer warpgroups,
-#       setmaxnreg; grid min(tiles, SMs)). Default False: not yet measured through the library.
+#       producer warpgroup loading through mbarriers, BM / 64 consumer warpgroups, setmaxnreg; grid
+#       min(tiles, SMs)): True always, "tma" (the default) where the operands load by TMA (one
+#       producer thread issues each stage's tensor copies), False never. gelu(A @ B + bias) f16
+#       4096^3 on the H200 (2026-11-30, session 6, benchmarks/ab_wgmma.py, one run): 211.4 us
+#       warp-specialised with TMA against 225.8 for the plain TMA kernel and 263.8 warp-specialised
+#       with cp.async (the producer's 16-byte copies: the previous LIBRARY_WS).
 #   TMA: the plain (not warp-specialised) kernel loads its tiles with the Tensor Memory Accelerator
 #       (``cp.async.bulk.tensor`` from one thread, completion on a per-stage mbarrier) instead of
 #       16-byte cp.async from every thread, when neither operand has batch axes (see
 #       :meth:`WgmmaEngine.use_tma`).
 PAIRED_STORES = True
 LARGE_TILE = (128, 256, 4, 1)
-LIBRARY_WS = False
+LIBRARY_WS: bool | str = "tma"
 TMA = True
 # spec `kernels:` keys that keep a GEMM on the mma.sync template (whose tiles they describe)
 _OVERRIDES = frozenset(("tile", "block", "launch_bounds", "max_registers"))
@@ -149,7 +153,9 @@ def plain_engine(k, a, b, blocks: Callable[[int, int], int]) -> "WgmmaEngine | N
     if supported(a, b, bm, bn) is not None:
         return None
     eng = WgmmaEngine(a, b, bm=bm, bn=bn, stages=stages, pending=pending, index_t=k.index_t)
-    eng.specialised = LIBRARY_WS and (bm, bn, stages, pending) == tuple(LARGE_TILE)
+    tma = TMA and not getattr(a, "batch", ()) and not getattr(b, "batch", ())  # the library's TMA rule (cuda_matmul)
+    ws = LIBRARY_WS is True or (LIBRARY_WS == "tma" and tma)
+    eng.specialised = ws and (bm, bn, stages, pending) == tuple(LARGE_TILE)
     return eng
 
 
@@ -756,10 +762,16 @@ def _specialised(eng: WgmmaEngine, kt: int, tiles: int, epilogue: Sequence[str],
     of ``full`` (parity n & 1). Consumer step g releases step g - W's stage after ``wait_group W``.
     ``decode(t, m0, n0)``: lines defining tile ``t``'s origin ``m0``, ``n0`` (and whatever ``bases``,
     the operand pointers the loads start from, and ``epilogue`` need); the producer's tile is decoded
-    as (lm0, ln0), the consumers' as (em0, en0)."""
+    as (lm0, ln0), the consumers' as (em0, en0).
+
+    With TMA (``eng.maps``: :meth:`WgmmaEngine.use_tma`) one thread of the producer warpgroup arms
+    ``full[stage]`` (the engine's one-arrival barriers, phase n completing when stage's bytes of its
+    n-th use have landed) and issues the stage's tensor copies; the other producer threads leave once
+    their registers are given back."""
     import copy
 
     s, w = eng.stages, eng.pending
+    tma = bool(eng.maps)
     regs = ws_regs(eng.threads)
     prod = copy.copy(eng)
     prod.threads = 128  # the producer warpgroup copies whole tiles alone
@@ -781,19 +793,24 @@ def _specialised(eng: WgmmaEngine, kt: int, tiles: int, epilogue: Sequence[str],
         "__syncthreads();",
     ]
     load = ["const int lt = g / " + str(kt) + ";", f"const int lk = (g - lt * {kt}) * {eng.bk};",
-            *decode("blockIdx.x + lt * gridDim.x", "lm0", "ln0"),
-            *prod.load(eng.a, "stage", "lm0", "lk", bases[0]), *prod.load(eng.b, "stage", "ln0", "lk", bases[1])]
+            *decode("blockIdx.x + lt * gridDim.x", "lm0", "ln0")]
+    if tma:
+        load += eng.tma_load("stage", {"a": "lm0", "b": "ln0"}, "lk")
+    else:
+        load += [*prod.load(eng.a, "stage", "lm0", "lk", bases[0]), *prod.load(eng.b, "stage", "ln0", "lk", bases[1])]
+    loop = ["#pragma unroll 1",
+            "for (int g = 0; g < total; ++g) {",
+            f"    const int stage = g % {s};",
+            f"    if (g >= {s}) cvl_mbar_wait(bars + 8 * ({s} + stage), ((g / {s}) - 1) & 1);",
+            *_indent(load),
+            *([] if tma else ["    cvl_cp_arrive(bars + 8 * stage);"]),
+            "}"]
     producer = [
         f"asm volatile(\"setmaxnreg.dec.sync.aligned.u32 {regs[0]};\\n\" ::: \"memory\");",
-        "#pragma unroll 1",
-        "for (int g = 0; g < total; ++g) {",
-        f"    const int stage = g % {s};",
-        f"    if (g >= {s}) cvl_mbar_wait(bars + 8 * ({s} + stage), ((g / {s}) - 1) & 1);",
-        *_indent(load),
-        "    cvl_cp_arrive(bars + 8 * stage);",
-        "}",
-        "cvl_cp_wait<0>();  // nothing outstanding at exit",
+        *(["if (threadIdx.x == 0) {  // the copies of every stage", *_indent(loop), "}"] if tma
+          else [*loop, "cvl_cp_wait<0>();  // nothing outstanding at exit"]),
     ]
+    full = "full0 + 8 * stage" if tma else "bars + 8 * stage"
     consumer = [
         f"asm volatile(\"setmaxnreg.inc.sync.aligned.u32 {regs[1]};\\n\" ::: \"memory\");",
         *eng.zero(),
@@ -801,8 +818,8 @@ def _specialised(eng: WgmmaEngine, kt: int, tiles: int, epilogue: Sequence[str],
         "#pragma unroll 1",
         "for (int g = 0; g < total; ++g) {",
         f"    const int stage = g % {s};",
-        f"    cvl_mbar_wait(bars + 8 * stage, (g / {s}) & 1);",
-        "    cvl_fence_proxy_async();  // copies land through the generic proxy, wgmma reads through the async one",
+        f"    cvl_mbar_wait({full}, (g / {s}) & 1);",
+        *([] if tma else ["    cvl_fence_proxy_async();  // copies land through the generic proxy, wgmma reads through the async one"]),
         *_indent(eng.compute("stage")),
         f"    cvl_wgmma_wait<{w}>();",
         (f"    if (g >= {w}) cvl_mbar_arrive(bars + 8 * ({s} + (g - {w}) % {s}));" if w

@@ -614,8 +614,15 @@ GELU = """pipeline g(a: f16[M, K], b: f16[K, N], bias: f16[N]) -> y: f16[M, N] {
 }"""
 
 
+@pytest.mark.parametrize("ws", [False, "tma"])
 @pytest.mark.parametrize("b_t", [False, True])
-def test_library_gemm_loads_tiles_with_tma(b_t, tmp_path, monkeypatch):
+def test_library_gemm_loads_tiles_with_tma(b_t, ws, tmp_path, monkeypatch):
+    """The plain kernel (LIBRARY_WS False) and the warp-specialised persistent one (the default, "tma")
+    load both operands by TMA: tensor-map parameters, no cp.async; in the specialised kernel one thread
+    of the producer warpgroup issues every stage's copies."""
+    from cuvil_dsl.codegen import cuda_wgmma
+
+    monkeypatch.setattr(cuda_wgmma, "LIBRARY_WS", ws)
     text = GELU.replace("b: f16[K, N]", "b: f16[N, K]").replace("a @ b", "a @ b.T") if b_t else GELU
     k = _library_gemm(text, {"M": 4000, "N": 3000, "K": 520})
     maps = {a.name: a.tensor_map for a in k.args if a.kind == "tensormap"}
@@ -628,8 +635,13 @@ def test_library_gemm_loads_tiles_with_tma(b_t, tmp_path, monkeypatch):
     else:
         assert maps["tma_b"].dims == (3000, 520) and maps["tma_b"].stride == 3000 * 2 and maps["tma_b"].box == (64, 64)
     body = k.source.split('extern "C"')[1]
-    assert "cvl_cp_async16s" not in body and body.count("cvl_tma_2d(") == (2 if b_t else 5) * 3  # prologue 2 + loop 1
+    copies = (2 if b_t else 5) * (1 if ws else 3)  # per stage; the plain kernel's prologue 2 + loop 1
+    assert "cvl_cp_async16s" not in body and body.count("cvl_tma_2d(") == copies
     assert "__grid_constant__ cvl_tensor_map tma_a" in body
+    assert ("setmaxnreg" in body) == bool(ws) and k.block == ((384 if ws else 256), 1, 1)
+    if ws:  # persistent: one block per SM, walking tiles; the consumers wait on the TMA barriers
+        assert k.grid == (132, 1, 1) and "if (threadIdx.x == 0) {  // the copies of every stage" in body
+        assert "cvl_mbar_wait(full0 + 8 * stage" in body and "cvl_fence_proxy_async" not in body
     _nvrtc_or_skip()
     from cuvil_dsl.compile import CompileUnit, SassUnavailable, compile_units, count_instructions, disassemble, find_cuobjdump
 
