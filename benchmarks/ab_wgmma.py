@@ -82,6 +82,12 @@ LIBRARY_CHECKS = [RAGGED, (4000, 3000, 520)]  # ragged; the second large enough 
 # kernel loading by TMA (one producer thread arms each stage's barrier and issues its tensor copies;
 # the two consumer warpgroups' gelu epilogue runs while the producer already fills the next tile's
 # stages; no block launch, prologue or pipeline fill per tile). Predicted 193-200 us (from 202-205).
+# Measured (2026-11-30, --rounds 4): in the first pass 211.4 against 225.8 for the default, but
+# round-robin 238.3 / 256.1 / 238.8 / 246.7 against 233.8 / 251.0 / 239.6 / 243.3 (this script's
+# timings drift by 5% between passes; the first one ran the default first, on a cold GPU): no gain.
+# `cuvil-dsl bench` with it as the default: 205.1 us (the plain kernel 204.7 a session earlier).
+# Left off by default (LIBRARY_WS False); the prediction was wrong: with both consumer warpgroups
+# in the epilogue at once, the tensor cores still wait for it.
 LIBRARY_MODES = [
     ("library default (128x256 s4p1, paired stores, TMA loads)", True, (128, 256, 4, 1), False, True),
     ("library warp-specialised persistent 128x256 s4p1, TMA", True, (128, 256, 4, 1), True, True),
@@ -295,6 +301,9 @@ def main() -> int:
     ap.add_argument("--configs", default=DEFAULT_CONFIGS)
     ap.add_argument("--no-sass", action="store_true", help="skip the cuobjdump HGMMA count")
     ap.add_argument("--no-library", action="store_true", help="skip the library's gemm_gelu_f16 kernels")
+    ap.add_argument("--rounds", type=int, default=0,
+                    help="after everything, time the library's correct kernels and cuBLAS at each timed size "
+                         "this many more times, round-robin (order and clock drift cancel out)")
     args = ap.parse_args()
     configs = parse_configs(args.configs)
     started = time.perf_counter()
@@ -395,7 +404,11 @@ def main() -> int:
                 continue
             us = bench.time(launch)
             rows.append(f"| {M} x {N} x {K} | {what} | {us:.1f} | {flop / us / 1e6:.0f} | | {cell} |")
+            rounds.setdefault(sizes, [("cupy.matmul (cuBLAS, no epilogue)", lambda a=a, b=b: cp.matmul(a, b))])
+            rounds[sizes].append((label, launch))
         del a, b, bias, ref
+
+    rounds: dict = {}  # timed size -> [(label, launch)] of the kernels that passed, for --rounds
 
     try:
         for sizes in [*LIBRARY_CHECKS, *TIMED]:
@@ -468,6 +481,12 @@ def main() -> int:
         run_checks([(RAGGED, c, False) for c in configs if not c["probe"] and c["ws"]])
         for sizes in [*LIBRARY_CHECKS, *TIMED]:
             run_library(sizes, True)
+        for r in range(args.rounds):
+            for (M, N, K), runs in rounds.items():
+                for label, launch in runs:
+                    us = bench.time(launch)
+                    rows.append(f"| {M} x {N} x {K} | round {r + 1}: {label} | {us:.1f} | "
+                                f"{2.0 * M * N * K / us / 1e6:.0f} | | |")
     except Exception as exc:  # a CUDA error (illegal address, launch failure): report it, keep the rows so far
         print(f"ab_wgmma: CUDA failure: {type(exc).__name__}: {exc}", file=sys.stderr)
         rows.append(f"| | **aborted: {type(exc).__name__}: {str(exc)[:160]}** | | | | |")

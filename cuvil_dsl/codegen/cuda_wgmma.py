@@ -76,18 +76,20 @@ ARCH = "sm_90a"  # what such a kernel is compiled for (wgmma is an arch-specific
 #       benchmarks/ab_wgmma.py); with per-element stores 256 x 128 had been the faster one.
 #   LIBRARY_WS: GEMMs on LARGE_TILE run the warp-specialised persistent kernel of TUNING "ws" (a
 #       producer warpgroup loading through mbarriers, BM / 64 consumer warpgroups, setmaxnreg; grid
-#       min(tiles, SMs)): True always, "tma" (the default) where the operands load by TMA (one
-#       producer thread issues each stage's tensor copies), False never. gelu(A @ B + bias) f16
-#       4096^3 on the H200 (2026-11-30, session 6, benchmarks/ab_wgmma.py, one run): 211.4 us
-#       warp-specialised with TMA against 225.8 for the plain TMA kernel and 263.8 warp-specialised
-#       with cp.async (the producer's 16-byte copies: the previous LIBRARY_WS).
+#       min(tiles, SMs)): True always, "tma" where the operands load by TMA (one producer thread
+#       issues each stage's tensor copies), False (the default) never. gelu(A @ B + bias) f16
+#       4096^3 on the H200 (2026-11-30, session 6, benchmarks/ab_wgmma.py --rounds 4, round-robin):
+#       warp-specialised with TMA 238.3 / 256.1 / 238.8 / 246.7 us against 233.8 / 251.0 / 239.6 /
+#       243.3 for the plain TMA kernel (no gain: the consumers' epilogue still stalls the tensor
+#       cores; `cuvil-dsl bench` 205.1 against 204.7 a session earlier) and 258.8-273.3 with the
+#       producer's cp.async copies (the previous warp-specialised kernel).
 #   TMA: the plain (not warp-specialised) kernel loads its tiles with the Tensor Memory Accelerator
 #       (``cp.async.bulk.tensor`` from one thread, completion on a per-stage mbarrier) instead of
 #       16-byte cp.async from every thread, when neither operand has batch axes (see
 #       :meth:`WgmmaEngine.use_tma`).
 PAIRED_STORES = True
 LARGE_TILE = (128, 256, 4, 1)
-LIBRARY_WS: bool | str = "tma"
+LIBRARY_WS: bool | str = False
 TMA = True
 # spec `kernels:` keys that keep a GEMM on the mma.sync template (whose tiles they describe)
 _OVERRIDES = frozenset(("tile", "block", "launch_bounds", "max_registers"))

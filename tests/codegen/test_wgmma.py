@@ -617,7 +617,7 @@ GELU = """pipeline g(a: f16[M, K], b: f16[K, N], bias: f16[N]) -> y: f16[M, N] {
 @pytest.mark.parametrize("ws", [False, "tma"])
 @pytest.mark.parametrize("b_t", [False, True])
 def test_library_gemm_loads_tiles_with_tma(b_t, ws, tmp_path, monkeypatch):
-    """The plain kernel (LIBRARY_WS False) and the warp-specialised persistent one (the default, "tma")
+    """The plain kernel (LIBRARY_WS False, the default) and the warp-specialised persistent one ("tma")
     load both operands by TMA: tensor-map parameters, no cp.async; in the specialised kernel one thread
     of the producer warpgroup issues every stage's copies."""
     from cuvil_dsl.codegen import cuda_wgmma
