@@ -188,6 +188,14 @@ CHECKED_VARIANTS = [
     # (16 warps instead of 12, half the B loads); measured 120.2 at 0.9 of the clusters, 116.2 at all:
     # no gain (the two warpgroups meet at a block barrier before every B refill). Not kept (the
     # variant's code never handled a walked argument's rows in the second warpgroup; not committed).
+    # session 6, round 2: with 128 registers, shared memory alone keeps a fourth CTA off a multiprocessor
+    # (65.5 KB). The A band (8 KB) moves to registers: every thread loads its wgmma A fragments (16
+    # registers of f16 pairs) from global memory, the next band's right after the band's last wgmma
+    # retires, and the wgmma read A from registers (cuda_band_cluster.A_REGS): 56 KB, 127 registers,
+    # 4 CTAs (16 warps) a multiprocessor, 59 clusters at 0.9. Predicted 100-108 us. Measured (correct on
+    # every case): 116.4 at 0.9, 113.2 at all 66 clusters, against 113.0 for the default in the same run:
+    # no gain again from a third more warps, so the kernel is not held back by too few warps in flight.
+    # Not kept (the code, A_REGS and wgmma with A from registers, was never committed).
 ]
 
 
