@@ -196,6 +196,15 @@ CHECKED_VARIANTS = [
     # every case): 116.4 at 0.9, 113.2 at all 66 clusters, against 113.0 for the default in the same run:
     # no gain again from a third more warps, so the kernel is not held back by too few warps in flight.
     # Not kept (the code, A_REGS and wgmma with A from registers, was never committed).
+    # session 6, round 3: the K tiles resident. With the A band in registers, a CTA's four B tiles (32 KB)
+    # fit in place of the ring's two at 3 CTAs a multiprocessor (73.7 KB, 145 registers); each cluster
+    # walks a run of consecutive bands (one batch's K for about 23 bands) instead of bands `clusters`
+    # apart, so the B tiles load once a batch: no TMA, ring wait or block barrier per tile
+    # (cuda_band_cluster.RESIDENT). Predicted 105-110 us. Measured (correct on every case): 123.3 at 0.9,
+    # 120.1 at all clusters, against 114.6 for the default in the same run: slower. Not kept (not
+    # committed). Taken with the A-in-registers and two-warpgroup rounds: neither more warps nor fewer
+    # barriers and loads a tile move this kernel; benchmarks/write_ceiling.py puts the write of P alone
+    # at 63.5-67.5 us on the H200 (2026-11-30), so about 47 us of the 114 are the band's own latency.
 ]
 
 
