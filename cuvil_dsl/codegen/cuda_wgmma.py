@@ -83,9 +83,9 @@ ARCH = "sm_90a"  # what such a kernel is compiled for (wgmma is an arch-specific
 #       243.3 for the plain TMA kernel (no gain: the consumers' epilogue still stalls the tensor
 #       cores; `cuvil-dsl bench` 205.1 against 204.7 a session earlier) and 258.8-273.3 with the
 #       producer's cp.async copies (the previous warp-specialised kernel).
-#   TMA: the plain (not warp-specialised) kernel loads its tiles with the Tensor Memory Accelerator
-#       (``cp.async.bulk.tensor`` from one thread, completion on a per-stage mbarrier) instead of
-#       16-byte cp.async from every thread, when neither operand has batch axes (see
+#   TMA: the library's kernels (plain and warp-specialised) load their tiles with the Tensor Memory
+#       Accelerator (``cp.async.bulk.tensor`` from one thread, completion on a per-stage mbarrier)
+#       instead of 16-byte cp.async from every thread, when neither operand has batch axes (see
 #       :meth:`WgmmaEngine.use_tma`).
 PAIRED_STORES = True
 LARGE_TILE = (128, 256, 4, 1)
