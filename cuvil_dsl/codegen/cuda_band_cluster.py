@@ -117,6 +117,17 @@ __device__ __forceinline__ unsigned cvl_hmul2_bits(unsigned a, unsigned b) {
     asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
     return r;
 }
+// 16 and 4 bytes of shared memory at a shared-window address (no generic-to-shared conversion)
+__device__ __forceinline__ uint4 cvl_lds128(unsigned at) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(at) : "memory");
+    return v;
+}
+__device__ __forceinline__ unsigned cvl_lds32(unsigned at) {
+    unsigned v;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(at) : "memory");
+    return v;
+}
 """
 
 
@@ -334,7 +345,8 @@ class _ClusterBand:
 
     def band_coords(self, band: str) -> list[str]:
         g = self.g
-        return [f"const int mt = {band} % {g.mt};", f"const int bz = {band} / {g.mt};", "(void)bz;",
+        return [f"const int mt = (int)((unsigned)({band}) % {g.mt}u);", f"const int bz = (int)((unsigned)({band}) / {g.mt}u);",
+                "(void)bz;",
                 *g.batch_coords(), f"const int m0 = mt * {self.bm};"]
 
     def common_head(self, b_tiles: str) -> list[str]:
@@ -525,8 +537,16 @@ class _ClusterBand:
             """Chunks ``i * 32 + lane`` (lo <= i < hi; ``hi - lo`` folds to a constant) of the staged
             numerators times their factors, stored: of the warp's rows (``per_row`` chunks of 16 bytes
             each), or of column tile ``tile`` only (8 chunks a row)."""
-            width, first = (per_row, "") if tile is None else (8, f"{tile * 8} + ")
-            factor = f"sf[c / {width} * 4 + " + (f"c % {per_row} / 8]" if tile is None else f"{tile}]")
+            if tile is None:
+                factor = f"sf[c / {per_row} * 4 + c % {per_row} / 8]"
+                head = [f"    const int c = ({lo} + j) * 32 + lane;", f"    const int m = m0 + warp_row + c / {per_row};",
+                        f"    const int n = n_cta + c % {per_row} * 8;"]
+                staged = f"pw + c / {per_row} * {ldp} + c % {per_row} * 8"
+            else:  # rows 4j + pr of the warp's 16, chunk pq of the tile's 8: per-lane bases, constant steps
+                factor = f"cvl_lds32(sf_rd + (({lo} + j) * 16 + {tile}) * 4)"
+                head = [f"    const int m = m0 + warp_row + ({lo} + j) * 4 + pr;",
+                        f"    const int n = n_cta + ({tile * 8} + pq) * 8;"]
+                staged = f"pw_rd + (({lo} + j) * {4 * ldp} + {tile * 64}) * 2"
             if self.half:
                 store = [f"const unsigned f = {factor};",
                          "v.x = cvl_hmul2_bits(v.x, f);", "v.y = cvl_hmul2_bits(v.y, f);",
@@ -538,11 +558,10 @@ class _ClusterBand:
                          f"    w[e] = cvl_pack_bits({self.pack}(x.x * f, x.y * f));", "}"]
             put = (f"__stcs(reinterpret_cast<uint4*>(&{self.target}), v);" if self.stcs
                    else f"*reinterpret_cast<uint4*>(&{self.target}) = v;")
-            each = self.guarded([f"uint4 v = *reinterpret_cast<const uint4*>(pw + c / {width} * {ldp} + ({first}c % {width}) * 8);",
-                                 *store, put])
-            return ["#pragma unroll", f"for (int j = 0; j < {hi} - ({lo}); ++j) {{", f"    const int c = ({lo} + j) * 32 + lane;",
-                    f"    const int m = m0 + warp_row + c / {width};",
-                    f"    const int n = n_cta + ({first}c % {width}) * 8;", *indent(each), "}"]
+            load = (f"uint4 v = cvl_lds128({staged});" if tile is not None
+                    else f"uint4 v = *reinterpret_cast<const uint4*>({staged});")
+            each = self.guarded([load, *store, put])
+            return ["#pragma unroll", f"for (int j = 0; j < {hi} - ({lo}); ++j) {{", *head, *indent(each), "}"]
 
         def write_parts(band: str, rnd: str, parts: int) -> list[list[str]]:
             """The scaled write of band ``band`` (round ``rnd``): in one piece, or one piece for each
@@ -662,6 +681,10 @@ class _ClusterBand:
             *([f"const unsigned pw_st = cvl_smem_addr(pw) + {self.stsm_lane(ldp)};  // this lane's stmatrix row",
                "__shared__ unsigned cvl_factor[4][64];  // each warp's factors: [row][tile] (f16x2 or f32 bits)",
                "unsigned* const sf = cvl_factor[wl];"] if self.scaled else []),
+            *(["const int pr = lane / 8, pq = lane % 8;  // a write piece's rows 4j + pr, 16-byte chunk pq of a tile",
+               f"const unsigned pw_rd = cvl_smem_addr(pw) + (pr * {ldp} + pq * 8) * 2;  // shared-window addresses",
+               "const unsigned sf_rd = cvl_smem_addr(sf) + pr * 16;"]
+              if self.spread else []),
             "const unsigned long long desc_a = cvl_wgmma_desc(sa, 16u, 1024u);",
             "const unsigned long long desc_b = cvl_wgmma_desc(sb, 16u, 1024u);",
             f"float acc_even[{eng.regs}], acc_odd[{eng.regs}];  // even and odd column tiles",

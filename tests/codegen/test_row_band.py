@@ -481,7 +481,8 @@ def test_lagged_band_scales_numerators_as_it_stores(text, dtype, tmp_path, monke
     # of the write (that tile's columns) has just freed; the statistics pushed as one float a row
     for t in range(4):
         assert f"cvl_stsm_x4(pw_st + {t * 128} + q * 32" in body
-        assert body.index(f"sf[c / 8 * 4 + {t}]") < body.index(f"cvl_stsm_x4(pw_st + {t * 128}")
+        piece = body.index(f"cvl_lds32(sf_rd + ((0 + j) * 16 + {t}) * 4)")  # the factor of rows 4j + pr, tile t
+        assert piece < body.index(f"cvl_stsm_x4(pw_st + {t * 128}")
     assert body.count("cvl_cluster_push(part0") == 1 and "cvl_lg2(row_sum[r])" in body
     assert body.count("__shfl_xor_sync(0xffffffffu, tile_max[r], 1)") == 4  # each tile's maximum
     assert body.count("if (__all_sync(0xffffffffu, fine)) {") == 3  # tiles 1-3 keep the bases when they can

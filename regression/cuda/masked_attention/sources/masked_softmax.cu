@@ -233,6 +233,17 @@ __device__ __forceinline__ unsigned cvl_hmul2_bits(unsigned a, unsigned b) {
     asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
     return r;
 }
+// 16 and 4 bytes of shared memory at a shared-window address (no generic-to-shared conversion)
+__device__ __forceinline__ uint4 cvl_lds128(unsigned at) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(at) : "memory");
+    return v;
+}
+__device__ __forceinline__ unsigned cvl_lds32(unsigned at) {
+    unsigned v;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(at) : "memory");
+    return v;
+}
 
 extern "C" __global__ void __launch_bounds__(128, 3) cvl_masked_softmax(
     const __half* __restrict__ b0,  // k: f16[B, N, D] input
@@ -282,8 +293,8 @@ extern "C" __global__ void __launch_bounds__(128, 3) cvl_masked_softmax(
     __syncthreads();
     #pragma unroll 1
     for (int band = blockIdx.x / 1, round = 0; band < 4; band += clusters, ++round) {
-        const int mt = band % 1;
-        const int bz = band / 1;
+        const int mt = (int)((unsigned)(band) % 1u);
+        const int bz = (int)((unsigned)(band) / 1u);
         (void)bz;
         const int c0 = (bz) % 4;
         const int m0 = mt * 64;
