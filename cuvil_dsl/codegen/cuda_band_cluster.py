@@ -240,10 +240,9 @@ class _ClusterBand:
     def statistics(self, t: int) -> list[str]:
         """Tile t: the running statistics, and its numerators into pv[t] (acc is the tile's)."""
         g, eng, neg_inf = self.g, self.eng, self.neg_inf
-        mx = "tile_max[slot]"
         if g.fold is not None:  # max(acc * u) is |u| * max(acc), of -acc when u < 0
             def scan(sign: str) -> list[str]:
-                return eng.elements("m0", "n0", [f"{mx} = fmaxf({mx}, {sign}ACC);"])
+                return eng.elements("m0", "n0", [f"tile_max[slot] = fmaxf(tile_max[slot], {sign}ACC);"])
 
             lines = scan("") if not g.fold else ["if (band_flip) {", *indent(scan("-")), "} else {",
                                                  *indent(scan("")), "}"]
@@ -253,7 +252,7 @@ class _ClusterBand:
             w = g.walk(pre)
             x = w.value(g.softmax.args[0], g.p.layout.maps[g.softmax.args[0]])
             lines = eng.elements("m0", "n0", [f"float s = {neg_inf};", *self.guarded([*pre, f"s = {x};"]),
-                                              "ACC = s;", f"{mx} = fmaxf({mx}, s);"])
+                                              "ACC = s;", "tile_max[slot] = fmaxf(tile_max[slot], s);"])
             top, scale = "tile_max[r]", LOG2E
         quad = []
         if self.lag and self.scaled:  # one base for the four lanes of a row: a factor per row and tile

@@ -196,7 +196,7 @@ class _GemmKernel:
             if wgmma is not None:  # Hopper: sm_90a's wgmma (see cuda_wgmma.plain_engine for the rule)
                 k.config = replace(k.config, tile_m=wgmma.bm, tile_n=wgmma.bn, tile_k=wgmma.bk,
                                    block=wgmma.threads + (128 if wgmma.specialised else 0))
-                if cuda_wgmma.TMA and not self.a.batch and not self.b.batch:
+                if cuda_wgmma.tma_loads(self.a, self.b):
                     wgmma.use_tma(k, {"a": self.a.buffer, "b": self.b.buffer})
                 self.eng = wgmma
             else:

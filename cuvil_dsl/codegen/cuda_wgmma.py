@@ -128,6 +128,12 @@ def supported(a, b, bm: int, bn: int, bk: int = 64) -> str | None:
     return None
 
 
+def tma_loads(a, b) -> bool:
+    """Whether the library's kernel for operands ``a``, ``b`` (``cuda_gemm.Operand``) loads them by TMA
+    (:data:`TMA`, and neither operand with batch axes)."""
+    return TMA and not getattr(a, "batch", ()) and not getattr(b, "batch", ())
+
+
 def plain_engine(k, a, b, blocks: Callable[[int, int], int]) -> "WgmmaEngine | None":
     """The wgmma engine for a plain GEMM of :class:`~cuvil_dsl.codegen.cuda.CudaKernel` ``k``, or
     None (then ``mma.sync`` or SIMT runs it). ``blocks(bm, bn)``: blocks a launch with that tile takes.
@@ -155,8 +161,7 @@ def plain_engine(k, a, b, blocks: Callable[[int, int], int]) -> "WgmmaEngine | N
     if supported(a, b, bm, bn) is not None:
         return None
     eng = WgmmaEngine(a, b, bm=bm, bn=bn, stages=stages, pending=pending, index_t=k.index_t)
-    tma = TMA and not getattr(a, "batch", ()) and not getattr(b, "batch", ())  # the library's TMA rule (cuda_matmul)
-    ws = LIBRARY_WS is True or (LIBRARY_WS == "tma" and tma)
+    ws = LIBRARY_WS is True or (LIBRARY_WS == "tma" and tma_loads(a, b))
     eng.specialised = ws and (bm, bn, stages, pending) == tuple(LARGE_TILE)
     return eng
 
