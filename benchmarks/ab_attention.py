@@ -205,6 +205,33 @@ CHECKED_VARIANTS = [
     # committed). Taken with the A-in-registers and two-warpgroup rounds: neither more warps nor fewer
     # barriers and loads a tile move this kernel; benchmarks/write_ceiling.py puts the write of P alone
     # at 63.5-67.5 us on the H200 (2026-11-30), so about 47 us of the 114 are the band's own latency.
+    # session 7: ncu source counters of v13 (1.30 GHz, 2026-11-30-h200-ncu-attention-session7-source.txt):
+    # 9.75 issued instructions a logit (1249 a warp and band); of the warp stall samples 13% sit on
+    # mbarrier waits (the last band's statistics 4.8%, the next band's A and first B tiles 3%, tiles 2
+    # and 3 of the ring 4%), 5% on the first wgmma of a tile, 17% on MUFU.EX2 (fixed latency and its
+    # queue), and the spin on the statistics issues 123 instructions a warp and band (10%).
+    # - prefetch (the default now, cuda_band_cluster.PREFETCH): two A buffers (the next band's A loaded a
+    #   band ahead) and the next band's B tile 0 loaded once tile 2 retires instead of after tile 3 (73.7
+    #   KB: still 3 CTAs a multiprocessor). Predicted 2-4%. Measured in three device calls: 109.0 / 109.0
+    #   / 109.1 against 110.2 / 110.1 / 110.3 (-1.0%). The row below is the kernel before it.
+    ("lagged, one A buffer, next band's tiles after the last (previous) (all cases)", {"prefetch": False}),
+    # Measured and not kept (same calls; their code removed after measuring):
+    # - the exps of 1/8 (1/4) of the pairs on the FMA pipe (cvl_ex2_fma: 11 instructions for one MUFU
+    #   issue and 8 cycles of its pipe). Predicted 0-2% either way at 1/8, slower at 1/4. Measured 113.2 /
+    #   112.8 / 113.4 (1/8) and 117.3 / 116.4 / 117.6 (1/4): slower, as the ablation below explains.
+    # - a suspend-time hint on every try_wait (100 us: 112.5 / 112.4 / 113.1; 2 us: 112.0 / 112.3 / 112.8)
+    #   and polling by test_wait (112.2; with prefetch 110.3 against 109.1): the spin on the last band's
+    #   statistics issues 10% of the instructions but costs nothing the alternatives do not cost more.
+]
+# Timing-only ablations of the lagged band on the first case (--ablations): parts of the work left out, so
+# the results are wrong and not counted as failures; they bound what removing each part could gain.
+# Measured (2026-11-30, session 7, against 110.3 for the default then): no stores 87.4 us, no MUFU exps
+# 107.5, neither 76.5. The MUFU is not what holds the band back; the compute without the stores (87 us)
+# is above the write's 63.5-67.5, and the stores add 23 us to it instead of overlapping.
+ABLATIONS = [
+    ("ablation: no stores of P", {"ablate": ("store",)}),
+    ("ablation: numerators by FFMA, no MUFU exp2", {"ablate": ("exp",)}),
+    ("ablation: neither", {"ablate": ("store", "exp")}),
 ]
 
 
@@ -404,6 +431,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=100)
     parser.add_argument("--no-variants", action="store_true",
                         help="skip VARIANTS (row band and generic, and CHECKED_VARIANTS, still run)")
+    parser.add_argument("--ablations", action="store_true",
+                        help="also time ABLATIONS on attention_f16 (timing only: their results are wrong by design)")
     parser.add_argument("--sweep", action="store_true",
                         help="also time the default and each engine of the band on attention_f16 at SWEEP's sizes")
     args = parser.parse_args(argv)
@@ -435,6 +464,8 @@ def main(argv: list[str] | None = None) -> int:
             if not rows and not args.no_variants:  # the first case: every variant too
                 runs += [(True, tuning, name) for name, tuning in VARIANTS]
             runs += [(True, tuning, name) for name, tuning in CHECKED_VARIANTS]
+            if not rows and args.ablations:
+                runs += [(True, tuning, name) for name, tuning in ABLATIONS]
             if sweep:  # the default and each engine
                 runs = [(True, None, "row band"), *((True, tuning, name) for name, tuning in SWEEP_RUNS)]
             prewarm(loaded, pipeline, binding, runs, arch)
@@ -448,7 +479,9 @@ def main(argv: list[str] | None = None) -> int:
                     g = got[r.name][:first] if first else got[r.name]
                     good, err = matches(g, want[r.name], rtol, atol)
                     worst = max(worst, err)
-                    if not good:
+                    if not good and tuning in [t for _, t in ABLATIONS]:
+                        notes.append(f"- {label} ({name}): results differ, as an ablation's do")
+                    elif not good:
                         ok_all = False
                         notes.append(f"- MISMATCH {label} ({name}) {r.name}: "
                                      f"worst error {err:.3g} x tolerance")

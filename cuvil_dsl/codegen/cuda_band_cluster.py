@@ -38,7 +38,9 @@ statistics travel as one float, ``l = b + log2(s)`` (its base and the log2 of it
 over the CTA's columns); the row's base is then the largest ``l`` and its sum that of
 ``2^(l_q - base)``. The exchange is split across a row's four lanes (``QUAD_MERGE``): each pushes the
 row's statistics to a quarter of the peers and merges a quarter of theirs, two shuffles merge the
-four.
+four. Loads run a band ahead (``PREFETCH``): the A band has two buffers (the next band's loads while
+this one computes) and each B slot of the ring takes the next band's tile as soon as this band is
+done with it.
 
 Rounding: the numerator (below 16) is rounded to f16 once (relative error 2^-11, values below 2^-24
 flush to 0, an absolute error under 6e-8); for an f16 output the factor (at most 1) and the product
@@ -68,6 +70,7 @@ MAX_CLUSTER = 8  # CTAs: the portable cluster size on sm_90
 MAX_TILES = 4  # column tiles of 64 a CTA keeps: 16 registers of f16 pairs each
 LAZY = True  # (lagged band) a tile after a band's first keeps the rows' bases while its numerators stay small
 QUAD_MERGE = True  # (lagged band) a row's four lanes split the pushes to and the merge of the peers
+PREFETCH = True  # (lagged band) two A buffers; the next band's A and B tiles loaded as soon as their slots free
 
 CLUSTER_HELPERS = r"""
 // the CTAs of a cluster: the two halves of its barrier, and a float2 in another CTA's shared memory
@@ -221,6 +224,10 @@ class _ClusterBand:
         # a multiprocessor the slow path's registers spill, and small grids did not gain)
         self.lazy = bool(ROW_BAND_TUNING.get("lazy", LAZY)) and self.lag
         self.quad = bool(ROW_BAND_TUNING.get("quad_merge", QUAD_MERGE)) and self.lag  # split across a row's lanes
+        self.prefetch = bool(ROW_BAND_TUNING.get("prefetch", PREFETCH)) and self.lag
+        # timing-only ablations (wrong results; benchmarks/ab_attention.py --ablations): "store" drops the
+        # output's stores, "exp" computes each numerator by an FFMA instead of the MUFU's exp2
+        self.ablate = frozenset(ROW_BAND_TUNING.get("ablate", ())) if self.lag else frozenset()
         self.spread, self.stcs = spread and store_scaled and self.lag, stcs
         self.half = store_scaled and self.pair == "__half2"  # the numerators scaled in f16 pairs
 
@@ -269,8 +276,8 @@ class _ClusterBand:
             f"    base[r] = top == {neg_inf} ? 0.0f : bl;  // a row all -inf so far adds exp(-inf) = 0",
             f"    tile_base[{t}][r] = bl;  // -inf while the row is: its numerators are 0",
             "}",
-            *eng.pairs("m0", "n0", [f"const float p0 = cvl_ex2(fmaf(ACC0, {scale}, -base[slot]));",
-                                    f"const float p1 = cvl_ex2(fmaf(ACC1, {scale}, -base[slot]));",
+            *eng.pairs("m0", "n0", [f"const float p0 = {self.ex2(f'fmaf(ACC0, {scale}, -base[slot])')};",
+                                    f"const float p1 = {self.ex2(f'fmaf(ACC1, {scale}, -base[slot])')};",
                                     "row_sum[slot] += p0 + p1;",
                                     f"pv[{t}][ni * 2 + h] = __floats2half2_rn(p0, p1);"]),
         ]
@@ -286,8 +293,8 @@ class _ClusterBand:
             f"bool fine = row_max[0] != {neg_inf} && row_max[1] != {neg_inf};",
             "#pragma unroll", "for (int r = 0; r < 2; ++r) {", f"    fb[r] = __fmul_rn(row_max[r], {LOG2E});",
             "    fpart[r] = 0.0f;", "}",
-            *eng.pairs("m0", "n0", ["const float p0 = cvl_ex2(fmaf(ACC0, band_c, -fb[slot]));",
-                                    "const float p1 = cvl_ex2(fmaf(ACC1, band_c, -fb[slot]));",
+            *eng.pairs("m0", "n0", [f"const float p0 = {self.ex2('fmaf(ACC0, band_c, -fb[slot])')};",
+                                    f"const float p1 = {self.ex2('fmaf(ACC1, band_c, -fb[slot])')};",
                                     "fpart[slot] += p0 + p1;",
                                     f"pv[{t}][ni * 2 + h] = __floats2half2_rn(p0, p1);"]),
             "fine = fine && fpart[0] < 16.0f && fpart[1] < 16.0f;  // false for NaN",
@@ -296,6 +303,10 @@ class _ClusterBand:
             "        row_sum[r] += fpart[r];",
             f"        tile_base[{t}][r] = fb[r];", "    }",
             "} else {", *indent(slow), "}"]
+
+    def ex2(self, x: str) -> str:
+        """2^x of a numerator (an FFMA instead under the "exp" ablation)."""
+        return f"fmaf({x}, 0.0f, 0.25f)" if "exp" in self.ablate else f"cvl_ex2({x})"
 
     def stage_scaled(self, pv: str, at: str) -> list[str]:
         """The tile's numerators ``pv`` times the row's factor ``sc[h]`` (f32), rounded to the output
@@ -348,12 +359,12 @@ class _ClusterBand:
                 "(void)bz;",
                 *g.batch_coords(), f"const int m0 = mt * {self.bm};"]
 
-    def common_head(self, b_tiles: str) -> list[str]:
+    def common_head(self, b_tiles: str, a_bufs: int = 1) -> list[str]:
         return [
             "extern __shared__ __align__(1024) unsigned char cvl_smem[];",
             "const unsigned smem0 = (cvl_smem_addr(cvl_smem) + 1023u) & ~1023u;",
-            f"const unsigned sa = smem0;  // the A band: {self.bm} rows x 64 of K",
-            f"const unsigned sb = smem0 + {self.tile_a}u;  // {b_tiles}",
+            f"const unsigned sa = smem0;  // the A band: {self.bm} rows x 64 of K" + (f", {a_bufs} buffers" if a_bufs > 1 else ""),
+            f"const unsigned sb = smem0 + {a_bufs * self.tile_a}u;  // {b_tiles}",
         ]
 
     def emitted(self, entry: str, body: list[str], shared: int, helpers: str, persistent: bool = False) -> Emitted:
@@ -481,7 +492,8 @@ class _ClusterBand:
     # ------------------------------------------------------------------ the lagged variant
     def lagged(self, entry: str) -> Emitted:
         """Persistent clusters whose statistics exchange lags a band. Round ``r`` computes band ``r``
-        (B tiles through a ring of two TMA slots, so three CTAs fit a multiprocessor) and writes band
+        (B tiles through a ring of two TMA slots and, with ``prefetch``, the A band through two buffers:
+        three CTAs still fit a multiprocessor) and writes band
         ``r - 1``, whose statistics the cluster pushed (``st.async`` onto each CTA's mbarrier,
         double-buffered by round) while band ``r`` computed, from the numerators it staged in shared
         memory: with ``spread``, after tile t's statistics the piece of band ``r - 1`` in tile t's
@@ -492,18 +504,24 @@ class _ClusterBand:
         ldp = tiles * 64 + 8  # a staged row of numerators, in halves (16 bytes of padding)
         per_row = tiles * 8  # 16-byte chunks of a staged row
         loads = [len(range(s, tiles, 2)) for s in (0, 1)]  # B loads of each ring slot a band
+        a_bytes, bars = (2 * tile_a, 4) if self.prefetch else (tile_a, 3)  # A buffers; mbarriers (2 B slots, A)
 
         def issue(t: int, acc: str) -> list[str]:
             slot = t % 2
             wait = f"cvl_mbar_wait(full0 + {slot * 8}, (round * {loads[slot]} + {t // 2}) & 1);"
             return self.wgmma(acc, wait, slot * tile_b)
 
-        def load(band: str, what: list[int], with_a: bool) -> list[str]:  # thread 0: B tiles `what` of `band`
+        prefetch = self.prefetch
+
+        def load(band: str, what: list[int], a: str | None) -> list[str]:
+            """Thread 0: B tiles ``what`` of ``band``, and its A band when ``a`` (into A buffer ``a``
+            with ``prefetch``)."""
             lines = ["{", f"    const int ld_mt = ({band}) % {g.mt};", f"    const int ld_bz = ({band}) / {g.mt};",
                      "    (void)ld_bz;"]
-            if with_a:
-                lines += [f"    cvl_mbar_expect_tx(full0 + 16, {tile_a}u);",
-                          f"    cvl_tma_2d(sa, {maps['a']}, 0, {self.row_a}, full0 + 16);"]
+            if a is not None:
+                at, bar = (f"sa + ({a}) * {tile_a}u", f"full0 + 16 + ({a}) * 8") if prefetch else ("sa", "full0 + 16")
+                lines += [f"    cvl_mbar_expect_tx({bar}, {tile_a}u);",
+                          f"    cvl_tma_2d({at}, {maps['a']}, 0, {self.row_a}, {bar});"]
             for t in what:
                 lines += [f"    cvl_mbar_expect_tx(full0 + {t % 2 * 8}, {tile_b}u);",
                           f"    cvl_tma_2d(sb + {t % 2 * tile_b}u, {maps['b']}, 0, {self.row_b.format(t=t * 64)}, "
@@ -513,11 +531,20 @@ class _ClusterBand:
         def refill(t: int) -> list[str]:
             if t + 2 < tiles:  # tile t's slot takes tile t + 2
                 return ["__syncthreads();  // the warpgroup is past tile t's wgmma",
-                        "if (threadIdx.x == 0) {", *indent(load("band", [t + 2], False)), "}"]
+                        "if (threadIdx.x == 0) {", *indent(load("band", [t + 2], None)), "}"]
+            if prefetch:  # slot t % 2 is done with this band: the next band's tile t % 2; after the last
+                # tile this band's A buffer takes the A band two rounds on
+                lines = ["__syncthreads();  // the warpgroup is past tile t's wgmma",
+                         f"if (threadIdx.x == 0 && band + clusters < {self.bands}) {{",
+                         *indent(load("band + clusters", [t % 2], None)), "}"]
+                if t + 1 == tiles:
+                    lines += [f"if (threadIdx.x == 0 && band + 2 * clusters < {self.bands}) {{",
+                              *indent(load("band + 2 * clusters", [], "round & 1")), "}"]
+                return lines
             if t + 1 == tiles:  # the A band and both slots take the next band's first tiles
                 return ["__syncthreads();  // the warpgroup is past the band's last wgmma",
                         f"if (threadIdx.x == 0 && band + clusters < {self.bands}) {{",
-                        *indent(load("band + clusters", list(range(min(2, tiles))), True)), "}"]
+                        *indent(load("band + clusters", list(range(min(2, tiles))), "")), "}"]
             return []
 
         def factors() -> list[str]:
@@ -557,6 +584,8 @@ class _ClusterBand:
                          f"    w[e] = cvl_pack_bits({self.pack}(x.x * f, x.y * f));", "}"]
             put = (f"__stcs(reinterpret_cast<uint4*>(&{self.target}), v);" if self.stcs
                    else f"*reinterpret_cast<uint4*>(&{self.target}) = v;")
+            if "store" in self.ablate:
+                put = "(void)v;"
             load = (f"uint4 v = cvl_lds128({staged});" if tile is not None
                     else f"uint4 v = *reinterpret_cast<const uint4*>({staged});")
             each = self.guarded([load, *store, put])
@@ -659,7 +688,9 @@ class _ClusterBand:
             *self.band_coords("band"),
             f"if (threadIdx.x == 0) cvl_mbar_expect_tx(stats0 + (round & 1) * 8, {ctas * bm * 4}u);",
             *g.band_state(neg_inf),
-            "cvl_mbar_wait(full0 + 16, round & 1);  // the A band is in",
+            *(["cvl_mbar_wait(full0 + 16 + (round & 1) * 8, (round >> 1) & 1);  // the A band is in",
+               f"const unsigned long long desc_a = desc_a0 + (unsigned long long)((round & 1) * {tile_a >> 4});"]
+              if prefetch else ["cvl_mbar_wait(full0 + 16, round & 1);  // the A band is in"]),
             *(self.band_tiles(issue, refill, after) if self.spread else self.band_tiles(issue, refill)),
             *self.merge_quad(),
             *([] if self.spread else ["if (round > 0)", *indent(write("band - clusters", "round - 1"))]),
@@ -671,8 +702,8 @@ class _ClusterBand:
             *push,
         ]
         body = [
-            *self.common_head("a ring of 2 B tiles of 64 rows"),
-            f"__half* const pw = reinterpret_cast<__half*>(cvl_smem + (smem0 - cvl_smem_addr(cvl_smem)) + {tile_a + 2 * tile_b})"
+            *self.common_head("a ring of 2 B tiles of 64 rows", 2 if prefetch else 1),
+            f"__half* const pw = reinterpret_cast<__half*>(cvl_smem + (smem0 - cvl_smem_addr(cvl_smem)) + {a_bytes + 2 * tile_b})"
             f" + (threadIdx.x / 32) * {16 * ldp};  // this warp's 16 rows of numerators, then of output",
             "const int lane = threadIdx.x % 32;", "const int wg = 0;", "const int wl = threadIdx.x / 32;",
             "const int warp_row = wl * 16;  // the warp's first row in the band",
@@ -684,12 +715,12 @@ class _ClusterBand:
                f"const unsigned pw_rd = cvl_smem_addr(pw) + (pr * {ldp} + pq * 8) * 2;  // shared-window addresses",
                "const unsigned sf_rd = cvl_smem_addr(sf) + pr * 16;"]
               if self.spread else []),
-            "const unsigned long long desc_a = cvl_wgmma_desc(sa, 16u, 1024u);",
+            f"const unsigned long long desc_a{'0' if prefetch else ''} = cvl_wgmma_desc(sa, 16u, 1024u);",
             "const unsigned long long desc_b = cvl_wgmma_desc(sb, 16u, 1024u);",
             f"float acc_even[{eng.regs}], acc_odd[{eng.regs}];  // even and odd column tiles",
             f"__half2 pv[{tiles}][{eng.regs // 2}];  // the numerators of each tile, rounded to f16",
             f"float tile_base[{tiles}][2], prev_base[{tiles}][2];  // the thread's bases after each tile (this band, the last)",
-            "__shared__ __align__(8) unsigned long long cvl_full[3];  // the 2 B slots, then A",
+            f"__shared__ __align__(8) unsigned long long cvl_full[{bars}];  // the 2 B slots, then A" + (" (2 buffers)" if prefetch else ""),
             "__shared__ __align__(8) unsigned long long cvl_stats[2];  // statistics received, by round parity",
             f"__shared__ float cvl_part[{2 * ctas * bm}];  // [round parity][sender rank][row]: log2 of the row's sum of 2^x",
             "const unsigned full0 = cvl_smem_addr(cvl_full);", "const unsigned stats0 = cvl_smem_addr(cvl_stats);",
@@ -698,10 +729,12 @@ class _ClusterBand:
             f"const int n_cta = rank * {tiles * 64};  // the cluster rank's columns",
             f"const int clusters = gridDim.x / {ctas};",
             "if (threadIdx.x == 0) {",
-            "    for (int s = 0; s < 3; ++s) cvl_mbar_init(full0 + s * 8, 1);",
+            f"    for (int s = 0; s < {bars}; ++s) cvl_mbar_init(full0 + s * 8, 1);",
             "    cvl_mbar_init(stats0, 1);", "    cvl_mbar_init(stats0 + 8, 1);",
             "    asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");",
-            *indent(load(f"blockIdx.x / {ctas}", list(range(min(2, tiles))), True)),
+            *indent(load(f"blockIdx.x / {ctas}", list(range(min(2, tiles))), "0")),
+            *([f"    if (blockIdx.x / {ctas} + clusters < {self.bands})",
+               *indent(load(f"blockIdx.x / {ctas} + clusters", [], "1"), 2)] if prefetch else []),
             "}",
             "__syncthreads();",
             "cvl_cluster_arrive();", "cvl_cluster_wait();  // every CTA's mbarriers are set up before any push",
@@ -711,4 +744,4 @@ class _ClusterBand:
             *write("band - clusters", "round - 1"),
             "cvl_cluster_arrive();", "cvl_cluster_wait();  // no CTA leaves while a push to it may be in flight",
         ]
-        return self.emitted(entry, body, tile_a + 2 * tile_b + 4 * 16 * ldp * 2 + 1024, PUSH_HELPER, persistent=True)
+        return self.emitted(entry, body, a_bytes + 2 * tile_b + 4 * 16 * ldp * 2 + 1024, PUSH_HELPER, persistent=True)

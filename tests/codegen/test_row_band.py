@@ -449,8 +449,9 @@ def test_cluster_band_of_the_benchmark(monkeypatch, tmp_path):
 def test_lagged_cluster_band_builds_without_spills(sizes, grid, per_sm, tmp_path, monkeypatch):
     """Clusters of 4 or more take the lagged exchange: persistent clusters (0.9 of the 49 of 8 that fit
     at 3 a multiprocessor; every band when there are fewer), statistics pushed by st.async onto the
-    peers' mbarriers, B tiles through 2 TMA slots; 3 tiles a CTA when N = 320 (2 CTAs, masked columns
-    past N: the argument is walked, at 2 CTAs a multiprocessor)."""
+    peers' mbarriers, B tiles through 2 TMA slots and the A band through 2 buffers (PREFETCH: loads a
+    band ahead); 3 tiles a CTA when N = 320 (2 CTAs, masked columns past N: the argument is walked, at 2
+    CTAs a multiprocessor)."""
     monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
     plan, _ = plan_pipeline(check_source(ATTENTION, "a.cuvil").module.pipelines[0])
     if sizes["N"] == 320:  # 2 CTAs a cluster: asked for (the default lags from 4)
@@ -460,10 +461,12 @@ def test_lagged_cluster_band_builds_without_spills(sizes, grid, per_sm, tmp_path
     assert _engine(k.source) == "lagged" and k.grid == (grid, 1, 1) and f"__launch_bounds__(128, {per_sm})" in body
     assert body.count("cvl_cluster_wait();") == 2  # once set up, once before leaving: never per band
     tiles = 4 if sizes["N"] == 2048 else 3
-    assert k.shared_bytes == 8192 + 2 * 8192 + 4 * 16 * (tiles * 64 + 8) * 2 + 1024
+    assert k.shared_bytes == 2 * 8192 + 2 * 8192 + 4 * 16 * (tiles * 64 + 8) * 2 + 1024
+    assert "cvl_full[4];" in body and "cvl_mbar_wait(full0 + 16 + (round & 1) * 8, (round >> 1) & 1);" in body
     r, _ = _compile_sass(k)
     assert r.spill_bytes == 0 and r.stack_bytes == 0 and r.registers <= 65536 // (128 * per_sm), r
-    assert per_sm * (k.shared_bytes + r.shared_bytes) <= 227 * 1024
+    # per_sm CTAs fit a multiprocessor's 228 KB, each with the 1 KB the system reserves
+    assert per_sm * (k.shared_bytes + r.shared_bytes + 1024) <= 228 * 1024
 
 
 @pytest.mark.parametrize("text,dtype", [(ATTENTION, "f16"), (ODD, "bf16")])
@@ -498,8 +501,9 @@ def test_lagged_band_scales_numerators_as_it_stores(text, dtype, tmp_path, monke
         assert count_instructions(sass, r"HMUL2") == 2 * 64 and count_instructions(sass, r"STSM") == 16
         assert count_instructions(sass, r"HADD2\.F32") == 0
         # the write pieces' addresses from per-lane bases (session 6, v13 in benchmarks/NOTES.md): the kernel
-        # was 2568 instructions before, 2376 after (-2.2% on the H200); a regression here costs time
-        assert count_instructions(sass, r".") <= 2450
+        # was 2568 instructions before, 2376 after (-2.2% on the H200); a regression here costs time. The
+        # loads a band ahead (session 7, PREFETCH) add a block barrier and thread 0's TMA issues: 2456
+        assert count_instructions(sass, r".") <= 2500
 
 
 def test_half_scaling_error_bound():

@@ -249,18 +249,42 @@ def test_persistent_cluster_kernels_match_on_fewer_clusters(fit, monkeypatch):
         assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
 
 
-@pytest.mark.parametrize("tuning", [{"lazy": True}, {"lazy": False}, {"quad_merge": True}, {"quad_merge": False}],
-                         ids=str)
+@pytest.mark.parametrize("tuning", [{"lazy": True}, {"lazy": False}, {"quad_merge": True}, {"quad_merge": False},
+                                    {"prefetch": False}], ids=str)
 @pytest.mark.parametrize("stem", ["attention_lazy", "attention_cluster", "attention_f16"])
 def test_cluster_band_switches_match_reference(stem, tuning, monkeypatch):
     """The lagged cluster band with and without lazy bases (cuda_band_cluster.LAZY; attention_lazy's
     tilted logits send about 40% of the later tiles back to their maximum, the slow path, the other
     programs' logits keep their bases or walk a mask, never lazy) and with the exchange split across a
-    row's four lanes or not (QUAD_MERGE; attention_cluster's `six` has clusters of 6)."""
+    row's four lanes or not (QUAD_MERGE; attention_cluster's `six` has clusters of 6), and with one A
+    buffer and the next band's loads after its last tile (PREFETCH off)."""
     from cuvil_dsl.codegen import cuda_matmul
 
     monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", tuning)
     case = load_case(next(p for p in case_paths() if p.stem == stem))
+    got, want = run_on_gpu(case)
+    for r in case.pipeline.results:
+        rtol, atol = case.loaded.spec.check.tolerances(r.type.dtype, case.tf32)
+        assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
+
+
+@pytest.mark.parametrize("prefetch", [True, False], ids=["prefetch", "no-prefetch"])
+@pytest.mark.parametrize("n", [384, 448])
+def test_lagged_band_odd_tile_counts_match_reference(n, prefetch, tmp_path, monkeypatch):
+    """The lagged band asked for on clusters of 2 CTAs (its default needs 4): N = 384 gives each CTA 3
+    column tiles, so the ring's two B slots take unequal loads a band and the next band's tiles 0 and 1
+    are loaded after tiles 1 and 2 (with PREFETCH); N = 448 gives 4 tiles, the last CTA's last one
+    masked."""
+    from cuvil_dsl.codegen import cuda_band_cluster, cuda_matmul
+
+    monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", {"cluster": (1, None, 0.9, True), "prefetch": prefetch})
+    (tmp_path / "odd.cuvil").write_text(
+        "pipeline odd(q: f16[B, M, D], k: f16[B, N, D]) -> p: f16[B, M, N] {\n"
+        "    kernel s { p = softmax(q @ k.T * 0.125, axis=-1) }\n}\n")
+    (tmp_path / "odd.yaml").write_text(
+        f"pipeline: odd.cuvil\nshapes: {{B: 3, M: 1000, N: {n}, D: 64}}\ncheck: {{rtol: 2.0e-3, atol: 2.0e-3}}\n")
+    case = load_case(tmp_path / "odd.yaml")
+    assert cuda_band_cluster.layout(n) == (2, 3 if n == 384 else 4)
     got, want = run_on_gpu(case)
     for r in case.pipeline.results:
         rtol, atol = case.loaded.spec.check.tolerances(r.type.dtype, case.tf32)
