@@ -92,8 +92,14 @@ LIBRARY_CHECKS = [RAGGED, (4000, 3000, 520)]  # ragged; the second large enough 
 # and a polynomial (cuda_lang's cvl_gelu) instead of 0.5 x (1 + erff(x / sqrt 2)) (erff: two polynomials
 # whose coefficients are selected per element, 9 FSEL): 29 -> about 25 instructions an element of the
 # epilogue (static SASS 4232 -> 3712). PREVIOUS_GELU_MODES render with the previous helper.
+# Session 7: the epilogue's rounding round trip gone (a value rounded to f16 just before its store, as
+# `cvl_f16(gelu(...))`, is stored from its unrounded form: the same bits, one conversion instead of
+# three) and the gelu's 0.5 and log2(e) folded into its coefficients (2 FMUL fewer): static SASS 3712 ->
+# 3072. Predicted 3-5 us (about 5 of 25 instructions an element of an epilogue that overlaps nothing).
+# SESSION6_MODES render with session 6's helper and the round trip.
 LIBRARY_MODES = [
     ("library default (128x256 s4p1, paired stores, TMA loads)", True, (128, 256, 4, 1), False, True),
+    ("library default, session-6 epilogue (f16 round trip, gelu unfolded)", True, (128, 256, 4, 1), False, True),
     ("library default, previous gelu (0.5 x (1 + erff))", True, (128, 256, 4, 1), False, True),
     ("library warp-specialised persistent 128x256 s4p1, TMA", True, (128, 256, 4, 1), True, True),
     ("library warp-specialised persistent 128x256 s4p0, TMA", True, (128, 256, 4, 0), True, True),
@@ -191,11 +197,32 @@ PREVIOUS_GELU = ("__device__ __forceinline__ float cvl_gelu(float x) { return 0.
                  "erff(x * 0.7071067811865476f)); }\n")
 
 
-def previous_gelu(prelude: str) -> str:
-    """The CUDA prelude with cvl_gelu(float) as it was before session 6 (comment and body replaced)."""
+SESSION6_MODES = {"library default, session-6 epilogue (f16 round trip, gelu unfolded)"}
+SESSION6_GELU = """__device__ __forceinline__ float cvl_gelu(float x) {
+    const float z = fabsf(x) * 0.7071067811865476f;
+    float t, e;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(fmaf(0.5f, z, 1.0f)));
+    float p = fmaf(t, 0.17087277f, -0.82215223f);
+    p = fmaf(t, p, 1.48851587f);
+    p = fmaf(t, p, -1.13520398f);
+    p = fmaf(t, p, 0.27886807f);
+    p = fmaf(t, p, -0.18628806f);
+    p = fmaf(t, p, 0.09678418f);
+    p = fmaf(t, p, 0.37409196f);
+    p = fmaf(t, p, 1.00002368f);
+    p = fmaf(t, p, -1.26551223f);
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(fmaf(-z, z, p) * 1.4426950408889634f));
+    const float h = 0.5f * t * e;
+    return x * (x > 0.0f ? 1.0f - h : h);
+}
+"""
+
+
+def previous_gelu(prelude: str, helper: str = PREVIOUS_GELU) -> str:
+    """The CUDA prelude with cvl_gelu(float) replaced by ``helper`` (before session 6 by default)."""
     start = prelude.index("// gelu(x) = x * Phi(x)")
     end = prelude.index("\n}\n", prelude.index("__device__ __forceinline__ float cvl_gelu(float x)")) + 3
-    return prelude[:start] + PREVIOUS_GELU + prelude[end:]
+    return prelude[:start] + helper + prelude[end:]
 
 
 def build_library(modes=LIBRARY_MODES) -> dict:
@@ -215,11 +242,14 @@ def build_library(modes=LIBRARY_MODES) -> dict:
     from cuvil_dsl.codegen import cuda as cuda_codegen
 
     saved = (cuda_wgmma.PAIRED_STORES, cuda_wgmma.LARGE_TILE, cuda_wgmma.LIBRARY_WS, cuda_wgmma.TMA)
-    prelude = cuda_codegen.PRELUDE
+    prelude, unrounded = cuda_codegen.PRELUDE, cuda_codegen.CudaKernel.unrounded
     jobs = []
     try:
         for label, pairs, tile, ws, tma in modes:
-            cuda_codegen.PRELUDE = previous_gelu(prelude) if label in PREVIOUS_GELU_MODES else prelude
+            cuda_codegen.PRELUDE = (previous_gelu(prelude) if label in PREVIOUS_GELU_MODES else
+                                    previous_gelu(prelude, SESSION6_GELU) if label in SESSION6_MODES else prelude)
+            cuda_codegen.CudaKernel.unrounded = ((lambda self, lines, expr, value: expr)
+                                                 if label in PREVIOUS_GELU_MODES | SESSION6_MODES else unrounded)
             cuda_wgmma.PAIRED_STORES, cuda_wgmma.LARGE_TILE, cuda_wgmma.LIBRARY_WS = pairs, tile, ws
             cuda_wgmma.TMA = tma
             plan, diags = plan_pipeline(pipeline, dict(loaded.spec.kernels), "sm_90")
@@ -232,7 +262,7 @@ def build_library(modes=LIBRARY_MODES) -> dict:
                 jobs.append(((M, N, K), label, k))
     finally:
         cuda_wgmma.PAIRED_STORES, cuda_wgmma.LARGE_TILE, cuda_wgmma.LIBRARY_WS, cuda_wgmma.TMA = saved
-        cuda_codegen.PRELUDE = prelude
+        cuda_codegen.PRELUDE, cuda_codegen.CudaKernel.unrounded = prelude, unrounded
     units = [CompileUnit(f"ab_wgmma_lib_{i}", k.source, (k.entry,), k.options) for i, (_s, _l, k) in enumerate(jobs)]
     built = compile_units(units, "sm_90", fallback="none", workers=min(16, os.cpu_count() or 2))
     out = {}

@@ -149,6 +149,19 @@ class CudaKernel:
         missing = [d for d in range(len(self.p.domain)) if d not in store.map and self.p.domain[d] > 1]
         return " && ".join(f"{coord(d)} == 0" for d in missing) or None
 
+    def unrounded(self, lines: list[str], expr: str, value: str) -> str:
+        """``expr`` to store as ``value``: a value that ``lines`` round to its 16-bit dtype (``const float t =
+        cvl_f16(...)``) is stored from its unrounded form, since the store rounds it the same way (to the
+        nearest 16-bit value: the same bits, one conversion instead of three)."""
+        dtype = self.dtype(value)
+        if dtype not in (DType.F16, DType.BF16):
+            return expr
+        prefix = f"const float {expr} = cvl_{dtype.value}("
+        for line in reversed(lines):
+            if line.startswith(prefix) and line.endswith(");"):
+                return line[len(prefix):-2]
+        return expr
+
     def store_lines(self, store: Store, expr: str, coord: Coord, flat: str | None = None) -> list[str]:
         target = f"{self.names[store.value]}[{self.offset(store.value, store.map, coord, flat)}]"
         line = f"{target} = {self.lang.store(expr, self.dtype(store.value))};"

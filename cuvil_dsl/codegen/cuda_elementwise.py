@@ -191,7 +191,7 @@ def render(k: CudaKernel, entry: str) -> Emitted:
         flat = f"({i0} + e)" if vec > 1 else i0
         w = k.walk(inner.append, coord, flat, leaf)
         for s in stores:
-            expr = _unrounded(inner, w.value(s.value, s.map), k.dtype(s.value))
+            expr = k.unrounded(inner, w.value(s.value, s.map), s.value)
             if s.value in staged:
                 inner.append(f"{staged[s.value]}[e] = {k.lang.store(expr, k.dtype(s.value))};")
             else:
@@ -247,18 +247,6 @@ def render(k: CudaKernel, entry: str) -> Emitted:
         k.config = replace(k.config, min_blocks=int(TUNING["min_blocks"]))
     lines = [note, *k.signature(entry, threads), *indent(body), "}"]
     return Emitted(lines, (blocks, 1, 1), (threads, 1, 1), helpers="".join(helpers))
-
-
-def _unrounded(lines: list[str], expr: str, dtype: DType) -> str:
-    """A value rounded to its 16-bit dtype just before it is stored is stored from its unrounded
-    form: the store rounds it the same way, once."""
-    if dtype not in (DType.F16, DType.BF16):
-        return expr
-    prefix = f"const float {expr} = cvl_{dtype.value}("
-    for line in reversed(lines):
-        if line.startswith(prefix) and line.endswith(");"):
-            return line[len(prefix):-2]
-    return expr
 
 
 def _tail(k: CudaKernel, start: int, total: int, threads: int, stores: list[Store]) -> list[str]:

@@ -325,6 +325,7 @@ class _GemmKernel:
         second = [w1.value(s.value, s.map) for s in self.p.stores]
         for s, x0, x1 in zip(self.p.stores, first, second):
             dt = k.dtype(s.value)
+            x0, x1 = k.unrounded(lines, x0, s.value), k.unrounded(lines, x1, s.value)
             t, join = PAIR[dt]
             line = (f"*reinterpret_cast<{t}*>(&{k.names[s.value]}[{k.offset(s.value, s.map, self.coord)}]) = "
                     f"{join}({k.lang.store(x0, dt)}, {k.lang.store(x1, dt)});")

@@ -27,7 +27,6 @@ from cuvil_dsl.codegen.cuda import CudaKernel, Emitted, element_count, indent
 from cuvil_dsl.codegen.program import Reduction
 from cuvil_dsl.passes import configs
 from cuvil_dsl.passes.indexing import ROW_REDUCTIONS, operand_map
-from cuvil_dsl.types import DType
 
 WARP_ROW_LIMIT = 1024  # longest row one warp takes
 MAX_CLUSTER = 8  # blocks sharing one row (the portable thread-block cluster size)
@@ -243,13 +242,7 @@ class _RowKernel:
     def store_value(self, out: list[str], expr: str, value: str) -> str:
         """``expr`` to store as ``value``: a value rounded to its 16-bit dtype just before is
         stored from its unrounded form (the store rounds it the same way, once)."""
-        if not self.fast or self.k.dtype(value) not in (DType.F16, DType.BF16):
-            return expr
-        prefix = f"const float {expr} = cvl_{self.k.dtype(value).value}("
-        for line in reversed(out):
-            if line.startswith(prefix) and line.endswith(");"):
-                return line[len(prefix):-2]
-        return expr
+        return self.k.unrounded(out, expr, value) if self.fast else expr
 
     def body_of_pass(self, pass_index: int | None, coord, leaf) -> list[str]:
         """Per-element work of one pass: accumulate its reductions, or store (final pass)."""
