@@ -27,24 +27,26 @@ __device__ __forceinline__ float cvl_silu(float x) { return x * cvl_sigmoid(x); 
 __device__ __forceinline__ double cvl_silu(double x) { return x * cvl_sigmoid(x); }
 // gelu(x) = x * Phi(x), Phi(x) = erfc(-x / sqrt(2)) / 2; for z = |x| / sqrt(2), erfc(z) = t * exp(P(t) - z^2)
 // with t = 1 / (1 + z / 2) (the Chebyshev fit in Numerical Recipes' erfcc, relative error below 1.2e-7 for
-// all z >= 0): one reciprocal and one exp2 on the MUFU, 12 FMA/FMUL. Against float64, relative error below
-// 5e-7 for |x| < 1, 2e-6 down to x = -4, 2e-5 below (0.5 x (1 + erff) loses every digit there, to the
-// cancellation in 1 + erf); tests/codegen/test_cuda_lang.py emulates it.
+// all z >= 0). Phi(-|x|) = t * 2^(P(t) log2(e) - 1 - z^2 log2(e)): the fit's coefficients are stored times
+// log2(e), the constant one less (the halving), and z^2 log2(e) is |x| * (|x| log2(e) / 2): one reciprocal
+// and one exp2 on the MUFU, 11 FMA/FMUL. Against float64, relative error below 5e-7 for |x| < 1, 2e-6 down
+// to x = -4, 2e-5 below (0.5 x (1 + erff) loses every digit there, to the cancellation in 1 + erf);
+// tests/codegen/test_cuda_lang.py emulates it.
 __device__ __forceinline__ float cvl_gelu(float x) {
-    const float z = fabsf(x) * 0.7071067811865476f;
+    const float a = fabsf(x);
     float t, e;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(fmaf(0.5f, z, 1.0f)));
-    float p = fmaf(t, 0.17087277f, -0.82215223f);
-    p = fmaf(t, p, 1.48851587f);
-    p = fmaf(t, p, -1.13520398f);
-    p = fmaf(t, p, 0.27886807f);
-    p = fmaf(t, p, -0.18628806f);
-    p = fmaf(t, p, 0.09678418f);
-    p = fmaf(t, p, 0.37409196f);
-    p = fmaf(t, p, 1.00002368f);
-    p = fmaf(t, p, -1.26551223f);
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(fmaf(-z, z, p) * 1.4426950408889634f));
-    const float h = 0.5f * t * e;  // Phi(-|x|); NaN in, NaN out; gelu(-inf) is NaN as 0.5 x (1 + erf) is
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(fmaf(a, 0.35355339059327373f, 1.0f)));
+    float p = fmaf(t, 0.246517298f, -1.18611495f);
+    p = fmaf(t, p, 2.14747446f);
+    p = fmaf(t, p, -1.63775315f);
+    p = fmaf(t, p, 0.402321582f);
+    p = fmaf(t, p, -0.26875686f);
+    p = fmaf(t, p, 0.139630057f);
+    p = fmaf(t, p, 0.539700616f);
+    p = fmaf(t, p, 1.4427292f);
+    p = fmaf(t, p, -2.82574822f);
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(fmaf(-a * 0.72134752044448169f, a, p)));
+    const float h = t * e;  // Phi(-|x|); NaN in, NaN out; gelu(-inf) is NaN as 0.5 x (1 + erf) is
     return x * (x > 0.0f ? 1.0f - h : h);
 }
 __device__ __forceinline__ double cvl_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.7071067811865476)); }
