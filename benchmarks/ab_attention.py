@@ -232,6 +232,15 @@ ABLATIONS = [
     ("ablation: no stores of P", {"ablate": ("store",)}),
     ("ablation: numerators by FFMA, no MUFU exp2", {"ablate": ("exp",)}),
     ("ablation: neither", {"ablate": ("store", "exp")}),
+    # session 7, round 2: the stores' 23 us split. Into the output's first 4 MB (L2-resident, so no DRAM
+    # write traffic): if about 87 us, DRAM pressure is the cost; if about 110, the store path itself.
+    # Without the staged numerators' 16-byte loads (the stores kept): the shared-memory reads' share.
+    # Measured (same call, default 109.2, no stores 88.0): inside 4 MB 107.1, without the loads 106.4.
+    # So DRAM is not what the stores cost: issuing 268 MB of 16-byte stores from the SMs (the LSU and
+    # MIO queue the MUFU, shared loads and stmatrix also use) costs about 19 us even when L2 absorbs
+    # them all; the staged loads about 3.
+    ("ablation: stores inside 4 MB (L2, no DRAM writes)", {"ablate": ("store_l2",)}),
+    ("ablation: stores without the staged loads", {"ablate": ("lds",)}),
 ]
 
 

@@ -226,7 +226,9 @@ class _ClusterBand:
         self.quad = bool(ROW_BAND_TUNING.get("quad_merge", QUAD_MERGE)) and self.lag  # split across a row's lanes
         self.prefetch = bool(ROW_BAND_TUNING.get("prefetch", PREFETCH)) and self.lag
         # timing-only ablations (wrong results; benchmarks/ab_attention.py --ablations): "store" drops the
-        # output's stores, "exp" computes each numerator by an FFMA instead of the MUFU's exp2
+        # output's stores, "store_l2" keeps them inside the output's first 4 MB (L2, never DRAM), "lds"
+        # stores without reading the staged numerators, "exp" computes each numerator by an FFMA
+        # instead of the MUFU's exp2
         self.ablate = frozenset(ROW_BAND_TUNING.get("ablate", ())) if self.lag else frozenset()
         self.spread, self.stcs = spread and store_scaled and self.lag, stcs
         self.half = store_scaled and self.pair == "__half2"  # the numerators scaled in f16 pairs
@@ -586,8 +588,14 @@ class _ClusterBand:
                    else f"*reinterpret_cast<uint4*>(&{self.target}) = v;")
             if "store" in self.ablate:
                 put = "(void)v;"
+            elif "store_l2" in self.ablate:  # every store inside the output's first 4 MB (stays in L2)
+                out = self.target.split("[")[0]
+                put = (f"__stcs(reinterpret_cast<uint4*>(reinterpret_cast<char*>({out}) + "
+                       f"((reinterpret_cast<char*>(&{self.target}) - reinterpret_cast<char*>({out})) & 0x3FFFF0)), v);")
             load = (f"uint4 v = cvl_lds128({staged});" if tile is not None
                     else f"uint4 v = *reinterpret_cast<const uint4*>({staged});")
+            if "lds" in self.ablate:  # the stores without reading the staged numerators
+                load = "uint4 v = make_uint4(lane, 0u, 0u, 0u);"
             each = self.guarded([load, *store, put])
             return ["#pragma unroll", f"for (int j = 0; j < {hi} - ({lo}); ++j) {{", *head, *indent(each), "}"]
 
