@@ -546,7 +546,7 @@ class _ClusterBand:
             if t + 1 == tiles:  # the A band and both slots take the next band's first tiles
                 return ["__syncthreads();  // the warpgroup is past the band's last wgmma",
                         f"if (threadIdx.x == 0 && band + clusters < {self.bands}) {{",
-                        *indent(load("band + clusters", list(range(min(2, tiles))), "")), "}"]
+                        *indent(load("band + clusters", list(range(min(2, tiles))), "0")), "}"]
             return []
 
         def factors() -> list[str]:
