@@ -6,7 +6,9 @@
 Each argument is a ``ROW_BAND_TUNING`` as JSON (lists for tuples; ``{}`` is the default); the kernels
 run in that order after one warm-up launch each, so ``--launch-skip`` / ``--launch-count`` or the
 kernel's position pick them out of the report. Results are not checked here: ab_attention.py checks
-every variant it times.
+every variant it times. For per-instruction counters, add ``--section SourceCounters``, export the
+report's source page (``ncu --import R --page source --print-source sass --csv``) and summarise it with
+benchmarks/ncu_source.py.
 """
 
 from __future__ import annotations

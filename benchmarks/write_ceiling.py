@@ -10,7 +10,9 @@ as ``cuvil-dsl bench`` times (``bench.timing.GpuTimer``: L2 flushed before every
 * ``stream``: a kernel of 16-byte streaming stores, consecutive across the grid;
 * ``bands``: the same stores in the one-pass band's pattern: each block (a cluster rank's share of a
   64-row band) writes its 64 rows x 512 bytes in four column tiles of 128 bytes a row, as the band's
-  write pieces do.
+  write pieces do;
+* ``bands in 4 MB``: the same stores with their offsets masked into P's first 4 MB, so L2 absorbs them
+  and DRAM sees no writes: what the stores cost on the chip alone.
 
     python3 benchmarks/write_ceiling.py   # writes $OUT/write_ceiling.md when OUT is set
 
@@ -37,7 +39,7 @@ extern "C" __global__ void stream(uint4* __restrict__ y, long long chunks) {
 }
 // block = (band, rank): rows band * 64 .. + 63 of the [B * M, N] output, columns rank * 256 .. + 255;
 // warp w writes its 16 rows tile by tile (16 rows x 8 chunks of 16 bytes a tile), 4 chunks a lane a tile
-extern "C" __global__ void bands(uint4* __restrict__ y, int ranks) {
+extern "C" __global__ void bands(uint4* __restrict__ y, int ranks, long long mask) {
     const uint4 v = make_uint4(0x3c003c00u, 0x3c003c00u, 0x3c003c00u, 0x3c003c00u);
     const int band = blockIdx.x / ranks, rank = blockIdx.x % ranks;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -46,7 +48,7 @@ extern "C" __global__ void bands(uint4* __restrict__ y, int ranks) {
         for (int j = 0; j < 4; ++j) {
             const int c = j * 32 + lane;
             const long long row = band * 64LL + warp * 16 + c / 8;
-            __stcs(y + row * row_chunks + rank * 32 + t * 8 + c % 8, v);
+            __stcs(y + ((row * row_chunks + rank * 32 + t * 8 + c % 8) & mask), v);
         }
 }
 """.replace("N_COLUMNS", str(N))
@@ -79,7 +81,9 @@ def main() -> int:
         "stream (16-byte streaming stores, consecutive)": (
             lambda: k_stream((sms * 16,), (256,), (y, cp.int64(chunks))), nbytes),
         "bands (the one-pass band's write pattern)": (
-            lambda: k_bands((B * M // 64 * 8,), (128,), (y, cp.int32(8))), nbytes),
+            lambda: k_bands((B * M // 64 * 8,), (128,), (y, cp.int32(8), cp.int64(-1))), nbytes),
+        "bands in 4 MB (the same stores, offsets masked into 4 MB: L2 only)": (
+            lambda: k_bands((B * M // 64 * 8,), (128,), (y, cp.int32(8), cp.int64((4 << 20) // 16 - 1))), nbytes),
     }
     rows = []
     for label, (fn, moved) in runs.items():

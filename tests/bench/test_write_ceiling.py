@@ -39,8 +39,8 @@ def test_band_pattern_covers_every_chunk_once():
     source, evaluated with NumPy) is a permutation of P's 16-byte chunks, for a small P of the same
     shape rules (rows a multiple of 64, 8 ranks of 256 columns)."""
     w = _script()
-    line = next(s for s in w.SOURCE.splitlines() if "__stcs(y + row * row_chunks" in s)
-    assert "rank * 32 + t * 8 + c % 8" in line  # the expressions emulated below
+    line = next(s for s in w.SOURCE.splitlines() if "__stcs(y + ((row * row_chunks" in s)
+    assert "rank * 32 + t * 8 + c % 8) & mask)" in line  # the expressions emulated below (mask: all ones)
     assert "const long long row = band * 64LL + warp * 16 + c / 8;" in w.SOURCE
     rows, columns, ranks = 3 * 64, 2048, 8
     row_chunks = columns // 8
