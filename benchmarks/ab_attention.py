@@ -241,6 +241,13 @@ ABLATIONS = [
     # them all; the staged loads about 3.
     ("ablation: stores inside 4 MB (L2, no DRAM writes)", {"ablate": ("store_l2",)}),
     ("ablation: stores without the staged loads", {"ablate": ("lds",)}),
+    # round 3: each 16-byte global store replaced by a 16-byte shared store of the same value (back into
+    # its staged chunk): the same instructions on the LSU, no traffic to L2. About 88 us: the stores
+    # cost their traffic to L2; about 107: their instructions. Measured (default 109.1, no stores 87.6,
+    # inside 4 MB 106.6, without the staged loads 106.0): 104.2. So 16.6 of the stores' 21.5 us are the
+    # 16-byte store instructions themselves (the SM's store data path), 2.4 the traffic to L2 and 2.5
+    # DRAM; write_ceiling.py's L2-only band pattern takes 59.2 us (67.7 to DRAM).
+    ("ablation: shared stores instead of global ones", {"ablate": ("sts",)}),
 ]
 
 

@@ -226,7 +226,8 @@ class _ClusterBand:
         self.quad = bool(ROW_BAND_TUNING.get("quad_merge", QUAD_MERGE)) and self.lag  # split across a row's lanes
         self.prefetch = bool(ROW_BAND_TUNING.get("prefetch", PREFETCH)) and self.lag
         # timing-only ablations (wrong results; benchmarks/ab_attention.py --ablations): "store" drops the
-        # output's stores, "store_l2" keeps them inside the output's first 4 MB (L2, never DRAM), "lds"
+        # output's stores, "sts" stores to shared memory instead (no global traffic), "store_l2" keeps
+        # them inside the output's first 4 MB (L2, never DRAM), "lds"
         # stores without reading the staged numerators, "exp" computes each numerator by an FFMA
         # instead of the MUFU's exp2
         self.ablate = frozenset(ROW_BAND_TUNING.get("ablate", ())) if self.lag else frozenset()
@@ -588,6 +589,8 @@ class _ClusterBand:
                    else f"*reinterpret_cast<uint4*>(&{self.target}) = v;")
             if "store" in self.ablate:
                 put = "(void)v;"
+            elif "sts" in self.ablate:  # a 16-byte shared store instead (the same instruction count, no global traffic)
+                put = f"asm volatile(\"st.shared.v4.u32 [%0], {{%1, %2, %3, %4}};\\n\" :: \"r\"({staged if tile is not None else f'cvl_smem_addr({staged})'}), \"r\"(v.x), \"r\"(v.y), \"r\"(v.z), \"r\"(v.w) : \"memory\");"
             elif "store_l2" in self.ablate:  # every store inside the output's first 4 MB (stays in L2)
                 out = self.target.split("[")[0]
                 put = (f"__stcs(reinterpret_cast<uint4*>(reinterpret_cast<char*>({out}) + "
