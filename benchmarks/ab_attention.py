@@ -216,6 +216,14 @@ CHECKED_VARIANTS = [
     #   / 109.1 against 110.2 / 110.1 / 110.3 (-1.0%). The row below is the kernel before it.
     ("lagged, one A buffer, next band's tiles after the last (previous) (all cases)", {"prefetch": False}),
     # Measured and not kept (same calls; their code removed after measuring):
+    # - early loads: the ablations (below) show the write pieces' 16-byte stores costing 16-19 us whether
+    #   they go to DRAM, L2 or shared memory, while the stmatrix staging (the same bytes) costs 3. Guess:
+    #   a piece's stores wait on its loads (staged chunk and factor, then HMUL2); so the piece's chunks
+    #   and factors were loaded before the tile's statistics (20 registers: 124 -> 142, still 3 CTAs a
+    #   multiprocessor). Predicted 3-8% if that chain is the cost. Measured 110.5 / 111.0 against 109.3 /
+    #   110.0: no gain; the 16-byte store instructions themselves are the cost (about 8 cycles each of
+    #   the SM's store path: 64 bytes a clock, where stmatrix moves the same bytes in about 1.3).
+    # Measured and not kept (same calls; their code removed after measuring):
     # - the exps of 1/8 (1/4) of the pairs on the FMA pipe (cvl_ex2_fma: 11 instructions for one MUFU
     #   issue and 8 cycles of its pipe). Predicted 0-2% either way at 1/8, slower at 1/4. Measured 113.2 /
     #   112.8 / 113.4 (1/8) and 117.3 / 116.4 / 117.6 (1/4): slower, as the ablation below explains.
@@ -248,6 +256,16 @@ ABLATIONS = [
     # 16-byte store instructions themselves (the SM's store data path), 2.4 the traffic to L2 and 2.5
     # DRAM; write_ceiling.py's L2-only band pattern takes 59.2 us (67.7 to DRAM).
     ("ablation: shared stores instead of global ones", {"ablate": ("sts",)}),
+    # round 4: shared memory's write side. Model: the SM writes shared memory (and passes global stores)
+    # at about 64 bytes a clock, and a warp and band writes 8 KB by stmatrix, 8 KB of stores and 10 KB
+    # by TMA: about 59 us a kernel at 1.755 GHz. If so, dropping the staging (stmatrix) gains about as
+    # much as dropping the stores (21 us); if it gains little, the staging is not worth the registers
+    # and shuffles of a register-resident write (NOTES, next steps). Measured (default 109.1): no staging
+    # 105.7, no staging and no stores 86.0 (no stores 88.4): the staging costs 3 us for the same bytes the
+    # stores write in 16-21, so the model is wrong: the 16-byte store instructions are the cost, not the
+    # bytes written (stmatrix moves them about 6 times faster).
+    ("ablation: no staging (stmatrix) of the numerators", {"ablate": ("stage",)}),
+    ("ablation: no staging, no stores", {"ablate": ("stage", "store")}),
 ]
 
 

@@ -226,7 +226,8 @@ class _ClusterBand:
         self.quad = bool(ROW_BAND_TUNING.get("quad_merge", QUAD_MERGE)) and self.lag  # split across a row's lanes
         self.prefetch = bool(ROW_BAND_TUNING.get("prefetch", PREFETCH)) and self.lag
         # timing-only ablations (wrong results; benchmarks/ab_attention.py --ablations): "store" drops the
-        # output's stores, "sts" stores to shared memory instead (no global traffic), "store_l2" keeps
+        # output's stores, "stage" the numerators' staging (stmatrix), "sts" stores to shared memory
+        # instead (no global traffic), "store_l2" keeps
         # them inside the output's first 4 MB (L2, never DRAM), "lds"
         # stores without reading the staged numerators, "exp" computes each numerator by an FFMA
         # instead of the MUFU's exp2
@@ -673,6 +674,8 @@ class _ClusterBand:
         spread = write_parts("band - clusters", "round - 1", tiles) if self.spread else []
 
         def stage(t: int) -> list[str]:  # tile t's numerators into its columns of the warp's staged rows
+            if "stage" in self.ablate:  # not staged: folded into a sink so that their work stays
+                return ["#pragma unroll", f"for (int i = 0; i < {eng.regs // 2}; ++i) cvl_sink ^= cvl_pack_bits(pv[{t}][i]);"]
             return ["#pragma unroll", "for (int q = 0; q < 4; ++q)",
                     f"    cvl_stsm_x4(pw_st + {t * 128} + q * 32, cvl_pack_bits(pv[{t}][q * 4]), "
                     f"cvl_pack_bits(pv[{t}][q * 4 + 1]),",
@@ -749,10 +752,13 @@ class _ClusterBand:
             "}",
             "__syncthreads();",
             "cvl_cluster_arrive();", "cvl_cluster_wait();  // every CTA's mbarriers are set up before any push",
+            *(["unsigned cvl_sink = 0u;  // ablation: the unstaged numerators' bits"] if "stage" in self.ablate else []),
             "int round = 0;", "int band = blockIdx.x / " + str(ctas) + ";",
             "#pragma unroll 1",
             f"for (; band < {self.bands}; band += clusters, ++round) {{", *indent(band_body), "}",
             *write("band - clusters", "round - 1"),
             "cvl_cluster_arrive();", "cvl_cluster_wait();  // no CTA leaves while a push to it may be in flight",
+            *(["if (cvl_sink == 0x7fc00001u && threadIdx.x == 1000) __trap();  // keeps the sink"]
+              if "stage" in self.ablate else []),
         ]
         return self.emitted(entry, body, a_bytes + 2 * tile_b + 4 * 16 * ldp * 2 + 1024, PUSH_HELPER, persistent=True)

@@ -163,7 +163,8 @@ __device__ __forceinline__ void cvl_ldsm_x4_at(unsigned (&r)[4], unsigned addr) 
 #           across a row's four lanes and its loads a band ahead (cuda_band_cluster.LAZY, QUAD_MERGE,
 #           PREFETCH; all on by default).
 #   "ablate": names of parts the lagged band leaves out, for timing only (its results are then wrong):
-#           "store" (the output's stores), "store_l2" (stores kept within the output's first 4 MB),
+#           "store" (the output's stores), "stage" (the numerators' stmatrix staging), "sts" (shared
+#           stores instead of global ones), "store_l2" (stores kept within the output's first 4 MB),
 #           "lds" (stores of constants instead of the staged numerators), "exp" (the numerators' exp2,
 #           an FFMA instead).
 ROW_BAND_TUNING: dict = {}
