@@ -216,6 +216,14 @@ CHECKED_VARIANTS = [
     #   / 109.1 against 110.2 / 110.1 / 110.3 (-1.0%). The row below is the kernel before it.
     ("lagged, one A buffer, next band's tiles after the last (previous) (all cases)", {"prefetch": False}),
     # Measured and not kept (same calls; their code removed after measuring):
+    # - TMA stores: the ablations show the 16-byte store instructions costing 16-19 us where stmatrix
+    #   moves the same bytes in 3. So each piece was scaled in place (ldmatrix, HMUL2, stmatrix: a lane's
+    #   rows are its own, so no factor table) and written by one lane's 2-D tensor store from a
+    #   128-byte-swizzled block of 16 rows x 64 columns; each warp kept a spare block so that the next
+    #   band's tile was staged while the store still read the old one (`cp.async.bulk.wait_group.read 1`
+    #   before staging; no second A buffer then: 70 KB, 3 CTAs a multiprocessor, 137 registers).
+    #   Predicted 95-105 us. Measured 120.3 / 120.4 against 109.2 / 109.2, correct on every case and in
+    #   the GPU tests (`-session7-tma-store.md`): slower.
     # - early loads: the ablations (below) show the write pieces' 16-byte stores costing 16-19 us whether
     #   they go to DRAM, L2 or shared memory, while the stmatrix staging (the same bytes) costs 3. Guess:
     #   a piece's stores wait on its loads (staged chunk and factor, then HMUL2); so the piece's chunks
