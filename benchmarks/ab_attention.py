@@ -215,6 +215,13 @@ CHECKED_VARIANTS = [
     #   KB: still 3 CTAs a multiprocessor). Predicted 2-4%. Measured in three device calls: 109.0 / 109.0
     #   / 109.1 against 110.2 / 110.1 / 110.3 (-1.0%). The row below is the kernel before it.
     ("lagged, one A buffer, next band's tiles after the last (previous) (all cases)", {"prefetch": False}),
+    # - interleave (the default now, cuda_band_cluster.INTERLEAVE): a later tile's write piece in four
+    #   chunks placed among the tile's lazy exps (each chunk's store predicated, not branched around, so
+    #   ptxas spreads the loads and stores among the MUFU instructions instead of after them; 146
+    #   registers). Predicted 2-6% if the stores cost by bunching; else no change. Measured 107.6 / 107.1
+    #   against 109.1 / 109.6 in one device call (-1.9%), every case correct
+    #   (`2026-11-30-h200-ab_attention-session7-interleave.md`). The row below is the kernel before it.
+    ("lagged, pieces after the tile's exps (previous) (all cases)", {"interleave": False}),
     # Measured and not kept (same calls; their code removed after measuring):
     # - TMA stores: the ablations show the 16-byte store instructions costing 16-19 us where stmatrix
     #   moves the same bytes in 3. So each piece was scaled in place (ldmatrix, HMUL2, stmatrix: a lane's

@@ -71,6 +71,7 @@ MAX_TILES = 4  # column tiles of 64 a CTA keeps: 16 registers of f16 pairs each
 LAZY = True  # (lagged band) a tile after a band's first keeps the rows' bases while its numerators stay small
 QUAD_MERGE = True  # (lagged band) a row's four lanes split the pushes to and the merge of the peers
 PREFETCH = True  # (lagged band) two A buffers; the next band's A and B tiles loaded as soon as their slots free
+INTERLEAVE = True  # (lagged band) a later tile's write piece in chunks between its lazy exps
 
 CLUSTER_HELPERS = r"""
 // the CTAs of a cluster: the two halves of its barrier, and a float2 in another CTA's shared memory
@@ -104,6 +105,15 @@ __device__ __forceinline__ float cvl_lg2(float x) {
     float y;
     asm("lg2.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
+}
+"""
+
+
+STORE_IF_HELPER = r"""
+// a 16-byte streaming store under a predicate (no branch around it)
+__device__ __forceinline__ void cvl_stcs128_if(uint4* at, uint4 v, bool ok) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %5, 0;\n@p st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};\n}\n"
+                 :: "l"(at), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"((unsigned)ok) : "memory");
 }
 """
 
@@ -225,6 +235,8 @@ class _ClusterBand:
         self.lazy = bool(ROW_BAND_TUNING.get("lazy", LAZY)) and self.lag
         self.quad = bool(ROW_BAND_TUNING.get("quad_merge", QUAD_MERGE)) and self.lag  # split across a row's lanes
         self.prefetch = bool(ROW_BAND_TUNING.get("prefetch", PREFETCH)) and self.lag
+        self.interleave = bool(ROW_BAND_TUNING.get("interleave", INTERLEAVE)) and self.lag
+        self.chunks = None  # (lagged band, interleave) t -> the lines of tile t's piece chunk j (or None)
         # timing-only ablations (wrong results; benchmarks/ab_attention.py --ablations): "store" drops the
         # output's stores, "stage" the numerators' staging (stmatrix), "sts" stores to shared memory
         # instead (no global traffic), "store_l2" keeps
@@ -300,7 +312,8 @@ class _ClusterBand:
             *eng.pairs("m0", "n0", [f"const float p0 = {self.ex2('fmaf(ACC0, band_c, -fb[slot])')};",
                                     f"const float p1 = {self.ex2('fmaf(ACC1, band_c, -fb[slot])')};",
                                     "fpart[slot] += p0 + p1;",
-                                    f"pv[{t}][ni * 2 + h] = __floats2half2_rn(p0, p1);"]),
+                                    f"pv[{t}][ni * 2 + h] = __floats2half2_rn(p0, p1);",
+                                    *(self.chunks(t) if self.chunks is not None else [])]),
             "fine = fine && fpart[0] < 16.0f && fpart[1] < 16.0f;  // false for NaN",
             "if (__all_sync(0xffffffffu, fine)) {",
             "#pragma unroll", "    for (int r = 0; r < 2; ++r) {",
@@ -563,7 +576,7 @@ class _ClusterBand:
                     f"        sf[(lane / 4 + 8) * 4 + lane % 4] = {factor}(cvl_ex2(pb1 - fin_base[1]) * inv_sum[1]);",
                     "    }", "}", "__syncwarp();  // the warp's factors are in"]
 
-        def scaled_copy(lo, hi, tile: int | None = None) -> list[str]:
+        def scaled_copy(lo, hi, tile: int | None = None, predicated: bool = False) -> list[str]:
             """Chunks ``i * 32 + lane`` (lo <= i < hi; ``hi - lo`` folds to a constant) of the staged
             numerators times their factors, stored: of the warp's rows (``per_row`` chunks of 16 bytes
             each), or of column tile ``tile`` only (8 chunks a row)."""
@@ -600,7 +613,11 @@ class _ClusterBand:
                     else f"uint4 v = *reinterpret_cast<const uint4*>({staged});")
             if "lds" in self.ablate:  # the stores without reading the staged numerators
                 load = "uint4 v = make_uint4(lane, 0u, 0u, 0u);"
-            each = self.guarded([load, *store, put])
+            if predicated:  # the store under round > 0 and the guard, as a predicate
+                ok = " && ".join(["round > 0", *([f"({self.guard})"] if self.guard else [])])
+                each = [load, *store, f"cvl_stcs128_if(reinterpret_cast<uint4*>(&{self.target}), v, {ok});"]
+            else:
+                each = self.guarded([load, *store, put])
             return ["#pragma unroll", f"for (int j = 0; j < {hi} - ({lo}); ++j) {{", *head, *indent(each), "}"]
 
         def write_parts(band: str, rnd: str, parts: int) -> list[list[str]]:
@@ -672,6 +689,20 @@ class _ClusterBand:
                             "    __syncwarp();  // out of the staging rows", "}"]
 
         spread = write_parts("band - clusters", "round - 1", tiles) if self.spread else []
+        interleave = self.interleave and self.spread and self.lazy and g.fold is not None
+
+        def chunk(t: int) -> list[str]:
+            """With ``interleave``: chunk j of the last band's piece t (t > 0) after the lazy exps of pairs
+            4j to 4j + 3 of tile t (the pass every tile takes once, lazy or not)."""
+            if t == 0:
+                return []
+            # the loop body without its guard: loads and scaling always, the store predicated (no branch,
+            # so the scheduler may place the chunk among the exps); in round 0 there is no last band
+            body = [line for line in scaled_copy(0, 4, t, predicated=True)[2:-1]]
+            return [f"if ((ni * 2 + h) % 4 == 3) {{  // chunk (ni * 2 + h) / 4 of the last band's piece {t}",
+                    "    const int j = (ni * 2 + h) / 4;", *indent(self.band_coords("(band - clusters)")), *body, "}"]
+
+        self.chunks = chunk if interleave else None
 
         def stage(t: int) -> list[str]:  # tile t's numerators into its columns of the warp's staged rows
             if "stage" in self.ablate:  # not staged: folded into a sink so that their work stays
@@ -684,7 +715,8 @@ class _ClusterBand:
         def after(t: int) -> list[str]:
             """Piece t of the last band's write (tile t's columns), then tile t's numerators staged in
             them: a tile's numerators leave the registers as soon as its statistics are done."""
-            return ["if (round > 0)", *indent(spread[t]), "__syncwarp();  // the last band's tile is out", *stage(t)]
+            piece = [] if interleave and t > 0 else ["if (round > 0)", *indent(spread[t])]
+            return [*piece, "__syncwarp();  // the last band's tile is out", *stage(t)]
 
         lse = ["float lse[2];  // log2 of the sum of 2^x over the CTA's columns of each of the thread's rows",
                "#pragma unroll", f"for (int r = 0; r < 2; ++r) lse[r] = __fmul_rn(row_max[r], {LOG2E}) + cvl_lg2(row_sum[r]);"]
@@ -761,4 +793,5 @@ class _ClusterBand:
             *(["if (cvl_sink == 0x7fc00001u && threadIdx.x == 1000) __trap();  // keeps the sink"]
               if "stage" in self.ablate else []),
         ]
-        return self.emitted(entry, body, a_bytes + 2 * tile_b + 4 * 16 * ldp * 2 + 1024, PUSH_HELPER, persistent=True)
+        return self.emitted(entry, body, a_bytes + 2 * tile_b + 4 * 16 * ldp * 2 + 1024,
+                            PUSH_HELPER + (STORE_IF_HELPER if interleave else ""), persistent=True)

@@ -159,9 +159,10 @@ __device__ __forceinline__ void cvl_ldsm_x4_at(unsigned (&r)[4], unsigned addr) 
 #   "cluster": (warpgroups a CTA, min_blocks, fill, lag, store_scaled, spread, stcs): the one-pass band
 #           on a cluster of CTAs where it applies (see cuda_band_cluster.render; every element may be
 #           left out from the right).
-#   "lazy", "quad_merge", "prefetch": True / False: the lagged cluster band's lazy bases, its exchange split
-#           across a row's four lanes and its loads a band ahead (cuda_band_cluster.LAZY, QUAD_MERGE,
-#           PREFETCH; all on by default).
+#   "lazy", "quad_merge", "prefetch", "interleave": True / False: the lagged cluster band's lazy bases, its
+#           exchange split across a row's four lanes, its loads a band ahead and its write pieces among
+#           the next tiles' exps (cuda_band_cluster.LAZY, QUAD_MERGE, PREFETCH, INTERLEAVE; all on by
+#           default).
 #   "ablate": names of parts the lagged band leaves out, for timing only (its results are then wrong):
 #           "store" (the output's stores), "stage" (the numerators' stmatrix staging), "sts" (shared
 #           stores instead of global ones), "store_l2" (stores kept within the output's first 4 MB),

@@ -250,14 +250,16 @@ def test_persistent_cluster_kernels_match_on_fewer_clusters(fit, monkeypatch):
 
 
 @pytest.mark.parametrize("tuning", [{"lazy": True}, {"lazy": False}, {"quad_merge": True}, {"quad_merge": False},
-                                    {"prefetch": False}], ids=str)
+                                    {"prefetch": False}, {"interleave": False}], ids=str)
 @pytest.mark.parametrize("stem", ["attention_lazy", "attention_cluster", "attention_f16"])
 def test_cluster_band_switches_match_reference(stem, tuning, monkeypatch):
     """The lagged cluster band with and without lazy bases (cuda_band_cluster.LAZY; attention_lazy's
     tilted logits send about 40% of the later tiles back to their maximum, the slow path, the other
     programs' logits keep their bases or walk a mask, never lazy) and with the exchange split across a
-    row's four lanes or not (QUAD_MERGE; attention_cluster's `six` has clusters of 6), and with one A
-    buffer and the next band's loads after its last tile (PREFETCH off)."""
+    row's four lanes or not (QUAD_MERGE; attention_cluster's `six` has clusters of 6), with one A
+    buffer and the next band's loads after its last tile (PREFETCH off), and with the write pieces
+    after the tiles' exps instead of among them (INTERLEAVE off; attention_lazy's slow path redoes a
+    tile whose piece has already gone out among its first pass's exps)."""
     from cuvil_dsl.codegen import cuda_matmul
 
     monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", tuning)
