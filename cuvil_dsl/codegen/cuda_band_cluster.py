@@ -40,7 +40,9 @@ over the CTA's columns); the row's base is then the largest ``l`` and its sum th
 row's statistics to a quarter of the peers and merges a quarter of theirs, two shuffles merge the
 four. Loads run a band ahead (``PREFETCH``): the A band has two buffers (the next band's loads while
 this one computes) and each B slot of the ring takes the next band's tile as soon as this band is
-done with it.
+done with it. The pieces of the write after tiles 1-3 go out in four chunks among the tile's lazy
+exps, their stores predicated rather than branched around, so that the scheduler spreads them
+(``INTERLEAVE``).
 
 Rounding: the numerator (below 16) is rounded to f16 once (relative error 2^-11, values below 2^-24
 flush to 0, an absolute error under 6e-8); for an f16 output the factor (at most 1) and the product
@@ -261,7 +263,8 @@ class _ClusterBand:
                 "cvl_wgmma_commit();"]
 
     def statistics(self, t: int) -> list[str]:
-        """Tile t: the running statistics, and its numerators into pv[t] (acc is the tile's)."""
+        """Tile t: the running statistics, and its numerators into pv[t] (acc is the tile's); the lazy
+        pass also carries ``self.chunks(t)`` after each pair (the lagged band's interleaved write)."""
         g, eng, neg_inf = self.g, self.eng, self.neg_inf
         if g.fold is not None:  # max(acc * u) is |u| * max(acc), of -acc when u < 0
             def scan(sign: str) -> list[str]:
@@ -698,9 +701,9 @@ class _ClusterBand:
                 return []
             # the loop body without its guard: loads and scaling always, the store predicated (no branch,
             # so the scheduler may place the chunk among the exps); in round 0 there is no last band
-            body = [line for line in scaled_copy(0, 4, t, predicated=True)[2:-1]]
             return [f"if ((ni * 2 + h) % 4 == 3) {{  // chunk (ni * 2 + h) / 4 of the last band's piece {t}",
-                    "    const int j = (ni * 2 + h) / 4;", *indent(self.band_coords("(band - clusters)")), *body, "}"]
+                    "    const int j = (ni * 2 + h) / 4;", *indent(self.band_coords("(band - clusters)")),
+                    *scaled_copy(0, 4, t, predicated=True)[2:-1], "}"]
 
         self.chunks = chunk if interleave else None
 
