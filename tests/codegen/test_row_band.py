@@ -489,6 +489,13 @@ def test_lagged_band_scales_numerators_as_it_stores(text, dtype, tmp_path, monke
     assert body.count("cvl_cluster_push(part0") == 1 and "cvl_lg2(row_sum[r])" in body
     assert body.count("__shfl_xor_sync(0xffffffffu, tile_max[r], 1)") == 4  # each tile's maximum
     assert body.count("if (__all_sync(0xffffffffu, fine)) {") == 3  # tiles 1-3 keep the bases when they can
+    # v15 (INTERLEAVE): the pieces after tiles 1-3 go out in chunks inside those tiles' lazy pass (before its
+    # check, so never again in the slow path), stores predicated; piece 0 (which waits for the statistics)
+    # and the last band's write after the loop keep their guarded stores
+    assert body.count("cvl_stcs128_if(") == 3 and body.count("__stcs(") == 2
+    for t in (1, 2, 3):
+        chunk = body.index(f"chunk (ni * 2 + h) / 4 of the last band's piece {t}")
+        assert body.index("fpart[slot] += p0 + p1;", chunk - 2000) < chunk < body.index("if (__all_sync(", chunk)
     scaled = "v.x = cvl_hmul2_bits(v.x, f);" if dtype == "f16" else "w[e] = cvl_pack_bits(__floats2bfloat162_rn("
     assert body.count(scaled) == 4 + 1 and body.count("cvl_mbar_wait(stats0") == 1 + 1
     assert ("__half22float2" in body) == (dtype == "bf16")  # f16: never widened to f32
