@@ -221,6 +221,8 @@ CHECKED_VARIANTS = [
     #   registers). Predicted 2-6% if the stores cost by bunching; else no change. Measured 107.6 / 107.1
     #   against 109.1 / 109.6 in one device call (-1.9%), every case correct
     #   (`2026-11-30-h200-ab_attention-session7-interleave.md`). The row below is the kernel before it.
+    #   Where a chunk goes among its four pairs did not matter: after pair 4j 108.2 / 108.2, after 4j + 1
+    #   108.3 / 108.3, after 4j + 3 (the default) 107.7 / 108.4, none 109.8 / 109.3 (`-interleave-placement.md`).
     ("lagged, pieces after the tile's exps (previous) (all cases)", {"interleave": False}),
     # Measured and not kept (same calls; their code removed after measuring):
     # - TMA stores: the ablations show the 16-byte store instructions costing 16-19 us where stmatrix
