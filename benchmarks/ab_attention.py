@@ -249,7 +249,8 @@ CHECKED_VARIANTS = [
     #   statistics issues 10% of the instructions but costs nothing the alternatives do not cost more.
 ]
 # Timing-only ablations of the lagged band on the first case (--ablations): parts of the work left out, so
-# the results are wrong and not counted as failures; they bound what removing each part could gain.
+# the results are wrong and not counted as failures; they bound what removing each part could gain. They
+# run with the write pieces after the exps (the interleaved write off), as they were measured.
 # Measured (2026-11-30, session 7, against 110.3 for the default then): no stores 87.4 us, no MUFU exps
 # 107.5, neither 76.5. The MUFU is not what holds the band back; the compute without the stores (87 us)
 # is above the write's 63.5-67.5, and the stores add 23 us to it instead of overlapping.

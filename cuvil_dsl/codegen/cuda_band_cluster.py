@@ -237,15 +237,14 @@ class _ClusterBand:
         self.lazy = bool(ROW_BAND_TUNING.get("lazy", LAZY)) and self.lag
         self.quad = bool(ROW_BAND_TUNING.get("quad_merge", QUAD_MERGE)) and self.lag  # split across a row's lanes
         self.prefetch = bool(ROW_BAND_TUNING.get("prefetch", PREFETCH)) and self.lag
-        self.interleave = bool(ROW_BAND_TUNING.get("interleave", INTERLEAVE)) and self.lag
-        self.chunks = None  # (lagged band, interleave) t -> the lines of tile t's piece chunk j (or None)
         # timing-only ablations (wrong results; benchmarks/ab_attention.py --ablations): "store" drops the
         # output's stores, "stage" the numerators' staging (stmatrix), "sts" stores to shared memory
-        # instead (no global traffic), "store_l2" keeps
-        # them inside the output's first 4 MB (L2, never DRAM), "lds"
-        # stores without reading the staged numerators, "exp" computes each numerator by an FFMA
-        # instead of the MUFU's exp2
+        # instead (no global traffic), "store_l2" keeps them inside the output's first 4 MB (L2, never
+        # DRAM), "lds" stores without reading the staged numerators, "exp" computes each numerator by an
+        # FFMA instead of the MUFU's exp2. They act on the write pieces after the exps (as measured), so
+        # they turn the interleaved write off.
         self.ablate = frozenset(ROW_BAND_TUNING.get("ablate", ())) if self.lag else frozenset()
+        self.interleave = bool(ROW_BAND_TUNING.get("interleave", INTERLEAVE)) and self.lag and not self.ablate
         self.spread, self.stcs = spread and store_scaled and self.lag, stcs
         self.half = store_scaled and self.pair == "__half2"  # the numerators scaled in f16 pairs
 
@@ -262,9 +261,9 @@ class _ClusterBand:
                 f"    cvl_wgmma({acc}, desc_a + ((kk * 32) >> 4), {db});",
                 "cvl_wgmma_commit();"]
 
-    def statistics(self, t: int) -> list[str]:
+    def statistics(self, t: int, during: list[str] = ()) -> list[str]:
         """Tile t: the running statistics, and its numerators into pv[t] (acc is the tile's); the lazy
-        pass also carries ``self.chunks(t)`` after each pair (the lagged band's interleaved write)."""
+        pass also carries ``during`` after each pair (the lagged band's interleaved write)."""
         g, eng, neg_inf = self.g, self.eng, self.neg_inf
         if g.fold is not None:  # max(acc * u) is |u| * max(acc), of -acc when u < 0
             def scan(sign: str) -> list[str]:
@@ -316,7 +315,7 @@ class _ClusterBand:
                                     f"const float p1 = {self.ex2('fmaf(ACC1, band_c, -fb[slot])')};",
                                     "fpart[slot] += p0 + p1;",
                                     f"pv[{t}][ni * 2 + h] = __floats2half2_rn(p0, p1);",
-                                    *(self.chunks(t) if self.chunks is not None else [])]),
+                                    *during]),
             "fine = fine && fpart[0] < 16.0f && fpart[1] < 16.0f;  // false for NaN",
             "if (__all_sync(0xffffffffu, fine)) {",
             "#pragma unroll", "    for (int r = 0; r < 2; ++r) {",
@@ -360,9 +359,10 @@ class _ClusterBand:
             "    row_sum[r] = cvl_warp_sum(part, 4);",
             "    row_max[r] = top;", "}"]
 
-    def band_tiles(self, issue, refill, after=lambda t: []) -> list[str]:
+    def band_tiles(self, issue, refill, after=lambda t: [], during=lambda t: []) -> list[str]:
         """Every column tile of a band: tile t + 1's wgmma issued, tile t's retired, ``refill(t)`` (lines
-        once tile t's shared memory is free), tile t's statistics, then ``after(t)``."""
+        once tile t's shared memory is free), tile t's statistics (its lazy pass carrying ``during(t)``
+        after each pair), then ``after(t)``."""
         accs, tiles = self.ACCS, self.tiles
         lines = issue(0, accs[0])
         for t in range(tiles):
@@ -370,7 +370,7 @@ class _ClusterBand:
             ahead = [*issue(t + 1, nxt), "cvl_wgmma_wait<1>();"] if t + 1 < tiles else ["cvl_wgmma_wait<0>();"]
             lines += ["{", *indent([*ahead, f"cvl_wgmma_pin({cur});", *refill(t)]),
                       f"    float (&acc)[{self.eng.regs}] = {cur};",
-                      f"    const int n0 = n_cta + {t * 64};", *indent(self.statistics(t)), "}", *after(t)]
+                      f"    const int n0 = n_cta + {t * 64};", *indent(self.statistics(t, during(t))), "}", *after(t)]
         return lines
 
     def band_coords(self, band: str) -> list[str]:
@@ -705,7 +705,6 @@ class _ClusterBand:
                     "    const int j = (ni * 2 + h) / 4;", *indent(self.band_coords("(band - clusters)")),
                     *scaled_copy(0, 4, t, predicated=True)[2:-1], "}"]
 
-        self.chunks = chunk if interleave else None
 
         def stage(t: int) -> list[str]:  # tile t's numerators into its columns of the warp's staged rows
             if "stage" in self.ablate:  # not staged: folded into a sink so that their work stays
@@ -740,7 +739,8 @@ class _ClusterBand:
             *(["cvl_mbar_wait(full0 + 16 + (round & 1) * 8, (round >> 1) & 1);  // the A band is in",
                f"const unsigned long long desc_a = desc_a0 + (unsigned long long)((round & 1) * {tile_a >> 4});"]
               if prefetch else ["cvl_mbar_wait(full0 + 16, round & 1);  // the A band is in"]),
-            *(self.band_tiles(issue, refill, after) if self.spread else self.band_tiles(issue, refill)),
+            *(self.band_tiles(issue, refill, after, chunk if interleave else lambda t: []) if self.spread
+              else self.band_tiles(issue, refill)),
             *self.merge_quad(),
             *([] if self.spread else ["if (round > 0)", *indent(write("band - clusters", "round - 1"))]),
             *([] if self.spread else [line for t in range(tiles) for line in stage(t)] if self.scaled else
