@@ -40,9 +40,11 @@ over the CTA's columns); the row's base is then the largest ``l`` and its sum th
 row's statistics to a quarter of the peers and merges a quarter of theirs, two shuffles merge the
 four. Loads run a band ahead (``PREFETCH``): the A band has two buffers (the next band's loads while
 this one computes) and each B slot of the ring takes the next band's tile as soon as this band is
-done with it. The pieces of the write after tiles 1-3 go out in four chunks among the tile's lazy
-exps, their stores predicated rather than branched around, so that the scheduler spreads them
-(``INTERLEAVE``).
+done with it. The pieces of the write go out in four chunks among the lazy exps of tiles 1-3, their
+stores predicated rather than branched around, so that the scheduler spreads them (``INTERLEAVE``):
+piece t in tile t's pass, and piece 0 (whose statistics are waited for after tile 0) in tile 1's
+too, tile 0's numerators staged after tile 1 (``INTERLEAVE0``). Every store of a band's pieces goes
+through one output pointer at constant offsets (``OUT_BASE``).
 
 Rounding: the numerator (below 16) is rounded to f16 once (relative error 2^-11, values below 2^-24
 flush to 0, an absolute error under 6e-8); for an f16 output the factor (at most 1) and the product
@@ -74,6 +76,8 @@ LAZY = True  # (lagged band) a tile after a band's first keeps the rows' bases w
 QUAD_MERGE = True  # (lagged band) a row's four lanes split the pushes to and the merge of the peers
 PREFETCH = True  # (lagged band) two A buffers; the next band's A and B tiles loaded as soon as their slots free
 INTERLEAVE = True  # (lagged band) a later tile's write piece in chunks between its lazy exps
+INTERLEAVE0 = True  # (lagged band, interleave) the first piece's chunks in tile 1's lazy pass too
+OUT_BASE = True  # (lagged band) one output pointer a band for the write pieces; chunks at constant offsets
 
 CLUSTER_HELPERS = r"""
 // the CTAs of a cluster: the two halves of its barrier, and a float2 in another CTA's shared memory
@@ -245,7 +249,13 @@ class _ClusterBand:
         # they turn the interleaved write off.
         self.ablate = frozenset(ROW_BAND_TUNING.get("ablate", ())) if self.lag else frozenset()
         self.interleave = bool(ROW_BAND_TUNING.get("interleave", INTERLEAVE)) and self.lag and not self.ablate
+        self.interleave0 = bool(ROW_BAND_TUNING.get("interleave0", INTERLEAVE0)) and self.interleave and self.tiles > 1
         self.spread, self.stcs = spread and store_scaled and self.lag, stcs
+        # the pieces' stores from one pointer a band (the last band's row m0 + warp_row + pr, column
+        # n_cta + 8 pq) at constant offsets, instead of each chunk's offset from the band's coordinates
+        self.out_base = bool(ROW_BAND_TUNING.get("out_base", OUT_BASE)) and self.spread and "store_l2" not in self.ablate
+        self.row_stride = next((st for d, st, size in zip(staged.map, g.p.strides(staged.value), g.p.shape(staged.value))
+                                if d == len(g.p.domain) - 2 and size > 1), 0)  # elements from row m to m + 1
         self.half = store_scaled and self.pair == "__half2"  # the numerators scaled in f16 pairs
 
     # ------------------------------------------------------------------ shared pieces
@@ -583,6 +593,7 @@ class _ClusterBand:
             """Chunks ``i * 32 + lane`` (lo <= i < hi; ``hi - lo`` folds to a constant) of the staged
             numerators times their factors, stored: of the warp's rows (``per_row`` chunks of 16 bytes
             each), or of column tile ``tile`` only (8 chunks a row)."""
+            at = f"reinterpret_cast<uint4*>(&{self.target})"
             if tile is None:
                 factor = f"sf[c / {per_row} * 4 + c % {per_row} / 8]"
                 head = [f"    const int c = ({lo} + j) * 32 + lane;", f"    const int m = m0 + warp_row + c / {per_row};",
@@ -593,6 +604,8 @@ class _ClusterBand:
                 head = [f"    const int m = m0 + warp_row + ({lo} + j) * 4 + pr;",
                         f"    const int n = n_cta + ({tile * 8} + pq) * 8;"]
                 staged = f"pw_rd + (({lo} + j) * {4 * ldp} + {tile * 64}) * 2"
+                if self.out_base:  # 16-byte steps from the band's pointer: rows 4j on, tile's columns on
+                    at = f"out_prev + ({lo} + j) * {4 * self.row_stride // 8} + {tile * 8}"
             if self.half:
                 store = [f"const unsigned f = {factor};",
                          "v.x = cvl_hmul2_bits(v.x, f);", "v.y = cvl_hmul2_bits(v.y, f);",
@@ -602,8 +615,7 @@ class _ClusterBand:
                          "unsigned* const w = &v.x;", "#pragma unroll", "for (int e = 0; e < 4; ++e) {",
                          "    const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&w[e]));",
                          f"    w[e] = cvl_pack_bits({self.pack}(x.x * f, x.y * f));", "}"]
-            put = (f"__stcs(reinterpret_cast<uint4*>(&{self.target}), v);" if self.stcs
-                   else f"*reinterpret_cast<uint4*>(&{self.target}) = v;")
+            put = f"__stcs({at}, v);" if self.stcs else f"*({at}) = v;"
             if "store" in self.ablate:
                 put = "(void)v;"
             elif "sts" in self.ablate:  # a 16-byte shared store instead (the same instruction count, no global traffic)
@@ -618,7 +630,7 @@ class _ClusterBand:
                 load = "uint4 v = make_uint4(lane, 0u, 0u, 0u);"
             if predicated:  # the store under round > 0 and the guard, as a predicate
                 ok = " && ".join(["round > 0", *([f"({self.guard})"] if self.guard else [])])
-                each = [load, *store, f"cvl_stcs128_if(reinterpret_cast<uint4*>(&{self.target}), v, {ok});"]
+                each = [load, *store, f"cvl_stcs128_if({at}, v, {ok});"]
             else:
                 each = self.guarded([load, *store, put])
             return ["#pragma unroll", f"for (int j = 0; j < {hi} - ({lo}); ++j) {{", *head, *indent(each), "}"]
@@ -694,17 +706,22 @@ class _ClusterBand:
         spread = write_parts("band - clusters", "round - 1", tiles) if self.spread else []
         interleave = self.interleave and self.spread and self.lazy and g.fold is not None
 
+        first = interleave and self.interleave0  # piece 0's chunks in tile 1's pass (its head after tile 0)
+
         def chunk(t: int) -> list[str]:
             """With ``interleave``: chunk j of the last band's piece t (t > 0) after the lazy exps of pairs
-            4j to 4j + 3 of tile t (the pass every tile takes once, lazy or not)."""
-            if t == 0:
-                return []
+            4j to 4j + 3 of tile t (the pass every tile takes once, lazy or not); with ``first``, tile 1's
+            pass also carries piece 0's chunk j after pair 4j + 1."""
             # the loop body without its guard: loads and scaling always, the store predicated (no branch,
             # so the scheduler may place the chunk among the exps); in round 0 there is no last band
-            return [f"if ((ni * 2 + h) % 4 == 3) {{  // chunk (ni * 2 + h) / 4 of the last band's piece {t}",
-                    "    const int j = (ni * 2 + h) / 4;", *indent(self.band_coords("(band - clusters)")),
-                    *scaled_copy(0, 4, t, predicated=True)[2:-1], "}"]
+            def put(piece: int, after: int) -> list[str]:
+                return [f"if ((ni * 2 + h) % 4 == {after}) {{  // chunk (ni * 2 + h) / 4 of the last band's piece {piece}",
+                        "    const int j = (ni * 2 + h) / 4;", *indent(self.band_coords("(band - clusters)")),
+                        *scaled_copy(0, 4, piece, predicated=True)[2:-1], "}"]
 
+            if t == 0:
+                return []
+            return [*(put(0, 1) if first and t == 1 else []), *put(t, 3)]
 
         def stage(t: int) -> list[str]:  # tile t's numerators into its columns of the warp's staged rows
             if "stage" in self.ablate:  # not staged: folded into a sink so that their work stays
@@ -717,8 +734,12 @@ class _ClusterBand:
         def after(t: int) -> list[str]:
             """Piece t of the last band's write (tile t's columns), then tile t's numerators staged in
             them: a tile's numerators leave the registers as soon as its statistics are done."""
+            if first and t == 0:  # the statistics and the factor table now, the chunks in tile 1's pass
+                lines = [*write_head("band - clusters", "round - 1"), *factors()]
+                return ["if (round > 0) {", *indent(lines), "}"]
             piece = [] if interleave and t > 0 else ["if (round > 0)", *indent(spread[t])]
-            return [*piece, "__syncwarp();  // the last band's tile is out", *stage(t)]
+            staged = [*stage(0), *stage(1)] if first and t == 1 else stage(t)
+            return [*piece, "__syncwarp();  // the last band's tile is out", *staged]
 
         lse = ["float lse[2];  // log2 of the sum of 2^x over the CTA's columns of each of the thread's rows",
                "#pragma unroll", f"for (int r = 0; r < 2; ++r) lse[r] = __fmul_rn(row_max[r], {LOG2E}) + cvl_lg2(row_sum[r]);"]
@@ -732,8 +753,13 @@ class _ClusterBand:
                     *([f"    if (q < {ctas})"] if ctas % 4 else []), "#pragma unroll", "    for (int r = 0; r < 2; ++r)",
                     f"        cvl_cluster_push(part0 + ((round & 1) * {ctas * bm} + rank * {bm} + row0 + r * 8) * 4,",
                     "                         stats0 + (round & 1) * 8, q, lse[r]);", "}"]
+        # the last band's output pointer for its pieces (in round 0 never stored through)
+        out_prev = ["uint4* out_prev;  // the last band's row m0 + warp_row + pr, column n_cta + 8 pq",
+                    "{", *indent([*self.band_coords("(band - clusters)"), "const int m = m0 + warp_row + pr;",
+                                  "const int n = n_cta + pq * 8;", f"out_prev = reinterpret_cast<uint4*>(&{self.target});"]),
+                    "}"] if self.out_base else []
         band_body = [
-            *self.band_coords("band"),
+            *self.band_coords("band"), *out_prev,
             f"if (threadIdx.x == 0) cvl_mbar_expect_tx(stats0 + (round & 1) * 8, {ctas * bm * 4}u);",
             *g.band_state(neg_inf),
             *(["cvl_mbar_wait(full0 + 16 + (round & 1) * 8, (round >> 1) & 1);  // the A band is in",

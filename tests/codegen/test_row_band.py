@@ -489,13 +489,19 @@ def test_lagged_band_scales_numerators_as_it_stores(text, dtype, tmp_path, monke
     assert body.count("cvl_cluster_push(part0") == 1 and "cvl_lg2(row_sum[r])" in body
     assert body.count("__shfl_xor_sync(0xffffffffu, tile_max[r], 1)") == 4  # each tile's maximum
     assert body.count("if (__all_sync(0xffffffffu, fine)) {") == 3  # tiles 1-3 keep the bases when they can
-    # v15 (INTERLEAVE): the pieces after tiles 1-3 go out in chunks inside those tiles' lazy pass (before its
-    # check, so never again in the slow path), stores predicated; piece 0 (which waits for the statistics)
-    # and the last band's write after the loop keep their guarded stores
-    assert body.count("cvl_stcs128_if(") == 3 and body.count("__stcs(") == 2
-    for t in (1, 2, 3):
+    # v15 (INTERLEAVE): the pieces go out in chunks inside the lazy pass of tiles 1-3 (before its check, so
+    # never again in the slow path), stores predicated; v16 (INTERLEAVE0): piece 0's too, in tile 1's pass
+    # (its statistics waited for after tile 0, tile 0's numerators staged after tile 1); the last band's
+    # write after the loop keeps its guarded stores. Every piece stores from the band's one output pointer
+    # at constant offsets (OUT_BASE)
+    assert body.count("cvl_stcs128_if(") == 4 and body.count("__stcs(") == 1
+    for t in (0, 1, 2, 3):
         chunk = body.index(f"chunk (ni * 2 + h) / 4 of the last band's piece {t}")
         assert body.index("fpart[slot] += p0 + p1;", chunk - 2000) < chunk < body.index("if (__all_sync(", chunk)
+        assert f"cvl_stcs128_if(out_prev + (0 + j) * 1024 + {t * 8}, v, round > 0);" in body
+    lazy = body.index("pv[1][ni * 2 + h] = __floats2half2_rn(p0, p1);")  # tile 1's lazy pass carries pieces 0, 1
+    assert lazy < body.index("last band's piece 0") < body.index("last band's piece 1") < body.index("if (__all_sync(", lazy)
+    assert body.index("cvl_stsm_x4(pw_st + 0 + q * 32") > body.index("last band's piece 1")
     scaled = "v.x = cvl_hmul2_bits(v.x, f);" if dtype == "f16" else "w[e] = cvl_pack_bits(__floats2bfloat162_rn("
     assert body.count(scaled) == 4 + 1 and body.count("cvl_mbar_wait(stats0") == 1 + 1
     assert ("__half22float2" in body) == (dtype == "bf16")  # f16: never widened to f32
@@ -509,8 +515,13 @@ def test_lagged_band_scales_numerators_as_it_stores(text, dtype, tmp_path, monke
         assert count_instructions(sass, r"HADD2\.F32") == 0
         # the write pieces' addresses from per-lane bases (session 6, v13 in benchmarks/NOTES.md): the kernel
         # was 2568 instructions before, 2376 after (-2.2% on the H200); a regression here costs time. The
-        # loads a band ahead (session 7, PREFETCH) add a block barrier and thread 0's TMA issues: 2456
-        assert count_instructions(sass, r".") <= 2500
+        # loads a band ahead (session 7, PREFETCH) add a block barrier and thread 0's TMA issues: 2456;
+        # the interleaved pieces 2464; from one pointer a band (session 8, OUT_BASE) 2392, piece 0 in tile
+        # 1's pass 2376
+        assert count_instructions(sass, r".") <= 2420
+        # every piece's 16 stores a band through one 64-bit base at immediate offsets (then the last band's 16)
+        stores = [line for line in sass.splitlines() if "STG.E.EF.128" in line]
+        assert len(stores) == 16 + 16 and len({line.split("[")[1].split(".64")[0] for line in stores[:16]}) == 1
 
 
 def test_half_scaling_error_bound():

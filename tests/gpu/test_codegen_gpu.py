@@ -250,7 +250,8 @@ def test_persistent_cluster_kernels_match_on_fewer_clusters(fit, monkeypatch):
 
 
 @pytest.mark.parametrize("tuning", [{"lazy": True}, {"lazy": False}, {"quad_merge": True}, {"quad_merge": False},
-                                    {"prefetch": False}, {"interleave": False}], ids=str)
+                                    {"prefetch": False}, {"interleave": False}, {"interleave0": False},
+                                    {"out_base": False}], ids=str)
 @pytest.mark.parametrize("stem", ["attention_lazy", "attention_cluster", "attention_f16"])
 def test_cluster_band_switches_match_reference(stem, tuning, monkeypatch):
     """The lagged cluster band with and without lazy bases (cuda_band_cluster.LAZY; attention_lazy's
@@ -259,7 +260,9 @@ def test_cluster_band_switches_match_reference(stem, tuning, monkeypatch):
     row's four lanes or not (QUAD_MERGE; attention_cluster's `six` has clusters of 6), with one A
     buffer and the next band's loads after its last tile (PREFETCH off), and with the write pieces
     after the tiles' exps instead of among them (INTERLEAVE off; attention_lazy's slow path redoes a
-    tile whose piece has already gone out among its first pass's exps)."""
+    tile whose piece has already gone out among its first pass's exps), with the first piece after tile
+    0 instead of in tile 1's pass (INTERLEAVE0 off), and with each piece's addresses from the band's
+    coordinates (OUT_BASE off)."""
     from cuvil_dsl.codegen import cuda_matmul
 
     monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", tuning)
@@ -270,16 +273,16 @@ def test_cluster_band_switches_match_reference(stem, tuning, monkeypatch):
         assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
 
 
-@pytest.mark.parametrize("prefetch", [True, False], ids=["prefetch", "no-prefetch"])
+@pytest.mark.parametrize("tuning", [{}, {"prefetch": False}, {"interleave0": False}], ids=str)
 @pytest.mark.parametrize("n", [384, 448])
-def test_lagged_band_odd_tile_counts_match_reference(n, prefetch, tmp_path, monkeypatch):
+def test_lagged_band_odd_tile_counts_match_reference(n, tuning, tmp_path, monkeypatch):
     """The lagged band asked for on clusters of 2 CTAs (its default needs 4): N = 384 gives each CTA 3
     column tiles, so the ring's two B slots take unequal loads a band and the next band's tiles 0 and 1
-    are loaded after tiles 1 and 2 (with PREFETCH); N = 448 gives 4 tiles, the last CTA's last one
-    masked."""
+    are loaded after tiles 1 and 2 (with PREFETCH); N = 448 gives 4 tiles, the last CTA's last one masked
+    (so no interleaved write: it needs every column unmasked)."""
     from cuvil_dsl.codegen import cuda_band_cluster, cuda_matmul
 
-    monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", {"cluster": (1, None, 0.9, True), "prefetch": prefetch})
+    monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", {"cluster": (1, None, 0.9, True), **tuning})
     (tmp_path / "odd.cuvil").write_text(
         "pipeline odd(q: f16[B, M, D], k: f16[B, N, D]) -> p: f16[B, M, N] {\n"
         "    kernel s { p = softmax(q @ k.T * 0.125, axis=-1) }\n}\n")
