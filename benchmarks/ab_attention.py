@@ -240,6 +240,14 @@ CHECKED_VARIANTS = [
     #   last tile (under the merge, the push and the next band's start) 106.0, or before the last tile's
     #   statistics 108.9 (both with it 108.2). Predicted 1-3% faster (a tile's wgmma latency a band):
     #   wrong, slower.
+    # - the wait for the last band's statistics (STATS_WAIT): ncu of v16 (`2026-11-30-h200-ncu-attention-
+    #   session8.txt`) finds it failing its first try in 68% of rounds and spinning 21.8 times a warp and
+    #   band, each spin 8 instructions (try_wait, the clock, a 64-bit compare for the timeout trap): 14% of
+    #   the kernel's issued instructions, taken from the other CTAs of the multiprocessor. Instead each try
+    #   suspends up to NS ns (suspendTimeHint) or sleeps between tries (nanosleep, doubling up to NS).
+    #   Measured (`-session8-4.md`, default 104.4, its identical rows 104.1 / 103.8): try_wait hint 1000 ns
+    #   104.4, 20000 ns 104.1; nanosleep up to 256 ns 103.6, up to 1024 ns 103.8. Within the noise: the
+    #   spinning costs the other CTAs little. Not kept (code removed).
     #   Second call (`-session8-2.md`): 104.3 / 104.1 / 104.1 (the default's three identical rows)
     #   against 106.8 without it and 105.6 without OUT_BASE.
     # - measured and not kept: a tile's numerators staged during the next tile's lazy pass (matrix q of

@@ -204,7 +204,8 @@ class _GemmKernel:
                 k.config = replace(k.config, tile_m=wgmma.bm, tile_n=wgmma.bn, tile_k=wgmma.bk,
                                    block=wgmma.threads + (128 if wgmma.specialised else 0))
                 if cuda_wgmma.tma_loads(self.a, self.b):
-                    wgmma.use_tma(k, {"a": self.a.buffer, "b": self.b.buffer})
+                    wgmma.use_tma(k, {"a": self.a.buffer, "b": self.b.buffer},
+                                  cuda_wgmma.pairs(wgmma, -(-self.M // wgmma.bm)))
                 self.eng = wgmma
             else:
                 k.config = configs.sized_tiles(k.config, kind, tensor_cores, self.blocks, k.sm_count, self.a.depth)
@@ -362,10 +363,18 @@ class _GemmKernel:
 
     def tile_decode(self, t: str, m0: str, n0: str) -> list[str]:
         """Output tile ``t`` (the order of the plain grid's blocks): ``bz``, ``c{d}``, ``m0``, ``n0``
-        named as asked, and the operand bases ``pa``, ``pb`` (the warp-specialised kernel's decode)."""
+        named as asked, and the operand bases ``pa``, ``pb`` (the warp-specialised kernel's decode); with
+        the engine's ``pair``, ``t`` is a pair tile: row tiles 2i, 2i + 1 of a column tile, this CTA's by
+        its rank."""
         eng = self.eng
-        return [f"const int tile_ = {t};", f"const int nt = tile_ % {self.nt};",
-                f"const int mt = tile_ / {self.nt} % {self.mt};", f"const int bz = tile_ / {self.nt * self.mt};",
+        if getattr(eng, "pair", False):
+            head = [f"const int tile_ = {t};", f"const int nt = tile_ % {self.nt};",
+                    f"const int mt = tile_ / {self.nt} % {self.mt // 2} * 2 + (int)rank;",
+                    f"const int bz = tile_ / {self.nt * self.mt // 2};"]
+        else:
+            head = [f"const int tile_ = {t};", f"const int nt = tile_ % {self.nt};",
+                    f"const int mt = tile_ / {self.nt} % {self.mt};", f"const int bz = tile_ / {self.nt * self.mt};"]
+        return [*head,
                 "(void)bz;", *self.batch_coords(),
                 f"const int {m0} = mt * {eng.bm};", f"const int {n0} = nt * {eng.bn};",
                 *self.operand_bases(), "(void)pa;", "(void)pb;"]
@@ -378,11 +387,16 @@ class _GemmKernel:
         paired = self.paired_body()
         epilogue = (eng.pairs("em0", "en0", paired) if paired is not None
                     else eng.elements("em0", "en0", self.store_body(None)))
-        body = cuda_wgmma._specialised(eng, self.kt, tiles, epilogue, decode=self.tile_decode, bases=("pa", "pb"))
+        pair = getattr(eng, "pair", False)  # tiles walked by clusters of 2, a pair tile at a time
+        body = cuda_wgmma._specialised(eng, self.kt, tiles // 2 if pair else tiles, epilogue, decode=self.tile_decode,
+                                       bases=("pa", "pb"))
         threads = eng.threads + 128
         lines = [*self.k.signature(entry, threads), *indent(body), "}"]
-        return Emitted(lines, (min(tiles, self.k.sm_count), 1, 1), (threads, 1, 1), eng.shared_bytes + 16 * eng.stages,
-                       eng.helpers() + ("" if eng.maps else cuda_wgmma.WS_HELPERS), eng.options)
+        grid = 2 * min(tiles // 2, self.k.sm_count // 2) if pair else min(tiles, self.k.sm_count)
+        if pair:
+            lines[0] = lines[0].replace("__global__ void", "__global__ void __cluster_dims__(2, 1, 1)", 1)
+        return Emitted(lines, (grid, 1, 1), (threads, 1, 1), eng.shared_bytes + 16 * eng.stages,
+                       eng.helpers() + ("" if eng.maps else cuda_wgmma.WS_HELPERS), eng.options, 2 if pair else 0)
 
     def render_plain(self, entry: str) -> Emitted:
         eng = self.eng
@@ -390,11 +404,17 @@ class _GemmKernel:
             return self.render_specialised(entry)
         decode = [f"const int nt = blockIdx.x % {self.nt};", f"const int mt = blockIdx.x / {self.nt} % {self.mt};",
                   f"const int bz = blockIdx.x / {self.nt * self.mt};"]
+        if getattr(eng, "pair", False):  # clusters of 2: row tiles mt, mt + 1 of one column tile
+            decode = ["const int pair_ = blockIdx.x / 2;", f"const int nt = pair_ % {self.nt};",
+                      f"const int mt = pair_ / {self.nt} % {self.mt // 2} * 2 + (int)rank;",
+                      f"const int bz = pair_ / {self.nt * self.mt // 2};"]
         body = self.prologue(decode) + [f"const int n0 = nt * {eng.bn};"]
         body += eng.main_loop(self.kt, lambda s: f"({s}) * {eng.bk}", lambda s: "n0", "m0", ("pa", "pb"), [])
         paired = self.paired_body()
         body += eng.pairs("m0", "n0", paired) if paired is not None else eng.elements("m0", "n0", self.store_body(None))
         lines = [*self.k.signature(entry, eng.threads), *indent(body), "}"]
+        if getattr(eng, "pair", False):
+            lines[0] = lines[0].replace("__global__ void", "__global__ void __cluster_dims__(2, 1, 1)", 1)
         return Emitted(lines, (self.batch * self.mt * self.nt, 1, 1), (eng.threads, 1, 1), eng.shared_bytes,
                        eng.helpers(), eng.options)
 

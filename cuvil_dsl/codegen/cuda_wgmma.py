@@ -87,10 +87,24 @@ ARCH = "sm_90a"  # what such a kernel is compiled for (wgmma is an arch-specific
 #       Accelerator (``cp.async.bulk.tensor`` from one thread, completion on a per-stage mbarrier)
 #       instead of 16-byte cp.async from every thread, when neither operand has batch axes (see
 #       :meth:`WgmmaEngine.use_tma`).
+#   MULTICAST: TMA kernels on LARGE_TILE run their CTAs in clusters of 2 along M (tiles mt, mt + 1 of one
+#       column tile, when the row tiles pair up): each loads its own A tile and half of the shared B
+#       tile, multicast into both CTAs, so every B byte leaves L2 once for two CTAs (see :func:`pairs`):
+#       True for both kernels, "plain" or "ws" (the warp-specialised one) for one, False never. Probe
+#       (2026-11-30, session 8, benchmarks/ab_wgmma.py, gelu(A @ B + bias) f16 4096^3 on the H200):
+#       loading half of B alone (wrong results, a pair's L2 traffic without the handshake) ran
+#       204.8-220.3 us against 229.2-242.1 for the default in the same rounds. Built, correct (GPU
+#       tests, both kernels, both B layouts), but not faster: 8 rounds each, the plain kernel in pairs
+#       (its refill waits for the partner's copy of the stage after the step's wgmma are issued)
+#       231.7-237.2 us against 231.1-239.9 unpaired; the warp-specialised one in pairs 233.9-239.1
+#       against 205.0-234.8 unpaired (bimodal between rounds, as this GEMM often is). So L2 traffic is
+#       not what holds the GEMM back; the probe's gain is likely its half-constant B operand (less
+#       switching power under the H200's power cap), not its traffic. Off by default (False).
 PAIRED_STORES = True
 LARGE_TILE = (128, 256, 4, 1)
 LIBRARY_WS: bool | str = False
 TMA = True
+MULTICAST: bool | str = False
 # spec `kernels:` keys that keep a GEMM on the mma.sync template (whose tiles they describe)
 _OVERRIDES = frozenset(("tile", "block", "launch_bounds", "max_registers"))
 
@@ -132,6 +146,16 @@ def tma_loads(a, b) -> bool:
     """Whether the library's kernel for operands ``a``, ``b`` (``cuda_gemm.Operand``) loads them by TMA
     (:data:`TMA`, and neither operand with batch axes)."""
     return TMA and not getattr(a, "batch", ()) and not getattr(b, "batch", ())
+
+
+def pairs(eng: "WgmmaEngine", m_tiles: int) -> bool:
+    """Whether the kernel of ``eng`` (TMA loads to come) runs its CTAs in pairs sharing B: :data:`MULTICAST`
+    names its kind (True both, "plain", "ws" the warp-specialised one), the large tile, an even number of
+    row tiles (every CTA has its partner) and B tiles that split in two (two 64-column boxes each of an
+    MN-major B; half the rows of a K-major one)."""
+    kernels = {True: (False, True), "plain": (False,), "ws": (True,)}.get(MULTICAST, ())
+    return (eng.specialised in kernels and (eng.bm, eng.bn, eng.stages, eng.pending) == tuple(LARGE_TILE)
+            and m_tiles % 2 == 0 and (eng.b.k_major or eng.bn // 64 % 2 == 0))
 
 
 def plain_engine(k, a, b, blocks: Callable[[int, int], int]) -> "WgmmaEngine | None":
@@ -218,6 +242,27 @@ __device__ __forceinline__ void cvl_tma_prefetch(const cvl_tensor_map& map) {
 }
 """
 
+PAIR_HELPERS = r"""
+// CTAs in clusters of 2 sharing B: cvl_tma_2d into the same shared address of every CTA in mask,
+// completing on the same barrier address in each
+__device__ __forceinline__ void cvl_tma_2d_mc(unsigned dst, const cvl_tensor_map& map, int c0, int c1, unsigned bar,
+                                              unsigned short mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%2, %3}], [%4], %5;\n"
+                 :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(&map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
+                 : "memory");
+}
+// one arrival on the barrier at the same address in CTA `rank` of the cluster
+__device__ __forceinline__ void cvl_mbar_arrive_cta(unsigned bar, unsigned rank) {
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(bar), "r"(rank));
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" :: "r"(remote) : "memory");
+}
+__device__ __forceinline__ void cvl_pair_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+"""
+
 
 class WgmmaEngine:
     """wgmma tiles; warpgroup ``wg`` owns rows ``wg * 64 ..`` of the BM x BN tile."""
@@ -247,16 +292,19 @@ class WgmmaEngine:
         self.options = (f"-arch={ARCH}",)  # compiler options a kernel with this engine needs
         self.specialised = False  # the library renders the warp-specialised kernel (LIBRARY_WS)
         self.maps: dict[str, str] | None = None  # role -> the TMA descriptor parameter (use_tma)
+        self.pair = False  # CTAs in clusters of 2 along M sharing each B tile by multicast (use_tma)
 
-    def use_tma(self, k, buffers: dict[str, str]) -> None:
+    def use_tma(self, k, buffers: dict[str, str], pair: bool = False) -> None:
         """Load both operands with TMA: one descriptor parameter per operand, asked of kernel ``k``
         (``buffers``: role -> plan buffer). A K-major operand is one box per stage (64 of K, its
         BM or BN rows); an MN-major one a box of 64 MN-elements x BK per 64-wide atom. Either lands
         in exactly the 128-byte-swizzled layout this engine's descriptors read (the map's 128-byte
-        swizzle is the XOR of address bits 4-6 with bits 7-9, and stage bases are 1024-aligned)."""
-        self.maps = {}
+        swizzle is the XOR of address bits 4-6 with bits 7-9, and stage bases are 1024-aligned).
+        ``pair`` (:func:`pairs`): the CTAs run in clusters of 2 along M, each loading half of the B
+        tile (half its 64-wide boxes, or a box of half its rows) into both."""
+        self.maps, self.pair = {}, pair
         for o in (self.a, self.b):
-            rows = self.bm if o.role == "a" else self.bn
+            rows = self.bm if o.role == "a" else self.bn // (2 if pair else 1)
             if o.k_major:
                 dims, stride, box = (o.depth, o.extent), o.stride_mn * self.item, (64, rows)
             else:
@@ -292,7 +340,8 @@ class WgmmaEngine:
         return 64 * 128 if o.k_major else self.bk * 128
 
     def helpers(self) -> str:
-        return HELPERS + self._mma_helper() + (TMA_HELPERS + WS_HELPERS if self.maps else "")
+        return (HELPERS + self._mma_helper() + (TMA_HELPERS + WS_HELPERS if self.maps else "")
+                + (PAIR_HELPERS if self.pair else ""))
 
     def instruction(self) -> str:
         t = "f16" if self.dtype is DType.F16 else "bf16"
@@ -351,26 +400,45 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], unsigned long long da, u
         with the stage's bytes as its transaction count), initialised before any copy."""
         if not self.maps:
             return []
+        pair = [  # a stage's "empty" barrier: the partner's one arrival when its copy of the stage is free
+            f"__shared__ __align__(8) unsigned long long cvl_empty[{self.stages}];",
+            "const unsigned empty0 = cvl_smem_addr(cvl_empty);",
+            "const unsigned rank = blockIdx.x % 2;  // in the cluster: tiles mt, mt + 1 share B"] if self.pair else []
         return [
             f"__shared__ __align__(8) unsigned long long cvl_full[{self.stages}];",
-            "const unsigned full0 = cvl_smem_addr(cvl_full);",
+            "const unsigned full0 = cvl_smem_addr(cvl_full);", *pair,
             "if (threadIdx.x == 0) {",
             f"    cvl_tma_prefetch({self.maps['a']});",
             f"    cvl_tma_prefetch({self.maps['b']});",
             f"    for (int s = 0; s < {self.stages}; ++s) cvl_mbar_init(full0 + s * 8, 1);",
+            *([f"    for (int s = 0; s < {self.stages}; ++s) cvl_mbar_init(empty0 + s * 8, 1);"] if self.pair else []),
             "    asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");",
             "}",
             "__syncthreads();",
+            *(["cvl_pair_sync();  // the partner's barriers are set up before any copy or arrival reaches them"]
+              if self.pair else []),
         ]
 
     def tma_load(self, stage: str, mn0: dict[str, str], k0: str) -> list[str]:
-        """Thread 0 arms stage ``stage``'s barrier with the stage's bytes and issues its copies: A's
-        rows ``mn0['a']..``, B's ``mn0['b']..``, K from ``k0``."""
+        """Thread 0 arms stage ``stage``'s barrier with the stage's bytes and issues its copies: A's rows
+        ``mn0['a']..``, B's ``mn0['b']..``, K from ``k0`` (with ``pair``, its half of B into both CTAs;
+        the partner's half completes on this barrier too)."""
         lines = ["if (threadIdx.x == 0) {", f"    const unsigned bar = full0 + ({stage}) * 8;",
                  f"    cvl_mbar_expect_tx(bar, {self.stage_bytes}u);"]
         for o in (self.a, self.b):
             smem = "sa" if o.role == "a" else "sb"
             base = f"{smem} + ({stage}) * {self.tile_bytes(o)}u"
+            if o.role == "b" and self.pair:  # this CTA's half, into both
+                if o.k_major:
+                    half = self.bn // 2
+                    lines.append(f"    cvl_tma_2d_mc({base} + rank * {half * 128}u, {self.maps['b']}, {k0}, "
+                                 f"{mn0['b']} + (int)rank * {half}, bar, 3);")
+                else:
+                    boxes = self.bn // 128  # 64-wide boxes a CTA
+                    for j in range(boxes):
+                        lines.append(f"    cvl_tma_2d_mc({base} + (rank * {boxes} + {j}) * {self.bk * 128}u, "
+                                     f"{self.maps['b']}, {mn0['b']} + ((int)rank * {boxes} + {j}) * 64, {k0}, bar, 3);")
+                continue
             if o.k_major:
                 lines.append(f"    cvl_tma_2d({base}, {self.maps[o.role]}, {k0}, {mn0[o.role]}, bar);")
             else:
@@ -481,12 +549,24 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], unsigned long long da, u
         def load(stage: str, step: str) -> list[str]:
             return self.tma_load(stage, {"a": m0, "b": n0(step)}, k0(step))
 
+        # with pair: our copy of the refilled stage is free after the block barrier (told to the partner
+        # at once), the stage once the partner's copy is too (the k-th refill of a stage by the loop, at
+        # steps c + k S, waits for the k-th phase of its empty barrier), waited for after the step's
+        # wgmma are issued. Every thread waits: a wait loop on thread 0's divergent path makes ptxas
+        # serialize the wgmma (C7518)
+        ours = ([f"if (step + {p} < {steps} && threadIdx.x == 0)",
+                 f"    cvl_mbar_arrive_cta(empty0 + ((step + {p}) % {s}) * 8, rank ^ 1u);  // our copy is free"]
+                if self.pair else [])
+        free = ([f"cvl_mbar_wait(empty0 + ((step + {p}) % {s}) * 8, (step / {s}) & 1);  // and the partner's"]
+                if self.pair else [])
         out = ["cvl_wgmma_pin(acc);"]
         for i in range(p):
             out += [f"if ({i} < {steps}) {{", *_indent(load(str(i), str(i))), "}"]
-        body = [f"cvl_mbar_wait(full0 + (step % {s}) * 8, (step / {s}) & 1);", "__syncthreads();",
-                f"if (step + {p} < {steps}) {{", *_indent(load(f"(step + {p}) % {s}", f"(step + {p})")), "}",
-                *self.compute(f"step % {s}"), f"cvl_wgmma_wait<{w}>();"]
+        refill = [f"if (step + {p} < {steps}) {{", *_indent([*free, *load(f"(step + {p}) % {s}", f"(step + {p})")]), "}"]
+        # with pair, after the step's wgmma are issued: thread 0's wait for its partner then runs under them
+        body = [f"cvl_mbar_wait(full0 + (step % {s}) * 8, (step / {s}) & 1);", "__syncthreads();", *ours,
+                *([] if self.pair else refill), *self.compute(f"step % {s}"), *(refill if self.pair else []),
+                f"cvl_wgmma_wait<{w}>();"]
         if after_step:
             body += ["cvl_wgmma_wait<0>();", "cvl_wgmma_pin(acc);", *after_step]
         out += ["#pragma unroll 1", f"for (int step = 0; step < {steps}; ++step) {{", *_indent(body), "}",
@@ -689,10 +769,11 @@ def gemm_bias_gelu_source(M: int, N: int, K: int, *, entry: str = "gemm_bias_gel
     return StandaloneKernel(source, entry, grid, (threads, 1, 1), smem, eng, tiles, persistent)
 
 
-def _my_tiles(tiles: int) -> str:
-    """Tiles block ``blockIdx.x`` owns: ``blockIdx.x + i * gridDim.x`` below ``tiles``."""
-    return (f"const int my_tiles = ((int)blockIdx.x < {tiles}) ? "
-            f"({tiles} - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;")
+def _my_tiles(tiles: int, pair: bool = False) -> str:
+    """Tiles block ``blockIdx.x`` owns: ``blockIdx.x + i * gridDim.x`` below ``tiles``; with ``pair``, the
+    pair tiles its cluster of 2 owns (``blockIdx.x / 2 + i * gridDim.x / 2``)."""
+    unit, units = ("(int)(blockIdx.x / 2)", "(int)(gridDim.x / 2)") if pair else ("(int)blockIdx.x", "(int)gridDim.x")
+    return f"const int my_tiles = ({unit} < {tiles}) ? ({tiles} - 1 - {unit}) / {units} + 1 : 0;"
 
 
 def _persistent_loop(eng: WgmmaEngine, kt: int, tiles: int, epilogue: Sequence[str]) -> list[str]:
@@ -786,21 +867,26 @@ def _specialised(eng: WgmmaEngine, kt: int, tiles: int, epilogue: Sequence[str],
     setup = [line.replace("const int wg = threadIdx.x / 128;", "const int wg = (int)(threadIdx.x / 128) - 1;")
              for line in eng.setup()]
     assert any("threadIdx.x / 128) - 1" in line for line in setup)
+    pair = eng.pair  # clusters of 2 along M sharing B (tiles are pair tiles; a stage's release counts both)
+    unit, units = ("(int)(blockIdx.x / 2)", "(int)(gridDim.x / 2)") if pair else ("blockIdx.x", "gridDim.x")
+    releases = 2 * consumers // 32 if pair else consumers  # per stage: each consumer warp's of both CTAs, or each thread's
     out = setup + [
         f"const unsigned bars = smem0 + {eng.stages * eng.stage_bytes}u;  // full[s]: +8 s; empty[s]: +8 (S + s)",
-        _my_tiles(tiles),
+        _my_tiles(tiles, pair),
         f"const int total = my_tiles * {kt};",
         "if (threadIdx.x == 0) {",
         f"    for (int i = 0; i < {s}; ++i) {{",
         "        cvl_mbar_init(bars + 8 * i, 128u);",
-        f"        cvl_mbar_init(bars + 8 * ({s} + i), {consumers}u);",
+        f"        cvl_mbar_init(bars + 8 * ({s} + i), {releases}u);",
         "    }",
         "    asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");",
         "}",
         "__syncthreads();",
+        *(["cvl_pair_sync();  // the partner's release barriers are set up before any arrival reaches them"]
+          if pair else []),
     ]
     load = ["const int lt = g / " + str(kt) + ";", f"const int lk = (g - lt * {kt}) * {eng.bk};",
-            *decode("blockIdx.x + lt * gridDim.x", "lm0", "ln0")]
+            *decode(f"{unit} + lt * {units}", "lm0", "ln0")]
     if tma:
         load += eng.tma_load("stage", {"a": "lm0", "b": "ln0"}, "lk")
     else:
@@ -818,6 +904,13 @@ def _specialised(eng: WgmmaEngine, kt: int, tiles: int, epilogue: Sequence[str],
           else [*loop, "cvl_cp_wait<0>();  // nothing outstanding at exit"]),
     ]
     full = "full0 + 8 * stage" if tma else "bars + 8 * stage"
+    released = f"bars + 8 * ({s} + (g - {w}) % {s})" if w else f"bars + 8 * ({s} + stage)"
+    if pair:  # each warp once it retired the stage's wgmma: lane 0 to this CTA's barrier, lane 1 to the partner's
+        release = ([f"if (g >= {w}) {{"] if w else ["{"]) + [
+            "    __syncwarp();", f"    if (lane == 0) cvl_mbar_arrive({released});",
+            f"    else if (lane == 1) cvl_mbar_arrive_cta({released}, rank ^ 1u);", "}"]
+    else:
+        release = [f"if (g >= {w}) cvl_mbar_arrive({released});" if w else f"cvl_mbar_arrive({released});"]
     consumer = [
         f"asm volatile(\"setmaxnreg.inc.sync.aligned.u32 {regs[1]};\\n\" ::: \"memory\");",
         *eng.zero(),
@@ -829,14 +922,15 @@ def _specialised(eng: WgmmaEngine, kt: int, tiles: int, epilogue: Sequence[str],
         *([] if tma else ["    cvl_fence_proxy_async();  // copies land through the generic proxy, wgmma reads through the async one"]),
         *_indent(eng.compute("stage")),
         f"    cvl_wgmma_wait<{w}>();",
-        (f"    if (g >= {w}) cvl_mbar_arrive(bars + 8 * ({s} + (g - {w}) % {s}));" if w
-         else f"    cvl_mbar_arrive(bars + 8 * ({s} + stage));"),
+        *_indent(release),
         f"    if (g % {kt} == {kt - 1}) {{",
         "        cvl_wgmma_wait<0>();", "        cvl_wgmma_pin(acc);",
-        *_indent(decode(f"blockIdx.x + (g / {kt}) * gridDim.x", "em0", "en0"), "        "),
+        *_indent(decode(f"{unit} + (g / {kt}) * {units}", "em0", "en0"), "        "),
         *_indent(list(epilogue), "        "), *_indent(eng.zero(), "        "), "        cvl_wgmma_pin(acc);",
         "    }",
         "}",
         "cvl_wgmma_wait<0>();",
     ]
-    return out + ["if (threadIdx.x < 128) {", *_indent(producer), "} else {", *_indent(consumer), "}"]
+    return out + ["if (threadIdx.x < 128) {", *_indent(producer), "} else {", *_indent(consumer), "}",
+                  *(["cvl_pair_sync();  // no CTA leaves while its partner may still arrive on its barriers"]
+                    if pair else [])]

@@ -614,29 +614,57 @@ GELU = """pipeline g(a: f16[M, K], b: f16[K, N], bias: f16[N]) -> y: f16[M, N] {
 }"""
 
 
-@pytest.mark.parametrize("ws", [False, "tma"])
+@pytest.mark.parametrize("ws,multicast", [(False, False), (False, True), ("tma", False), ("tma", "ws")])
 @pytest.mark.parametrize("b_t", [False, True])
-def test_library_gemm_loads_tiles_with_tma(b_t, ws, tmp_path, monkeypatch):
+def test_library_gemm_loads_tiles_with_tma(b_t, ws, multicast, tmp_path, monkeypatch):
     """The plain kernel (LIBRARY_WS False, the default) and the warp-specialised persistent one ("tma")
     load both operands by TMA: tensor-map parameters, no cp.async; in the specialised kernel one thread
-    of the producer warpgroup issues every stage's copies."""
+    of the producer warpgroup issues every stage's copies. With MULTICAST (True: the plain kernel, "ws":
+    the warp-specialised one) the CTAs run in clusters of 2 along M (4000 rows: 32 row tiles, so every
+    CTA has its partner), each loading its A and half of the B tile into both, once both copies of the
+    stage are free: in the plain kernel the partner's arrival on an "empty" barrier, in the specialised
+    one each consumer warp of both CTAs releases the stage."""
     from cuvil_dsl.codegen import cuda_wgmma
 
     monkeypatch.setattr(cuda_wgmma, "LIBRARY_WS", ws)
+    monkeypatch.setattr(cuda_wgmma, "MULTICAST", multicast)
+    pair = (multicast is True and not ws) or (multicast == "ws" and bool(ws))
     text = GELU.replace("b: f16[K, N]", "b: f16[N, K]").replace("a @ b", "a @ b.T") if b_t else GELU
     k = _library_gemm(text, {"M": 4000, "N": 3000, "K": 520})
     maps = {a.name: a.tensor_map for a in k.args if a.kind == "tensormap"}
     assert set(maps) == {"tma_a", "tma_b"}
     # A [M, K] K-major: one box of 64 (K) x 128 rows; B [K, N] N-major: boxes of 64 (N) x 64 (K),
-    # or B stored [N, K]: one box of 64 (K) x 256 rows
+    # or B stored [N, K]: one box of 64 (K) x 256 rows (128, half the tile's, for a pair)
     assert maps["tma_a"].dims == (520, 4000) and maps["tma_a"].stride == 520 * 2 and maps["tma_a"].box == (64, 128)
     if b_t:
-        assert maps["tma_b"].dims == (520, 3000) and maps["tma_b"].box == (64, 256)
+        assert maps["tma_b"].dims == (520, 3000) and maps["tma_b"].box == (64, 128 if pair else 256)
     else:
         assert maps["tma_b"].dims == (3000, 520) and maps["tma_b"].stride == 3000 * 2 and maps["tma_b"].box == (64, 64)
     body = k.source.split('extern "C"')[1]
-    copies = (2 if b_t else 5) * (1 if ws else 3)  # per stage; the plain kernel's prologue 2 + loop 1
-    assert "cvl_cp_async16s" not in body and body.count("cvl_tma_2d(") == copies
+    sites = 1 if ws else 3  # per stage; the plain kernel's prologue 2 + loop 1
+    if pair:  # A alone; this CTA's half of B, multicast to both (mask 3)
+        assert body.count("cvl_tma_2d(") == sites and body.count("cvl_tma_2d_mc(") == (1 if b_t else 2) * sites
+        assert body.count(", bar, 3);") == (1 if b_t else 2) * sites
+        assert "__cluster_dims__(2, 1, 1)" in body and k.grid == ((132 if ws else 32 * 12), 1, 1)
+        # tiles mt, mt + 1 of one column tile
+        assert f"const int mt = {'tile_' if ws else 'pair_'} / 12 % 16 * 2 + (int)rank;" in body
+        if ws:  # a pair tile at a time; a stage released by each consumer warp of both CTAs (8 + 8)
+            assert k.persistent_cluster == 2 and "cvl_mbar_init(bars + 8 * (4 + i), 16u);" in body
+            assert "else if (lane == 1) cvl_mbar_arrive_cta(bars + 8 * (4 + (g - 1) % 4), rank ^ 1u);" in body
+            assert body.rstrip().endswith("cvl_pair_sync();  // no CTA leaves while its partner may still arrive on its barriers\n}")
+    if pair and not ws:
+        # our copy of the stage to refill is free after the block barrier (told at once); after the step's
+        # wgmma are issued, the wait for the partner's copy, then the refill
+        loop = body.index("for (int step = 0;")
+        free = body.index("    cvl_mbar_arrive_cta(empty0 + ((step + 2) % 4) * 8, rank ^ 1u);", loop)
+        issued = body.index("cvl_wgmma_commit();", loop)
+        assert body.index("__syncthreads();", loop) < free < issued < body.index(
+            "cvl_mbar_wait(empty0 + ((step + 2) % 4) * 8, (step / 4) & 1);") < body.index("cvl_tma_2d_mc(", loop)
+        assert body.index("cvl_pair_sync();") < body.index("cvl_tma_2d(")  # partner's barriers set up first
+    if not pair:
+        assert body.count("cvl_tma_2d(") == (2 if b_t else 5) * sites and "cvl_tma_2d_mc" not in body
+        assert "__cluster_dims__" not in body
+    assert "cvl_cp_async16s" not in body
     assert "__grid_constant__ cvl_tensor_map tma_a" in body
     assert ("setmaxnreg" in body) == bool(ws) and k.block == ((384 if ws else 256), 1, 1)
     if ws:  # persistent: one block per SM, walking tiles; the consumers wait on the TMA barriers
@@ -648,7 +676,9 @@ def test_library_gemm_loads_tiles_with_tma(b_t, ws, tmp_path, monkeypatch):
     monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
     (u,) = compile_units([CompileUnit(k.entry, k.source, (k.entry,), k.options)], "sm_90", fallback="none")
     r = u.resources[k.entry]
-    assert r.spill_bytes == 0 and r.stack_bytes == 0
+    # no serialised wgmma: a pair's wait for its partner is every thread's (on thread 0's divergent path a
+    # wait loop made ptxas serialise them, C7518: 1.7x slower on the H200)
+    assert r.spill_bytes == 0 and r.stack_bytes == 0 and "serialized" not in u.log, u.log
     if find_cuobjdump() is None:
         return
     try:
@@ -656,7 +686,20 @@ def test_library_gemm_loads_tiles_with_tma(b_t, ws, tmp_path, monkeypatch):
     except SassUnavailable:
         return
     assert count_instructions(sass, "UTMALDG") > 0 and count_instructions(sass, "LDGSTS") == 0
+    assert (count_instructions(sass, r"UTMALDG\.2D\.MULTICAST") > 0) == pair
     assert count_instructions(sass, r"HGMMA\.64x256x16\.F32") == 4
+
+
+@pytest.mark.parametrize("m,multicast,paired", [(4096, True, True), (3900, True, False), (4096, False, False)])
+def test_library_gemm_pairs_only_whole_pairs_of_row_tiles(m, multicast, paired, monkeypatch):
+    """cuda_wgmma.pairs: clusters of 2 only when every row tile has its partner (3900 rows: 31 tiles, so
+    the plain kernel keeps one CTA a tile, unclustered) and MULTICAST is on."""
+    from cuvil_dsl.codegen import cuda_wgmma
+
+    monkeypatch.setattr(cuda_wgmma, "MULTICAST", multicast)
+    k = _library_gemm(GELU, {"M": m, "N": 4096, "K": 256})
+    assert ("__cluster_dims__(2, 1, 1)" in k.source) == paired and ("cvl_tma_2d_mc(" in k.source) == paired
+    assert k.grid == (-(-m // 128) * 16, 1, 1)
 
 
 def test_batched_operands_keep_cp_async():

@@ -202,6 +202,33 @@ def test_wgmma_gemm_programs_under_each_switch(path, mode, monkeypatch):
         assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
 
 
+@pytest.mark.parametrize("ws", [False, "tma"], ids=["plain", "warp-specialised"])
+@pytest.mark.parametrize("b_t", [False, True], ids=["b-KxN", "b-NxK"])
+def test_wgmma_pairs_sharing_b_match_reference(b_t, ws, tmp_path, monkeypatch):
+    """TMA kernels in clusters of 2 along M sharing each B tile by multicast (cuda_wgmma.MULTICAST): the
+    plain kernel and the persistent warp-specialised one (a pair tile at a time, 144 pair tiles on at
+    most 66 clusters); M ragged (4000 rows: 32 row tiles, the last pair's second CTA mostly past M), N
+    and K ragged too (N a multiple of 8: TMA needs 16-byte row strides), B stored [K, N] (each CTA two
+    of the four 64-column boxes) or [N, K] (a box of half the tile's rows)."""
+    from cuvil_dsl.codegen import cuda_wgmma, render_cuda
+
+    monkeypatch.setattr(cuda_wgmma, "LIBRARY_WS", ws)
+    monkeypatch.setattr(cuda_wgmma, "MULTICAST", "ws" if ws else True)
+    b, use = ("w: f16[N, K]", "a @ w.T") if b_t else ("w: f16[K, N]", "a @ w")
+    (tmp_path / "pairs.cuvil").write_text(f"pipeline pairs(a: f16[M, K], {b}, bias: f16[N]) -> y: f16[M, N] {{\n"
+                                          f"    y = gelu({use} + bias)\n}}\n")
+    (tmp_path / "pairs.yaml").write_text("pipeline: pairs.cuvil\nshapes: {M: 4000, K: 200, N: 2104}\n"
+                                         "check: {rtol: 8.0e-3, atol: 8.0e-3}\n")
+    case = load_case(tmp_path / "pairs.yaml")
+    (k,) = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")
+    assert "__cluster_dims__(2, 1, 1)" in k.source and "cvl_tma_2d_mc(" in k.source
+    assert ("setmaxnreg" in k.source) == bool(ws)
+    got, want = run_on_gpu(case)
+    for r in case.pipeline.results:
+        rtol, atol = case.loaded.spec.check.tolerances(r.type.dtype, case.tf32)
+        assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
+
+
 # last in the file: a warp-specialised barrier that never completes traps (about a second), and the
 # CUDA error would end every later test in this process
 @pytest.mark.parametrize("name", [*_library_programs(), "gemm_wgmma"])
