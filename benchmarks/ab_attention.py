@@ -224,37 +224,39 @@ CHECKED_VARIANTS = [
     #   Where a chunk goes among its four pairs did not matter: after pair 4j 108.2 / 108.2, after 4j + 1
     #   108.3 / 108.3, after 4j + 3 (the default) 107.7 / 108.4, none 109.8 / 109.3 (`-interleave-placement.md`).
     ("lagged, pieces after the tile's exps (previous) (all cases)", {"interleave": False}),
-    # session 8: the pieces' stores from one output pointer a band at constant offsets (OUT_BASE, the
-    # default; 146 -> 142 registers, static SASS 2464 -> 2392). Predicted 1-2%. Measured 107.1 / 106.9
-    # against 107.9 (-0.8%; `2026-11-30-h200-ab_attention-session8-1.md`). The row below is without it.
+    # session 8 (`2026-11-30-h200-ab_attention-session8-{1,2,3,4,5}.md`, one file a device call):
+    # - the pieces' stores from one output pointer a band at constant offsets (OUT_BASE, the default;
+    #   146 -> 142 registers, static SASS 2464 -> 2392). Predicted 1-2%. Measured 107.1 / 106.9 against
+    #   107.9 (-0.8%, call 1); 104.1-104.4 against 105.6 and 106.0 (calls 2, 4). The row below is without it.
     ("lagged, piece addresses from the band's coordinates (previous) (all cases)", {"out_base": False}),
-    # - piece 0's chunks in tile 1's lazy pass too (INTERLEAVE0, the default now; its statistics and
+    # - v16, piece 0's chunks in tile 1's lazy pass too (INTERLEAVE0, the default; its statistics and
     #   factors still after tile 0, tile 0's numerators staged after tile 1: 162 registers, still 3 CTAs a
     #   multiprocessor). Predicted 0.5-1% (a quarter of what v15 gained). Measured 105.0 against 107.1
-    #   (-2.0%), every case correct. The row below is without it.
+    #   (call 1), 104.3 / 104.1 / 104.1 (the default's identical rows) against 106.8 (call 2), 104.4-104.6
+    #   against 106.3 (call 3); every case correct. The row below is without it.
     ("lagged, piece 0 after tile 0 (previous) (all cases)", {"interleave0": False}),
-    #   Third call (`-session8-3.md`): 104.4 / 104.5 / 104.6 against 106.3 without it.
-    # - measured and not kept (third call; code removed): piece 0's chunks in tile 0's exps instead (its
-    #   statistics waited for after tile 0's maximum, just before its exps; tile 0's numerators staged
-    #   right after it: 147 registers) 105.9; the next band's first wgmma issued early, after the band's
-    #   last tile (under the merge, the push and the next band's start) 106.0, or before the last tile's
-    #   statistics 108.9 (both with it 108.2). Predicted 1-3% faster (a tile's wgmma latency a band):
-    #   wrong, slower.
-    # - the wait for the last band's statistics (STATS_WAIT): ncu of v16 (`2026-11-30-h200-ncu-attention-
-    #   session8.txt`) finds it failing its first try in 68% of rounds and spinning 21.8 times a warp and
-    #   band, each spin 8 instructions (try_wait, the clock, a 64-bit compare for the timeout trap): 14% of
-    #   the kernel's issued instructions, taken from the other CTAs of the multiprocessor. Instead each try
-    #   suspends up to NS ns (suspendTimeHint) or sleeps between tries (nanosleep, doubling up to NS).
-    #   Measured (`-session8-4.md`, default 104.4, its identical rows 104.1 / 103.8): try_wait hint 1000 ns
-    #   104.4, 20000 ns 104.1; nanosleep up to 256 ns 103.6, up to 1024 ns 103.8. Within the noise: the
-    #   spinning costs the other CTAs little. Not kept (code removed).
-    #   Second call (`-session8-2.md`): 104.3 / 104.1 / 104.1 (the default's three identical rows)
-    #   against 106.8 without it and 105.6 without OUT_BASE.
-    # - measured and not kept: a tile's numerators staged during the next tile's lazy pass (matrix q of
-    #   tile t - 1 after pair 4q + 2 of tile t, as the write's chunks are; tile 0's after tile 1; 164
-    #   registers). Predicted 1% (the staging's 3 us spread like the stores). Measured 106.8 against
-    #   104.2: slower (code removed).
-    # Measured and not kept (same calls; their code removed after measuring):
+    # - the statistics' layout (PART_PAD 8, the default): ncu counts 4x the ideal shared wavefronts on the
+    #   four loads of a row's statistics after the wait (q = lane % 4 + 4i read rows 64 floats apart: one
+    #   bank for the four lanes of a row); 8 floats after each sender's rows spread them over 4 banks.
+    #   Predicted < 0.5%. Measured 104.1 against 104.6 / 105.5 / 105.5 for the unpadded kernel's identical
+    #   rows (call 5, `-session8-5.md`). The row below is without it.
+    ("lagged, statistics unpadded (previous) (all cases)", {"part_pad": 0}),
+    # - measured and not kept (code removed after measuring; each correct on every case):
+    #   - a tile's numerators staged during the next tile's lazy pass (matrix q of tile t - 1 after pair
+    #     4q + 2 of tile t, as the write's chunks are; 164 registers). Predicted 1% (the staging's 3 us
+    #     spread like the stores). Measured 106.8 against 104.2 (call 2): slower.
+    #   - piece 0's chunks in tile 0's exps instead (its statistics waited for after tile 0's maximum,
+    #     just before its exps; tile 0's numerators staged right after it: 147 registers): 105.9 (call 3).
+    #   - the next band's first wgmma issued early, after the band's last tile (under the merge, the push
+    #     and the next band's start) 106.0, or before the last tile's statistics 108.9 (both with the one
+    #     above 108.2; call 3). Predicted 1-3% faster (a tile's wgmma latency a band): wrong, slower.
+    #   - the wait for the last band's statistics without the spin: ncu of v16 (`2026-11-30-h200-ncu-
+    #     attention-session8.txt`) finds it failing its first try in 68% of rounds and spinning 21.8 times
+    #     a warp and band, each spin 8 instructions (try_wait, the clock, a 64-bit compare for the timeout
+    #     trap): 14% of the kernel's issued instructions. Each try suspending up to 1000 / 20000 ns
+    #     (suspendTimeHint) 104.4 / 104.1, a nanosleep between tries (doubling up to 256 / 1024 ns) 103.6 /
+    #     103.8, against 104.4 for the default and 104.1 / 103.8 for its identical rows (call 4): noise.
+    # Session 7, measured and not kept (its calls; the code removed after measuring):
     # - TMA stores: the ablations show the 16-byte store instructions costing 16-19 us where stmatrix
     #   moves the same bytes in 3. So each piece was scaled in place (ldmatrix, HMUL2, stmatrix: a lane's
     #   rows are its own, so no factor table) and written by one lane's 2-D tensor store from a

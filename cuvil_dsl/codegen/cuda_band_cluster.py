@@ -38,7 +38,7 @@ statistics travel as one float, ``l = b + log2(s)`` (its base and the log2 of it
 over the CTA's columns); the row's base is then the largest ``l`` and its sum that of
 ``2^(l_q - base)``. The exchange is split across a row's four lanes (``QUAD_MERGE``): each pushes the
 row's statistics to a quarter of the peers and merges a quarter of theirs, two shuffles merge the
-four. Loads run a band ahead (``PREFETCH``): the A band has two buffers (the next band's loads while
+four (each sender's rows padded by ``PART_PAD`` floats, so the four lanes read four banks). Loads run a band ahead (``PREFETCH``): the A band has two buffers (the next band's loads while
 this one computes) and each B slot of the ring takes the next band's tile as soon as this band is
 done with it. The pieces of the write go out in four chunks among the lazy exps of tiles 1-3, their
 stores predicated rather than branched around, so that the scheduler spreads them (``INTERLEAVE``):
@@ -77,6 +77,7 @@ QUAD_MERGE = True  # (lagged band) a row's four lanes split the pushes to and th
 PREFETCH = True  # (lagged band) two A buffers; the next band's A and B tiles loaded as soon as their slots free
 INTERLEAVE = True  # (lagged band) a later tile's write piece in chunks between its lazy exps
 INTERLEAVE0 = True  # (lagged band, interleave) the first piece's chunks in tile 1's lazy pass too
+PART_PAD = 8  # (lagged band) floats after each sender's rows of statistics (a row's four lanes read 4 banks, not 1)
 OUT_BASE = True  # (lagged band) one output pointer a band for the write pieces; chunks at constant offsets
 
 CLUSTER_HELPERS = r"""
@@ -241,6 +242,7 @@ class _ClusterBand:
         self.lazy = bool(ROW_BAND_TUNING.get("lazy", LAZY)) and self.lag
         self.quad = bool(ROW_BAND_TUNING.get("quad_merge", QUAD_MERGE)) and self.lag  # split across a row's lanes
         self.prefetch = bool(ROW_BAND_TUNING.get("prefetch", PREFETCH)) and self.lag
+        self.part_pad = int(ROW_BAND_TUNING.get("part_pad", PART_PAD))
         # timing-only ablations (wrong results; benchmarks/ab_attention.py --ablations): "store" drops the
         # output's stores, "stage" the numerators' staging (stmatrix), "sts" stores to shared memory
         # instead (no global traffic), "store_l2" keeps them inside the output's first 4 MB (L2, never
@@ -531,6 +533,7 @@ class _ClusterBand:
         waits for its cluster except once at the start and once at the end."""
         g, eng, ctas, tiles, bm, neg_inf = self.g, self.eng, self.ctas, self.tiles, self.bm, self.neg_inf
         tile_a, tile_b, maps = self.tile_a, self.tile_b, self.maps
+        prow = bm + self.part_pad  # floats from one sender's statistics to the next
         ldp = tiles * 64 + 8  # a staged row of numerators, in halves (16 bytes of padding)
         per_row = tiles * 8  # 16-byte chunks of a staged row
         loads = [len(range(s, tiles, 2)) for s in (0, 1)]  # B loads of each ring slot a band
@@ -656,14 +659,14 @@ class _ClusterBand:
             head = [*self.band_coords(f"({band})"),
                     f"cvl_mbar_wait(stats0 + (({rnd}) & 1) * 8, (({rnd}) >> 1) & 1);  // the cluster's statistics",
                     "float fin_base[2], inv_sum[2];", "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
-                    f"    const float* const got = cvl_part + (({rnd}) & 1) * {ctas * bm} + row0 + r * 8;",
+                    f"    const float* const got = cvl_part + (({rnd}) & 1) * {ctas * prow} + row0 + r * 8;",
                     f"    float top = {neg_inf};"]
             tail = ["    fin_base[r] = top;", "    inv_sum[r] = 1.0f / total;", "}"]
             if not self.quad:
                 return [*head, "#pragma unroll",
-                        f"    for (int q = 0; q < {ctas}; ++q) top = fmaxf(top, got[q * {bm}]);",
+                        f"    for (int q = 0; q < {ctas}; ++q) top = fmaxf(top, got[q * {prow}]);",
                         "    float total = 0.0f;", "#pragma unroll",
-                        f"    for (int q = 0; q < {ctas}; ++q) {{", f"        const float w = got[q * {bm}];",
+                        f"    for (int q = 0; q < {ctas}; ++q) {{", f"        const float w = got[q * {prow}];",
                         "        total += w == top ? 1.0f : cvl_ex2(w - top);", "    }",
                         *tail]
             # the four lanes of a row split the peers (q = lane % 4 + 4i) and merge by shuffles
@@ -675,7 +678,7 @@ class _ClusterBand:
                         "    }"]
 
             return [*head, f"    float w[{per}];",
-                    *mine([f"w[i] = got[q * {bm}];", "top = fmaxf(top, w[i]);"]),
+                    *mine([f"w[i] = got[q * {prow}];", "top = fmaxf(top, w[i]);"]),
                     "    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));",
                     "    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));", "    float total = 0.0f;",
                     *mine(["total += w[i] == top ? 1.0f : cvl_ex2(w[i] - top);"]),
@@ -745,13 +748,13 @@ class _ClusterBand:
                "#pragma unroll", f"for (int r = 0; r < 2; ++r) lse[r] = __fmul_rn(row_max[r], {LOG2E}) + cvl_lg2(row_sum[r]);"]
         push = [*lse, "if (lane % 4 == 0) {  // this band's statistics of the CTA's rows, to every CTA of the cluster",
                 "#pragma unroll", "    for (int r = 0; r < 2; ++r)", "#pragma unroll", f"        for (int q = 0; q < {ctas}; ++q)",
-                f"            cvl_cluster_push(part0 + ((round & 1) * {ctas * bm} + rank * {bm} + row0 + r * 8) * 4,",
+                f"            cvl_cluster_push(part0 + ((round & 1) * {ctas * prow} + rank * {prow} + row0 + r * 8) * 4,",
                 "                             stats0 + (round & 1) * 8, q, lse[r]);", "}"]
         if self.quad:  # lane j of a row's four pushes to peers j, j + 4 (the row's statistics are the same in all four)
             push = [*lse, "#pragma unroll", f"for (int i = 0; i < {-(-ctas // 4)}; ++i) {{",
                     "    const unsigned q = lane % 4 + 4 * i;  // this band's statistics of the CTA's rows, to CTA q",
                     *([f"    if (q < {ctas})"] if ctas % 4 else []), "#pragma unroll", "    for (int r = 0; r < 2; ++r)",
-                    f"        cvl_cluster_push(part0 + ((round & 1) * {ctas * bm} + rank * {bm} + row0 + r * 8) * 4,",
+                    f"        cvl_cluster_push(part0 + ((round & 1) * {ctas * prow} + rank * {prow} + row0 + r * 8) * 4,",
                     "                         stats0 + (round & 1) * 8, q, lse[r]);", "}"]
         # the last band's output pointer for its pieces (in round 0 never stored through)
         out_prev = ["uint4* out_prev;  // the last band's row m0 + warp_row + pr, column n_cta + 8 pq",
@@ -797,7 +800,7 @@ class _ClusterBand:
             f"float tile_base[{tiles}][2], prev_base[{tiles}][2];  // the thread's bases after each tile (this band, the last)",
             f"__shared__ __align__(8) unsigned long long cvl_full[{bars}];  // the 2 B slots, then A" + (" (2 buffers)" if prefetch else ""),
             "__shared__ __align__(8) unsigned long long cvl_stats[2];  // statistics received, by round parity",
-            f"__shared__ float cvl_part[{2 * ctas * bm}];  // [round parity][sender rank][row]: log2 of the row's sum of 2^x",
+            f"__shared__ float cvl_part[{2 * ctas * prow}];  // [round parity][sender rank][row]: log2 of the row's sum of 2^x",
             "const unsigned full0 = cvl_smem_addr(cvl_full);", "const unsigned stats0 = cvl_smem_addr(cvl_stats);",
             "const unsigned part0 = cvl_smem_addr(cvl_part);",
             f"const unsigned rank = blockIdx.x % {ctas};",

@@ -278,7 +278,7 @@ def test_persistent_cluster_kernels_match_on_fewer_clusters(fit, monkeypatch):
 
 @pytest.mark.parametrize("tuning", [{"lazy": True}, {"lazy": False}, {"quad_merge": True}, {"quad_merge": False},
                                     {"prefetch": False}, {"interleave": False}, {"interleave0": False},
-                                    {"out_base": False}], ids=str)
+                                    {"out_base": False}, {"part_pad": 0}], ids=str)
 @pytest.mark.parametrize("stem", ["attention_lazy", "attention_cluster", "attention_f16"])
 def test_cluster_band_switches_match_reference(stem, tuning, monkeypatch):
     """The lagged cluster band with and without lazy bases (cuda_band_cluster.LAZY; attention_lazy's
