@@ -368,9 +368,7 @@ class _GemmKernel:
         its rank."""
         eng = self.eng
         if getattr(eng, "pair", False):
-            head = [f"const int tile_ = {t};", f"const int nt = tile_ % {self.nt};",
-                    f"const int mt = tile_ / {self.nt} % {self.mt // 2} * 2 + (int)rank;",
-                    f"const int bz = tile_ / {self.nt * self.mt // 2};"]
+            head = [f"const int tile_ = {t};", *self.pair_indices("tile_")]
         else:
             head = [f"const int tile_ = {t};", f"const int nt = tile_ % {self.nt};",
                     f"const int mt = tile_ / {self.nt} % {self.mt};", f"const int bz = tile_ / {self.nt * self.mt};"]
@@ -378,6 +376,17 @@ class _GemmKernel:
                 "(void)bz;", *self.batch_coords(),
                 f"const int {m0} = mt * {eng.bm};", f"const int {n0} = nt * {eng.bn};",
                 *self.operand_bases(), "(void)pa;", "(void)pb;"]
+
+    def pair_indices(self, t: str) -> list[str]:
+        """``nt``, ``mt``, ``bz`` of pair tile ``t`` for the CTA of cluster rank ``rank`` (clusters of 2
+        sharing B, ``cuda_wgmma.pairs``): row tiles 2i, 2i + 1 of one column tile."""
+        return [f"const int nt = {t} % {self.nt};", f"const int mt = {t} / {self.nt} % {self.mt // 2} * 2 + (int)rank;",
+                f"const int bz = {t} / {self.nt * self.mt // 2};"]
+
+    @staticmethod
+    def in_pairs(lines: list[str]) -> list[str]:
+        """The kernel ``lines`` launched in clusters of 2 CTAs."""
+        return [lines[0].replace("__global__ void", "__global__ void __cluster_dims__(2, 1, 1)", 1), *lines[1:]]
 
     def render_specialised(self, entry: str) -> Emitted:
         """cuda_wgmma.LIBRARY_WS: the persistent warp-specialised kernel (cuda_wgmma._specialised) with
@@ -393,9 +402,7 @@ class _GemmKernel:
         threads = eng.threads + 128
         lines = [*self.k.signature(entry, threads), *indent(body), "}"]
         grid = 2 * min(tiles // 2, self.k.sm_count // 2) if pair else min(tiles, self.k.sm_count)
-        if pair:
-            lines[0] = lines[0].replace("__global__ void", "__global__ void __cluster_dims__(2, 1, 1)", 1)
-        return Emitted(lines, (grid, 1, 1), (threads, 1, 1), eng.shared_bytes + 16 * eng.stages,
+        return Emitted(self.in_pairs(lines) if pair else lines, (grid, 1, 1), (threads, 1, 1), eng.shared_bytes + 16 * eng.stages,
                        eng.helpers() + ("" if eng.maps else cuda_wgmma.WS_HELPERS), eng.options, 2 if pair else 0)
 
     def render_plain(self, entry: str) -> Emitted:
@@ -404,18 +411,15 @@ class _GemmKernel:
             return self.render_specialised(entry)
         decode = [f"const int nt = blockIdx.x % {self.nt};", f"const int mt = blockIdx.x / {self.nt} % {self.mt};",
                   f"const int bz = blockIdx.x / {self.nt * self.mt};"]
-        if getattr(eng, "pair", False):  # clusters of 2: row tiles mt, mt + 1 of one column tile
-            decode = ["const int pair_ = blockIdx.x / 2;", f"const int nt = pair_ % {self.nt};",
-                      f"const int mt = pair_ / {self.nt} % {self.mt // 2} * 2 + (int)rank;",
-                      f"const int bz = pair_ / {self.nt * self.mt // 2};"]
+        pair = getattr(eng, "pair", False)
+        if pair:  # clusters of 2: row tiles mt, mt + 1 of one column tile
+            decode = ["const int pair_ = blockIdx.x / 2;", *self.pair_indices("pair_")]
         body = self.prologue(decode) + [f"const int n0 = nt * {eng.bn};"]
         body += eng.main_loop(self.kt, lambda s: f"({s}) * {eng.bk}", lambda s: "n0", "m0", ("pa", "pb"), [])
         paired = self.paired_body()
         body += eng.pairs("m0", "n0", paired) if paired is not None else eng.elements("m0", "n0", self.store_body(None))
         lines = [*self.k.signature(entry, eng.threads), *indent(body), "}"]
-        if getattr(eng, "pair", False):
-            lines[0] = lines[0].replace("__global__ void", "__global__ void __cluster_dims__(2, 1, 1)", 1)
-        return Emitted(lines, (self.batch * self.mt * self.nt, 1, 1), (eng.threads, 1, 1), eng.shared_bytes,
+        return Emitted(self.in_pairs(lines) if pair else lines, (self.batch * self.mt * self.nt, 1, 1), (eng.threads, 1, 1), eng.shared_bytes,
                        eng.helpers(), eng.options)
 
     def render_softmax(self, entry: str) -> Emitted:

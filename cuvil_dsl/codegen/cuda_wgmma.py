@@ -400,10 +400,11 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], unsigned long long da, u
         with the stage's bytes as its transaction count), initialised before any copy."""
         if not self.maps:
             return []
-        pair = [  # a stage's "empty" barrier: the partner's one arrival when its copy of the stage is free
+        empty = self.pair and not self.specialised  # (the warp-specialised kernel has its own release barriers)
+        pair = ([  # a stage's "empty" barrier: the partner's one arrival when its copy of the stage is free
             f"__shared__ __align__(8) unsigned long long cvl_empty[{self.stages}];",
-            "const unsigned empty0 = cvl_smem_addr(cvl_empty);",
-            "const unsigned rank = blockIdx.x % 2;  // in the cluster: tiles mt, mt + 1 share B"] if self.pair else []
+            "const unsigned empty0 = cvl_smem_addr(cvl_empty);"] if empty else []) + (
+            ["const unsigned rank = blockIdx.x % 2;  // in the cluster: tiles mt, mt + 1 share B"] if self.pair else [])
         return [
             f"__shared__ __align__(8) unsigned long long cvl_full[{self.stages}];",
             "const unsigned full0 = cvl_smem_addr(cvl_full);", *pair,
@@ -411,7 +412,7 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], unsigned long long da, u
             f"    cvl_tma_prefetch({self.maps['a']});",
             f"    cvl_tma_prefetch({self.maps['b']});",
             f"    for (int s = 0; s < {self.stages}; ++s) cvl_mbar_init(full0 + s * 8, 1);",
-            *([f"    for (int s = 0; s < {self.stages}; ++s) cvl_mbar_init(empty0 + s * 8, 1);"] if self.pair else []),
+            *([f"    for (int s = 0; s < {self.stages}; ++s) cvl_mbar_init(empty0 + s * 8, 1);"] if empty else []),
             "    asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");",
             "}",
             "__syncthreads();",
