@@ -25,9 +25,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
-from cuvil_dsl.bench.timing import CudaClock, GpuTimer, Settings  # noqa: E402
+from raw_gpu import open_gpu  # noqa: E402
 
 N = 1 << 26
 SOURCE = r"""
@@ -113,18 +113,10 @@ BULK = {"bulk_ld_16_4": (16384, 4, 3), "bulk_ld_8_6": (8192, 6, 4), "bulk_ld_32_
 
 
 def main() -> int:
-    try:
-        import cupy as cp
-
-        if cp.cuda.runtime.getDeviceCount() < 1:
-            raise RuntimeError("no CUDA device")
-    except Exception as exc:
-        print(f"ab_stream: no GPU to run on ({type(exc).__name__}: {exc})", file=sys.stderr)
+    gpu = open_gpu("ab_stream")
+    if gpu is None:
         return 2
-    props = cp.cuda.runtime.getDeviceProperties(0)
-    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    sms = int(props["multiProcessorCount"])
-    timer = GpuTimer(CudaClock(), Settings(budget_s=0.05, min_samples=100, max_samples=400))
+    cp, name, sms, timer = gpu
     stream = cp.cuda.get_current_stream()
     rs = cp.random.RandomState(int.from_bytes(os.urandom(4), "little"))
     x = rs.standard_normal(N, dtype=cp.float32)

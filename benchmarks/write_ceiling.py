@@ -26,9 +26,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
-from cuvil_dsl.bench.timing import CudaClock, GpuTimer, Settings  # noqa: E402
+from raw_gpu import open_gpu  # noqa: E402
 
 B, M, N = 32, 2048, 2048  # attention_f16's P, f16
 SOURCE = r"""
@@ -55,18 +55,10 @@ extern "C" __global__ void bands(uint4* __restrict__ y, int ranks, long long mas
 
 
 def main() -> int:
-    try:
-        import cupy as cp
-
-        if cp.cuda.runtime.getDeviceCount() < 1:
-            raise RuntimeError("no CUDA device")
-    except Exception as exc:
-        print(f"write_ceiling: no GPU to run on ({type(exc).__name__}: {exc})", file=sys.stderr)
+    gpu = open_gpu("write_ceiling")
+    if gpu is None:
         return 2
-    props = cp.cuda.runtime.getDeviceProperties(0)
-    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    sms = int(props["multiProcessorCount"])
-    timer = GpuTimer(CudaClock(), Settings(budget_s=0.05, min_samples=100, max_samples=400))
+    cp, name, sms, timer = gpu
     stream = cp.cuda.get_current_stream()
     nbytes = B * M * N * 2
     y = cp.empty(nbytes // 2, dtype=cp.float16)
