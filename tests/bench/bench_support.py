@@ -7,9 +7,12 @@ copy each one with shapes small enough for the reference and NumPy to run in mil
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
+import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from cuvil_dsl.bench.contender import Contender
@@ -24,6 +27,53 @@ SMALL_SHAPES = {
     "attention_f16": {"B": 2, "M": 32, "N": 48, "D": 16},
     "small_graph": {"M": 16, "N": 16},
 }
+
+
+def load_script(stem: str):
+    """``benchmarks/STEM.py`` loaded as a module (registered in sys.modules: a dataclass looks its module up
+    there)."""
+    spec = importlib.util.spec_from_file_location(stem, ROOT / "benchmarks" / f"{stem}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def build_for_sm_90(source: str, names: tuple[str, ...], cache: Path):
+    """``source``'s kernels ``names`` compiled for sm_90 by NVRTC (no GPU needed; skips without NVRTC),
+    the compile cache in ``cache``: the compiled unit."""
+    import os
+
+    from cuvil_dsl.compile import CompileUnit, compile_units, nvrtc
+
+    try:
+        nvrtc.library()
+    except nvrtc.NvrtcUnavailable as exc:
+        pytest.skip(str(exc))
+    saved = os.environ.get("CUVIL_CACHE_DIR")
+    os.environ["CUVIL_CACHE_DIR"] = str(cache)
+    try:
+        (unit,) = compile_units([CompileUnit("script", source, names, ())], "sm_90")
+    finally:
+        if saved is None:
+            del os.environ["CUVIL_CACHE_DIR"]
+        else:
+            os.environ["CUVIL_CACHE_DIR"] = saved
+    assert set(names) <= set(unit.resources)
+    return unit
+
+
+def exits_2_without_gpu(module, tool: str, capsys) -> None:
+    """The script ``module`` says it has no GPU to run on and exits with status 2 (skips on a GPU)."""
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() > 0:
+            pytest.skip("a GPU is present")
+    except Exception:
+        pass
+    assert module.main() == 2
+    assert f"{tool}: no GPU to run on" in capsys.readouterr().err
 
 
 def copy_benchmarks(folder: Path, shapes: dict[str, dict[str, int]]) -> Path:

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from bench_support import load_script
 
 EXPORT = '''"Kernel Name","cvl_k",
 "Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)","Instructions Executed","stall_wait","stall_long_sb","stall_wait (Not Issued)"
@@ -18,11 +14,7 @@ EXPORT = '''"Kernel Name","cvl_k",
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("ncu_source", ROOT / "benchmarks" / "ncu_source.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script("ncu_source")
 
 
 def test_summary_and_listing(tmp_path, capsys):

@@ -4,34 +4,18 @@ says it has no GPU to run on with exit status 2."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-from pathlib import Path
 
 import numpy as np
-import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from bench_support import build_for_sm_90, exits_2_without_gpu, load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("write_ceiling", ROOT / "benchmarks" / "write_ceiling.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("write_ceiling")
 
 
-def test_kernels_build_for_sm_90(tmp_path, monkeypatch):
-    from cuvil_dsl.compile import CompileUnit, compile_units, nvrtc
-
-    try:
-        nvrtc.library()
-    except nvrtc.NvrtcUnavailable as exc:
-        pytest.skip(str(exc))
-    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
-    w = _script()
-    (unit,) = compile_units([CompileUnit("write_ceiling", w.SOURCE, ("stream", "bands"), ())], "sm_90")
-    assert {"stream", "bands"} <= set(unit.resources)
+def test_kernels_build_for_sm_90(tmp_path):
+    build_for_sm_90(_script().SOURCE, ("stream", "bands"), tmp_path)
 
 
 def test_band_pattern_covers_every_chunk_once():
@@ -58,13 +42,4 @@ def test_band_pattern_covers_every_chunk_once():
 
 
 def test_without_a_gpu_it_exits_2(capsys):
-    w = _script()
-    try:
-        import cupy
-
-        if cupy.cuda.runtime.getDeviceCount() > 0:
-            pytest.skip("a GPU is present")
-    except Exception:
-        pass
-    assert w.main() == 2
-    assert "no GPU to run on" in capsys.readouterr().err
+    exits_2_without_gpu(_script(), "write_ceiling", capsys)
