@@ -103,7 +103,10 @@ LIBRARY_CHECKS = [RAGGED, (4000, 3000, 520)]  # ragged; the second large enough 
 # Session 8, probes (timing only, results wrong by design): the library default with half of each stage's B
 # tile loaded (boxes 2 and 3 of the four 64-column boxes dropped, the barrier armed for 32 of 48 KiB): the
 # L2-to-SM traffic a pair of CTAs sharing B by TMA multicast would have, without the cross-CTA handshake.
-# If the GEMM waits on L2 bandwidth, this runs faster; if not, multicast is not worth building.
+# If the GEMM waits on L2 bandwidth, this runs faster; if not, multicast is not worth building. Measured
+# 204.8-220.3 us against 229.2-242.1 (-11%), yet multicast itself then gained nothing (cuda_wgmma.MULTICAST:
+# 231.7-237.2 against 231.1-239.9): the probe's gain is most likely its half-constant B operand drawing
+# less power under the H200's power cap, not its traffic. A probe that changes the data is no probe.
 PROBES = {
     "probe: half of B loaded (a 2-CTA multicast's L2 traffic; wrong results)": lambda src: "\n".join(
         line.replace("cvl_mbar_expect_tx(bar, 49152u);", "cvl_mbar_expect_tx(bar, 32768u);")
