@@ -6,7 +6,9 @@ runs at 96-97% of the copy ceiling and 0.3-0.8% behind torch.compile's. This tim
 alternatives against a replica of it in one process, as ``cuvil-dsl bench`` times (``GpuTimer``: L2
 flushed before each sample, median), each checked against float64 first:
 
-* ``vec2``: the library's shape (a replica of its rendered kernel);
+* ``vec2``: the library's shape (a replica of its rendered kernel); with L2 evict-first hints
+  (``createpolicy``, ``.L2::cache_hint``) on its loads, stores or both; ``vec4_256``: four vectors a
+  thread in blocks of 256;
 * ``bulk-ld CHxS``: the copy engine (``cp.async.bulk`` global -> shared, completing on an mbarrier)
   brings chunks of CH KB into S stages of a persistent block; threads read them from shared memory
   and store 16-byte vectors;
@@ -39,6 +41,40 @@ extern "C" __global__ void __launch_bounds__(128, 1) vec2(const float4* __restri
     const float4 a = x[c], b = x[c + 128];
     y[c] = op4(a);
     y[c + 128] = op4(b);
+}
+
+// the library's shape with L2 eviction-priority hints (createpolicy): loads and/or stores evict-first
+__device__ __forceinline__ float4 ld_hint(const float4* p, unsigned long long pol) {
+    float4 v;
+    asm volatile("ld.global.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p), "l"(pol));
+    return v;
+}
+__device__ __forceinline__ void st_hint(float4* p, float4 v, unsigned long long pol) {
+    asm volatile("st.global.L2::cache_hint.v4.f32 [%0], {%1, %2, %3, %4}, %5;"
+                 :: "l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "l"(pol) : "memory");
+}
+template <bool LOADS, bool STORES>
+__device__ void vec2_hint(const float4* __restrict__ x, float4* __restrict__ y) {
+    unsigned long long pol;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    const int c = blockIdx.x * 256 + threadIdx.x;
+    const float4 a = LOADS ? ld_hint(x + c, pol) : x[c];
+    const float4 b = LOADS ? ld_hint(x + c + 128, pol) : x[c + 128];
+    if (STORES) { st_hint(y + c, op4(a), pol); st_hint(y + c + 128, op4(b), pol); }
+    else { y[c] = op4(a); y[c + 128] = op4(b); }
+}
+extern "C" __global__ void __launch_bounds__(128, 1) vec2_ld_ef(const float4* x, float4* y) { vec2_hint<true, false>(x, y); }
+extern "C" __global__ void __launch_bounds__(128, 1) vec2_st_ef(const float4* x, float4* y) { vec2_hint<false, true>(x, y); }
+extern "C" __global__ void __launch_bounds__(128, 1) vec2_ldst_ef(const float4* x, float4* y) { vec2_hint<true, true>(x, y); }
+// four vectors a thread, 256 threads, a block's vectors a block apart (2048-element chunks)
+extern "C" __global__ void __launch_bounds__(256, 1) vec4_256(const float4* __restrict__ x, float4* __restrict__ y) {
+    const int c = blockIdx.x * 1024 + threadIdx.x;
+    float4 v[4];
+    #pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = x[c + i * 256];
+    #pragma unroll
+    for (int i = 0; i < 4; ++i) y[c + i * 256] = op4(v[i]);
 }
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
@@ -124,6 +160,11 @@ def main() -> int:
     want = cp.maximum(x.astype(cp.float64) * 1.5 + 0.25, 0.0) * 2.0 - 0.5
     module = cp.RawModule(code=SOURCE, options=("-std=c++17",))
     runs = {"vec2 (the library's shape)": lambda: module.get_function("vec2")((N // 1024,), (128,), (x, y))}
+    for fname, what in (("vec2_ld_ef", "loads evict-first in L2"), ("vec2_st_ef", "stores evict-first in L2"),
+                        ("vec2_ldst_ef", "both evict-first in L2")):
+        runs[f"{fname} (vec2, {what})"] = lambda fn=module.get_function(fname): fn((N // 1024,), (128,), (x, y))
+    runs["vec4_256 (256 threads, 4 vectors a thread)"] = (
+        lambda fn=module.get_function("vec4_256"): fn((N // 4096,), (256,), (x, y)))
     for fname, (ch, stages, per_sm) in BULK.items():
         fn = module.get_function(fname)
         fn.max_dynamic_shared_size_bytes = ch * stages

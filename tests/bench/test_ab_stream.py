@@ -9,7 +9,7 @@ from bench_support import build_for_sm_90, exits_2_without_gpu, load_script
 
 def test_kernels_build_for_sm_90(tmp_path):
     s = load_script("ab_stream")
-    names = ("vec2", *s.BULK)
+    names = ("vec2", "vec2_ld_ef", "vec2_st_ef", "vec2_ldst_ef", "vec4_256", *s.BULK)
     unit = build_for_sm_90(s.SOURCE, names, tmp_path)
     assert all(unit.resources[n].spill_bytes == 0 for n in names)
 
