@@ -79,6 +79,7 @@ INTERLEAVE = True  # (lagged band) a later tile's write piece in chunks between 
 INTERLEAVE0 = True  # (lagged band, interleave) the first piece's chunks in tile 1's lazy pass too
 PART_PAD = 8  # (lagged band) floats after each sender's rows of statistics (a row's four lanes read 4 banks, not 1)
 OUT_BASE = True  # (lagged band) one output pointer a band for the write pieces; chunks at constant offsets
+DYNAMIC = False  # (lagged band, prefetch) clusters claim their bands from a counter instead of every `clusters`-th
 
 CLUSTER_HELPERS = r"""
 // the CTAs of a cluster: the two halves of its barrier, and a float2 in another CTA's shared memory
@@ -115,6 +116,17 @@ __device__ __forceinline__ float cvl_lg2(float x) {
 }
 """
 
+
+CLAIM_HELPER = r"""
+// when p: x[i] + 1 into x[i], its old value into v (else v as it was). Predicated inside the asm, so that no
+// branch joins where v would be moved (and waited for); the index (0 where it is called: thread 0's) keeps
+// ptxas from aggregating the atomic over the warp at a uniform address, which shuffles the old value at once.
+// Either way the warp would wait for the atomic where it is issued instead of where v is used.
+__device__ __forceinline__ void cvl_atomic_inc_if(unsigned& v, unsigned* x, unsigned i, bool p) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n@p atom.global.gpu.add.u32 %0, [%1], 1;\n}\n"
+                 : "+r"(v) : "l"(x + i), "r"((unsigned)p) : "memory");
+}
+"""
 
 STORE_IF_HELPER = r"""
 // a 16-byte streaming store under a predicate (no branch around it)
@@ -253,6 +265,9 @@ class _ClusterBand:
         self.interleave = bool(ROW_BAND_TUNING.get("interleave", INTERLEAVE)) and self.lag and not self.ablate
         self.interleave0 = bool(ROW_BAND_TUNING.get("interleave0", INTERLEAVE0)) and self.interleave and self.tiles > 1
         self.spread, self.stcs = spread and store_scaled and self.lag, stcs
+        # bands after each cluster's first three claimed from a device counter (rank 0 claims three bands
+        # ahead and pushes the claim with its statistics, read after the wait for them in the first piece)
+        self.dynamic = bool(ROW_BAND_TUNING.get("dynamic", DYNAMIC)) and self.prefetch and self.spread
         # the pieces' stores from one pointer a band (the last band's row m0 + warp_row + pr, column
         # n_cta + 8 pq) at constant offsets, instead of each chunk's offset from the band's coordinates
         self.out_base = bool(ROW_BAND_TUNING.get("out_base", OUT_BASE)) and self.spread and "store_l2" not in self.ablate
@@ -544,7 +559,11 @@ class _ClusterBand:
             wait = f"cvl_mbar_wait(full0 + {slot * 8}, (round * {loads[slot]} + {t // 2}) & 1);"
             return self.wgmma(acc, wait, slot * tile_b)
 
-        prefetch = self.prefetch
+        prefetch, dynamic = self.prefetch, self.dynamic
+        self.claims, self.claims_done = f"cvl_claims_{entry}", f"cvl_claims_done_{entry}"
+        # the last band, the next and the one after: expressions of `band`, or (dynamic) variables
+        prev, nxt, nxt2 = (("band_prev", "band_next", "band_next2") if dynamic
+                           else ("band - clusters", "band + clusters", "band + 2 * clusters"))
 
         def load(band: str, what: list[int], a: str | None) -> list[str]:
             """Thread 0: B tiles ``what`` of ``band``, and its A band when ``a`` (into A buffer ``a``
@@ -568,16 +587,16 @@ class _ClusterBand:
             if prefetch:  # slot t % 2 is done with this band: the next band's tile t % 2; after the last
                 # tile this band's A buffer takes the A band two rounds on
                 lines = ["__syncthreads();  // the warpgroup is past tile t's wgmma",
-                         f"if (threadIdx.x == 0 && band + clusters < {self.bands}) {{",
-                         *indent(load("band + clusters", [t % 2], None)), "}"]
+                         f"if (threadIdx.x == 0 && {nxt} < {self.bands}) {{",
+                         *indent(load(nxt, [t % 2], None)), "}"]
                 if t + 1 == tiles:
-                    lines += [f"if (threadIdx.x == 0 && band + 2 * clusters < {self.bands}) {{",
-                              *indent(load("band + 2 * clusters", [], "round & 1")), "}"]
+                    lines += [f"if (threadIdx.x == 0 && {nxt2} < {self.bands}) {{",
+                              *indent(load(nxt2, [], "round & 1")), "}"]
                 return lines
             if t + 1 == tiles:  # the A band and both slots take the next band's first tiles
                 return ["__syncthreads();  // the warpgroup is past the band's last wgmma",
-                        f"if (threadIdx.x == 0 && band + clusters < {self.bands}) {{",
-                        *indent(load("band + clusters", list(range(min(2, tiles))), "0")), "}"]
+                        f"if (threadIdx.x == 0 && {nxt} < {self.bands}) {{",
+                        *indent(load(nxt, list(range(min(2, tiles))), "0")), "}"]
             return []
 
         def factors() -> list[str]:
@@ -658,6 +677,7 @@ class _ClusterBand:
             # all -inf (or NaN) in every CTA gets NaN factors, as 0 / 0
             head = [*self.band_coords(f"({band})"),
                     f"cvl_mbar_wait(stats0 + (({rnd}) & 1) * 8, (({rnd}) >> 1) & 1);  // the cluster's statistics",
+                    *([f"band_next2 = cvl_claim[({rnd}) & 1];  // rank 0's claim, pushed with them"] if dynamic else []),
                     "float fin_base[2], inv_sum[2];", "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
                     f"    const float* const got = cvl_part + (({rnd}) & 1) * {ctas * prow} + row0 + r * 8;",
                     f"    float top = {neg_inf};"]
@@ -706,7 +726,7 @@ class _ClusterBand:
                             f"        const int n = n_cta + c % {per_row} * 8;", *indent(copy, 2), "    }",
                             "    __syncwarp();  // out of the staging rows", "}"]
 
-        spread = write_parts("band - clusters", "round - 1", tiles) if self.spread else []
+        spread = write_parts(prev, "round - 1", tiles) if self.spread else []
         interleave = self.interleave and self.spread and self.lazy and g.fold is not None
 
         first = interleave and self.interleave0  # piece 0's chunks in tile 1's pass (its head after tile 0)
@@ -719,7 +739,7 @@ class _ClusterBand:
             # so the scheduler may place the chunk among the exps); in round 0 there is no last band
             def put(piece: int, after: int) -> list[str]:
                 return [f"if ((ni * 2 + h) % 4 == {after}) {{  // chunk (ni * 2 + h) / 4 of the last band's piece {piece}",
-                        "    const int j = (ni * 2 + h) / 4;", *indent(self.band_coords("(band - clusters)")),
+                        "    const int j = (ni * 2 + h) / 4;", *indent(self.band_coords(f"({prev})")),
                         *scaled_copy(0, 4, piece, predicated=True)[2:-1], "}"]
 
             if t == 0:
@@ -738,7 +758,7 @@ class _ClusterBand:
             """Piece t of the last band's write (tile t's columns), then tile t's numerators staged in
             them: a tile's numerators leave the registers as soon as its statistics are done."""
             if first and t == 0:  # the statistics and the factor table now, the chunks in tile 1's pass
-                lines = [*write_head("band - clusters", "round - 1"), *factors()]
+                lines = [*write_head(prev, "round - 1"), *factors()]
                 return ["if (round > 0) {", *indent(lines), "}"]
             piece = [] if interleave and t > 0 else ["if (round > 0)", *indent(spread[t])]
             staged = [*stage(0), *stage(1)] if first and t == 1 else stage(t)
@@ -758,12 +778,15 @@ class _ClusterBand:
                     "                         stats0 + (round & 1) * 8, q, lse[r]);", "}"]
         # the last band's output pointer for its pieces (in round 0 never stored through)
         out_prev = ["uint4* out_prev;  // the last band's row m0 + warp_row + pr, column n_cta + 8 pq",
-                    "{", *indent([*self.band_coords("(band - clusters)"), "const int m = m0 + warp_row + pr;",
+                    "{", *indent([*self.band_coords(f"({prev})"), "const int m = m0 + warp_row + pr;",
                                   "const int n = n_cta + pq * 8;", f"out_prev = reinterpret_cast<uint4*>(&{self.target});"]),
                     "}"] if self.out_base else []
         band_body = [
             *self.band_coords("band"), *out_prev,
-            f"if (threadIdx.x == 0) cvl_mbar_expect_tx(stats0 + (round & 1) * 8, {ctas * bm * 4}u);",
+            f"if (threadIdx.x == 0) cvl_mbar_expect_tx(stats0 + (round & 1) * 8, {ctas * bm * 4 + (4 if dynamic else 0)}u);",
+            *(["// rank 0's thread 0: the band three rounds on (the counter counts from 3 * clusters), its",
+               "// latency hidden by the band (the claim is first used by the push)",
+               f"cvl_atomic_inc_if(taken, &{self.claims}, threadIdx.x, claiming);"] if dynamic else []),
             *g.band_state(neg_inf),
             *(["cvl_mbar_wait(full0 + 16 + (round & 1) * 8, (round >> 1) & 1);  // the A band is in",
                f"const unsigned long long desc_a = desc_a0 + (unsigned long long)((round & 1) * {tile_a >> 4});"]
@@ -771,13 +794,19 @@ class _ClusterBand:
             *(self.band_tiles(issue, refill, after, chunk if interleave else lambda t: []) if self.spread
               else self.band_tiles(issue, refill)),
             *self.merge_quad(),
-            *([] if self.spread else ["if (round > 0)", *indent(write("band - clusters", "round - 1"))]),
+            *([] if self.spread else ["if (round > 0)", *indent(write(prev, "round - 1"))]),
             *([] if self.spread else [line for t in range(tiles) for line in stage(t)] if self.scaled else
               ["#pragma unroll", f"for (int t = 0; t < {tiles}; ++t)", "#pragma unroll", "for (int ni = 0; ni < 8; ++ni)",
                "#pragma unroll", "for (int h = 0; h < 2; ++h)",
                f"    *reinterpret_cast<__half2*>(pw + (lane / 4 + h * 8) * {ldp} + t * 64 + ni * 8 + lane % 4 * 2) = pv[t][ni * 2 + h];"]),
             "#pragma unroll", f"for (int t = 0; t < {tiles}; ++t) prev_base[t][0] = tile_base[t][0], prev_base[t][1] = tile_base[t][1];",
             *push,
+            *(["if (rank == 0 && threadIdx.x == 0) {  // the claim, to every CTA of the cluster",
+               f"    const int claim = claiming ? 3 * clusters + (int)taken : {self.bands};",
+               f"    claiming = claim < {self.bands};  // a failed claim ends the claims",
+               "#pragma unroll", f"    for (int q = 0; q < {ctas}; ++q)",
+               "        cvl_cluster_push(claim0 + (round & 1) * 4, stats0 + (round & 1) * 8, q, __int_as_float(claim));",
+               "}", "band_prev = band;", "band = band_next;", "band_next = band_next2;"] if dynamic else []),
         ]
         body = [
             *self.common_head("a ring of 2 B tiles of 64 rows", 2 if prefetch else 1),
@@ -801,6 +830,8 @@ class _ClusterBand:
             f"__shared__ __align__(8) unsigned long long cvl_full[{bars}];  // the 2 B slots, then A" + (" (2 buffers)" if prefetch else ""),
             "__shared__ __align__(8) unsigned long long cvl_stats[2];  // statistics received, by round parity",
             f"__shared__ float cvl_part[{2 * ctas * prow}];  // [round parity][sender rank][row]: log2 of the row's sum of 2^x",
+            *(["__shared__ int cvl_claim[2];  // [round parity]: the band rank 0 claimed then",
+               "const unsigned claim0 = cvl_smem_addr(cvl_claim);"] if dynamic else []),
             "const unsigned full0 = cvl_smem_addr(cvl_full);", "const unsigned stats0 = cvl_smem_addr(cvl_stats);",
             "const unsigned part0 = cvl_smem_addr(cvl_part);",
             f"const unsigned rank = blockIdx.x % {ctas};",
@@ -818,12 +849,25 @@ class _ClusterBand:
             "cvl_cluster_arrive();", "cvl_cluster_wait();  // every CTA's mbarriers are set up before any push",
             *(["unsigned cvl_sink = 0u;  // ablation: the unstaged numerators' bits"] if "stage" in self.ablate else []),
             "int round = 0;", "int band = blockIdx.x / " + str(ctas) + ";",
+            *(["int band_prev = band, band_next = band + clusters, band_next2 = band + 2 * clusters;",
+               f"bool claiming = rank == 0 && threadIdx.x == 0 && band_next2 < {self.bands};",
+               "unsigned taken = 0u;  // the counter's value at rank 0's last claim"] if dynamic else []),
             "#pragma unroll 1",
-            f"for (; band < {self.bands}; band += clusters, ++round) {{", *indent(band_body), "}",
-            *write("band - clusters", "round - 1"),
+            f"for (; band < {self.bands}; {'++round' if dynamic else 'band += clusters, ++round'}) {{",
+            *indent(band_body), "}",
+            *write(prev, "round - 1"),
             "cvl_cluster_arrive();", "cvl_cluster_wait();  // no CTA leaves while a push to it may be in flight",
+            *(["if (rank == 0 && threadIdx.x == 0) {  // the last cluster out resets the counters for the next launch",
+               "    __threadfence();",
+               f"    if (atomicAdd(&{self.claims_done}, 1u) == (unsigned)clusters - 1u) {{",
+               f"        atomicExch(&{self.claims}, 0u);", f"        atomicExch(&{self.claims_done}, 0u);", "    }", "}"]
+              if dynamic else []),
             *(["if (cvl_sink == 0x7fc00001u && threadIdx.x == 1000) __trap();  // keeps the sink"]
               if "stage" in self.ablate else []),
         ]
         return self.emitted(entry, body, a_bytes + 2 * tile_b + 4 * 16 * ldp * 2 + 1024,
-                            PUSH_HELPER + (STORE_IF_HELPER if interleave else ""), persistent=True)
+                            PUSH_HELPER + (STORE_IF_HELPER if interleave else "")
+                            + (CLAIM_HELPER + f"// the bands claimed after each cluster's first three, and the clusters\n"
+                               f"// done (both reset by the last cluster out)\n__device__ unsigned {self.claims} = 0u;\n"
+                               f"__device__ unsigned {self.claims_done} = 0u;\n" if dynamic else ""),
+                            persistent=True)
