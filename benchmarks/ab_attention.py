@@ -247,6 +247,13 @@ CHECKED_VARIANTS = [
     # cluster. Predicted 2-5% faster; at all 45 clusters the same or better.
     ("lagged, bands claimed from a counter (all cases)", {"dynamic": True}),
     ("lagged, bands claimed from a counter, 45 clusters (all cases)", {"dynamic": True, "cluster": (1, None, 1.0, True)}),
+    # session 9, round 2: `benchmarks/cluster_placement.py` finds 8 of the 132 multiprocessors without a
+    # CTA of the 8-CTA clusters (104 hold 3, 20 hold 2 at 44 clusters): the band's SMs are idle 6% of the
+    # time for the hardware clusters alone. Without them (GLOBAL_EXCHANGE): a CTA's cluster and rank from
+    # a ticket, the statistics through global memory (an 8-byte word a row and round: log2 sum and
+    # sequence number, polled). Predicted: at 49 clusters (392 CTAs on all 132 SMs) 92-100 us.
+    ("lagged, exchange through global memory, 49 clusters (all cases)", {"global_exchange": True, "cluster": (1, None, 1.0, True)}),
+    ("lagged, exchange through global memory, 44 clusters (all cases)", {"global_exchange": True}),
     # - measured and not kept (code removed after measuring; each correct on every case):
     #   - a tile's numerators staged during the next tile's lazy pass (matrix q of tile t - 1 after pair
     #     4q + 2 of tile t, as the write's chunks are; 164 registers). Predicted 1% (the staging's 3 us
