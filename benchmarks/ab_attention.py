@@ -241,19 +241,22 @@ CHECKED_VARIANTS = [
     #   Predicted < 0.5%. Measured 104.1 against 104.6 / 105.5 / 105.5 for the unpadded kernel's identical
     #   rows (call 5, `-session8-5.md`). The row below is without it.
     ("lagged, statistics unpadded (previous) (all cases)", {"part_pad": 0}),
-    # session 9: the clusters claim their bands from a device counter (DYNAMIC) instead of every
-    # `clusters`-th: ncu of v16 has the multiprocessors active 89% of the elapsed cycles; the static
-    # walk leaves 32 of 44 clusters idle for the last of 24 rounds (3%) and waits for the slowest
-    # cluster. Predicted 2-5% faster; at all 45 clusters the same or better.
-    ("lagged, bands claimed from a counter (all cases)", {"dynamic": True}),
-    ("lagged, bands claimed from a counter, 45 clusters (all cases)", {"dynamic": True, "cluster": (1, None, 1.0, True)}),
-    # session 9, round 2: `benchmarks/cluster_placement.py` finds 8 of the 132 multiprocessors without a
-    # CTA of the 8-CTA clusters (104 hold 3, 20 hold 2 at 44 clusters): the band's SMs are idle 6% of the
-    # time for the hardware clusters alone. Without them (GLOBAL_EXCHANGE): a CTA's cluster and rank from
-    # a ticket, the statistics through global memory (an 8-byte word a row and round: log2 sum and
-    # sequence number, polled). Predicted: at 49 clusters (392 CTAs on all 132 SMs) 92-100 us.
-    ("lagged, exchange through global memory, 49 clusters (all cases)", {"global_exchange": True, "cluster": (1, None, 1.0, True)}),
-    ("lagged, exchange through global memory, 44 clusters (all cases)", {"global_exchange": True}),
+    # session 9 (`2026-11-30-h200-ab_attention-session9-{1,2,3}.md`), measured and not kept (each correct on
+    # every case, also when checked again after the timed launches; the code removed after measuring):
+    # - the clusters claim their bands from a device counter (DYNAMIC at commit 8b26ae5: rank 0 claims
+    #   three bands ahead and pushes the claim with its statistics; the last cluster out resets the
+    #   counter). ncu of v16 has the multiprocessors active 89% of the elapsed cycles, and the static walk
+    #   leaves 32 of 44 clusters idle for the last of 24 rounds. Predicted 2-5% faster. Measured 108.2
+    #   against 104.8 with atomicAdd (ptxas aggregates it over the warp and shuffles the old value at once,
+    #   so the warp waits for the atomic where it is issued), then 106.3 / 105.6 (45 clusters) against
+    #   104.7 with the atomic predicated in inline PTX (waited for only at the push): slower.
+    # - `benchmarks/cluster_placement.py` then found 8 of the 132 multiprocessors without any CTA of the
+    #   8-CTA clusters (104 hold 3 and 20 hold 2 at 44 clusters; the same 8 empty at 33 or 45). Without
+    #   hardware clusters (GLOBAL_EXCHANGE at commit 272240b): a CTA's cluster and rank from a ticket taken
+    #   at its start (so no deadlock whatever else runs), each row's statistics an 8-byte word (log2 sum,
+    #   sequence number of epoch and round) in global memory that the peers poll. Predicted 92-100 us at
+    #   49 clusters (392 CTAs over all 132 SMs). Measured 108.0 at 49 clusters and 113.0 at 44 against
+    #   104.4: the exchange's L2 round trips on the wait cost more than the 8 multiprocessors give.
     # - measured and not kept (code removed after measuring; each correct on every case):
     #   - a tile's numerators staged during the next tile's lazy pass (matrix q of tile t - 1 after pair
     #     4q + 2 of tile t, as the write's chunks are; 164 registers). Predicted 1% (the staging's 3 us

@@ -1,37 +1,104 @@
-"""Where the hardware puts the CTAs of 8-CTA clusters at 3 CTAs a multiprocessor (attention's lagged band's
-resources: 128 threads, 67584 B dynamic + 6144 B static shared memory)."""
-import collections, sys
-import cupy as cp
-SRC = r'''
-extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(128, 3)
-probe(unsigned* sm, unsigned long long* t, long long spin) {
+#!/usr/bin/env python3
+"""Where the GPU puts the CTAs of a cluster kernel: how many multiprocessors hold 0, 1, 2, ... CTAs.
+
+A probe kernel with the resources of attention_f16's lagged band (``cuda_band_cluster``: clusters of 8
+CTAs of 128 threads, 67584 bytes of dynamic and 6144 of static shared memory, so 3 CTAs a
+multiprocessor; ``tests/bench/test_cluster_placement.py`` keeps these defaults equal to the rendered
+kernel's) records ``%smid`` and ``%globaltimer`` in every CTA and spins long enough that every CTA
+that can run at once does. For each grid (in clusters) it reports the CTAs of the first wave and the
+multiprocessors by the CTAs they hold.
+
+    python3 benchmarks/cluster_placement.py [--clusters 44 45 46 33]   # $OUT/cluster_placement.md when OUT is set
+
+Measured on the H200 (2026-11-30, session 9): at 44 clusters 104 multiprocessors hold 3 CTAs, 20 hold 2
+and 8 hold none; the same 8 stay empty at 33 and 45 clusters (46 do not run at once).
+
+Exit status: 0, or 2 when there is no GPU (nothing is run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import time
+from pathlib import Path
+
+CLUSTER, THREADS, DYNAMIC_SHARED, STATIC_SHARED = 8, 128, 67584, 6144
+SPIN_CYCLES = 300_000  # about 170 us at 1.755 GHz: every CTA that fits is running before the first leaves
+
+
+def source(cluster: int = CLUSTER, threads: int = THREADS, static_shared: int = STATIC_SHARED) -> str:
+    """The probe: each CTA's multiprocessor and start time, after touching its shared memory."""
+    return f"""
+extern "C" __global__ void __cluster_dims__({cluster}, 1, 1) __launch_bounds__({threads})
+probe(unsigned* sm, unsigned long long* started, long long spin) {{
     extern __shared__ unsigned char dyn[];
-    __shared__ float stat[1536];
+    __shared__ unsigned char fixed[{static_shared}];
     unsigned s;
+    unsigned long long t;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
-    unsigned long long g0;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g0));
-    stat[threadIdx.x] = (float)s; dyn[threadIdx.x] = (unsigned char)s;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    fixed[threadIdx.x] = (unsigned char)s;
+    dyn[threadIdx.x] = (unsigned char)(s + 1);
     const long long c0 = clock64();
-    while (clock64() - c0 < spin) {}
+    while (clock64() - c0 < spin) {{}}
     __syncthreads();
-    if (threadIdx.x == 0) { sm[blockIdx.x] = s; t[blockIdx.x] = g0; }
-    if (stat[(threadIdx.x + 1) % 128] == -1.0f && dyn[(threadIdx.x + 3) % 128] == 7) sm[0] = 0xffffffffu;
-}
-'''
-mod = cp.RawModule(code=SRC, options=("-arch=sm_90",))
-k = mod.get_function("probe")
-k.max_dynamic_shared_size_bytes = 67584
-nsm = cp.cuda.Device(0).attributes["MultiProcessorCount"]
-for clusters in (44, 45, 46, 33):
-    n = clusters * 8
-    sm = cp.zeros(n, dtype=cp.uint32); t = cp.zeros(n, dtype=cp.uint64)
-    k((n,), (128,), (sm, t, cp.int64(300000)), shared_mem=67584)
-    cp.cuda.runtime.deviceSynchronize()
-    sm, t = sm.get(), t.get()
-    t = (t - t.min()) / 1000.0
-    first = t < 50  # started in the first wave (spin is about 170 us)
-    per = collections.Counter(sm[first].tolist())
-    hist = collections.Counter(per.get(i, 0) for i in range(nsm))
-    print(f"{clusters} clusters ({n} CTAs): first wave {first.sum()} CTAs; SMs by CTAs held: "
-          + ", ".join(f"{c} CTAs: {hist[c]}" for c in sorted(hist)) + f"; later starts {sorted(set(t[~first].round(0)))[:5]}")
+    if (threadIdx.x == 0) {{
+        sm[blockIdx.x] = s;
+        started[blockIdx.x] = t;
+    }}
+    // keeps both shared arrays (never true)
+    if (fixed[(threadIdx.x + 1) % {threads}] == 0xffu && dyn[(threadIdx.x + 3) % {threads}] == 0u) sm[0] = 0xffffffffu;
+}}
+"""
+
+
+def placement(sms, started_ns, n_sm: int) -> tuple[int, dict[int, int]]:
+    """(CTAs of the first wave, {CTAs held: multiprocessors}) from each CTA's multiprocessor and start
+    time: the first wave is every CTA that started within 50 us of the first (the spin is longer)."""
+    first_start = min(started_ns)
+    held = collections.Counter(s for s, t in zip(sms, started_ns) if t - first_start < 50_000)
+    by_count = collections.Counter(held.get(i, 0) for i in range(n_sm))
+    return sum(held.values()), dict(sorted(by_count.items()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clusters", type=int, nargs="+", default=[44, 45, 46, 33])
+    args = parser.parse_args(argv)
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            raise RuntimeError("no CUDA device")
+    except Exception as exc:  # no CuPy, no driver, no device
+        print(f"cluster_placement: no GPU to run on ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return 2
+    kernel = cupy.RawModule(code=source(), options=("-arch=sm_90",)).get_function("probe")
+    kernel.max_dynamic_shared_size_bytes = DYNAMIC_SHARED
+    props = cupy.cuda.runtime.getDeviceProperties(0)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    n_sm = props["multiProcessorCount"]
+    lines = [f"# Placement of {CLUSTER}-CTA clusters ({name}, {n_sm} SMs, {time.strftime('%Y-%m-%d')})", "",
+             f"{THREADS} threads, {DYNAMIC_SHARED} + {STATIC_SHARED} B of shared memory a CTA (attention_f16's lagged band).",
+             "", "| clusters | CTAs | first wave | multiprocessors by CTAs held |", "|---|---|---|---|"]
+    for clusters in args.clusters:
+        n = clusters * CLUSTER
+        sm = cupy.zeros(n, dtype=cupy.uint32)
+        started = cupy.zeros(n, dtype=cupy.uint64)
+        kernel((n,), (THREADS,), (sm, started, cupy.int64(SPIN_CYCLES)), shared_mem=DYNAMIC_SHARED)
+        cupy.cuda.runtime.deviceSynchronize()
+        wave, by_count = placement(sm.get().tolist(), started.get().tolist(), n_sm)
+        lines.append(f"| {clusters} | {n} | {wave} | " + ", ".join(f"{c} CTAs: {m}" for c, m in by_count.items()) + " |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"]).mkdir(parents=True, exist_ok=True)
+        (Path(os.environ["OUT"]) / "cluster_placement.md").write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

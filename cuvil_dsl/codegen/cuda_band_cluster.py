@@ -79,9 +79,6 @@ INTERLEAVE = True  # (lagged band) a later tile's write piece in chunks between 
 INTERLEAVE0 = True  # (lagged band, interleave) the first piece's chunks in tile 1's lazy pass too
 PART_PAD = 8  # (lagged band) floats after each sender's rows of statistics (a row's four lanes read 4 banks, not 1)
 OUT_BASE = True  # (lagged band) one output pointer a band for the write pieces; chunks at constant offsets
-DYNAMIC = False  # (lagged band, prefetch) clusters claim their bands from a counter instead of every `clusters`-th
-# (lagged band) no hardware clusters: CTAs form clusters by tickets and exchange statistics through global memory
-GLOBAL_EXCHANGE = False
 
 CLUSTER_HELPERS = r"""
 // the CTAs of a cluster: the two halves of its barrier, and a float2 in another CTA's shared memory
@@ -118,34 +115,6 @@ __device__ __forceinline__ float cvl_lg2(float x) {
 }
 """
 
-
-CLAIM_HELPER = r"""
-// when p: x[i] + 1 into x[i], its old value into v (else v as it was). Predicated inside the asm, so that no
-// branch joins where v would be moved (and waited for); the index (0 where it is called: thread 0's) keeps
-// ptxas from aggregating the atomic over the warp at a uniform address, which shuffles the old value at once.
-// Either way the warp would wait for the atomic where it is issued instead of where v is used.
-__device__ __forceinline__ void cvl_atomic_inc_if(unsigned& v, unsigned* x, unsigned i, bool p) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n@p atom.global.gpu.add.u32 %0, [%1], 1;\n}\n"
-                 : "+r"(v) : "l"(x + i), "r"((unsigned)p) : "memory");
-}
-"""
-
-XCHG_HELPER = r"""
-// 8- and 4-byte loads and stores at gpu scope, relaxed: single-copy atomic, through L2 (not a stale L1 line)
-__device__ __forceinline__ unsigned long long cvl_ld_relaxed64(const unsigned long long* p) {
-    unsigned long long v;
-    asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];\n" : "=l"(v) : "l"(p) : "memory");
-    return v;
-}
-__device__ __forceinline__ void cvl_st_relaxed64(unsigned long long* p, unsigned long long v) {
-    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;\n" :: "l"(p), "l"(v) : "memory");
-}
-__device__ __forceinline__ unsigned cvl_ld_relaxed32(const unsigned* p) {
-    unsigned v;
-    asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-"""
 
 STORE_IF_HELPER = r"""
 // a 16-byte streaming store under a predicate (no branch around it)
@@ -284,16 +253,6 @@ class _ClusterBand:
         self.interleave = bool(ROW_BAND_TUNING.get("interleave", INTERLEAVE)) and self.lag and not self.ablate
         self.interleave0 = bool(ROW_BAND_TUNING.get("interleave0", INTERLEAVE0)) and self.interleave and self.tiles > 1
         self.spread, self.stcs = spread and store_scaled and self.lag, stcs
-        # bands after each cluster's first three claimed from a device counter (rank 0 claims three bands
-        # ahead and pushes the claim with its statistics, read after the wait for them in the first piece)
-        self.dynamic = bool(ROW_BAND_TUNING.get("dynamic", DYNAMIC)) and self.prefetch and self.spread
-        # the exchange through global memory (no __cluster_dims__: 8-CTA clusters leave 8 of the H200's 132
-        # multiprocessors empty, benchmarks/cluster_placement.py): a CTA's cluster and rank come from a ticket
-        # taken at its start, so a cluster's CTAs are all running once its last one is (no deadlock, whatever
-        # else shares the device); each row's statistics travel as one 8-byte word with the round's sequence
-        # number, which the peers poll for
-        self.xglobal = (bool(ROW_BAND_TUNING.get("global_exchange", GLOBAL_EXCHANGE)) and self.lag and self.quad
-                        and not self.dynamic and self.bands < 0xffff)  # a round number fits 16 bits
         # the pieces' stores from one pointer a band (the last band's row m0 + warp_row + pr, column
         # n_cta + 8 pq) at constant offsets, instead of each chunk's offset from the band's coordinates
         self.out_base = bool(ROW_BAND_TUNING.get("out_base", OUT_BASE)) and self.spread and "store_l2" not in self.ablate
@@ -442,7 +401,7 @@ class _ClusterBand:
 
     def emitted(self, entry: str, body: list[str], shared: int, helpers: str, persistent: bool = False) -> Emitted:
         lines = [*self.k.signature(entry, self.threads), *indent(body), "}"]
-        if self.ctas > 1 and not getattr(self, "xglobal", False):
+        if self.ctas > 1:
             lines[0] = lines[0].replace("__global__ void", f"__global__ void __cluster_dims__({self.ctas}, 1, 1)", 1)
         eng = self.eng
         return Emitted(lines, (self.grid_clusters * self.ctas, 1, 1), (self.threads, 1, 1), shared,
@@ -585,14 +544,7 @@ class _ClusterBand:
             wait = f"cvl_mbar_wait(full0 + {slot * 8}, (round * {loads[slot]} + {t // 2}) & 1);"
             return self.wgmma(acc, wait, slot * tile_b)
 
-        prefetch, dynamic = self.prefetch, self.dynamic
-        self.claims, self.claims_done = f"cvl_claims_{entry}", f"cvl_claims_done_{entry}"
-        self.xchg, self.tickets, self.xdone, self.epoch = (f"cvl_xchg_{entry}", f"cvl_tickets_{entry}",
-                                                           f"cvl_xdone_{entry}", f"cvl_epoch_{entry}")
-        first_band = "vc" if self.xglobal else f"blockIdx.x / {ctas}"  # the cluster's first band
-        # the last band, the next and the one after: expressions of `band`, or (dynamic) variables
-        prev, nxt, nxt2 = (("band_prev", "band_next", "band_next2") if dynamic
-                           else ("band - clusters", "band + clusters", "band + 2 * clusters"))
+        prefetch = self.prefetch
 
         def load(band: str, what: list[int], a: str | None) -> list[str]:
             """Thread 0: B tiles ``what`` of ``band``, and its A band when ``a`` (into A buffer ``a``
@@ -616,16 +568,16 @@ class _ClusterBand:
             if prefetch:  # slot t % 2 is done with this band: the next band's tile t % 2; after the last
                 # tile this band's A buffer takes the A band two rounds on
                 lines = ["__syncthreads();  // the warpgroup is past tile t's wgmma",
-                         f"if (threadIdx.x == 0 && {nxt} < {self.bands}) {{",
-                         *indent(load(nxt, [t % 2], None)), "}"]
+                         f"if (threadIdx.x == 0 && band + clusters < {self.bands}) {{",
+                         *indent(load("band + clusters", [t % 2], None)), "}"]
                 if t + 1 == tiles:
-                    lines += [f"if (threadIdx.x == 0 && {nxt2} < {self.bands}) {{",
-                              *indent(load(nxt2, [], "round & 1")), "}"]
+                    lines += [f"if (threadIdx.x == 0 && band + 2 * clusters < {self.bands}) {{",
+                              *indent(load("band + 2 * clusters", [], "round & 1")), "}"]
                 return lines
             if t + 1 == tiles:  # the A band and both slots take the next band's first tiles
                 return ["__syncthreads();  // the warpgroup is past the band's last wgmma",
-                        f"if (threadIdx.x == 0 && {nxt} < {self.bands}) {{",
-                        *indent(load(nxt, list(range(min(2, tiles))), "0")), "}"]
+                        f"if (threadIdx.x == 0 && band + clusters < {self.bands}) {{",
+                        *indent(load("band + clusters", list(range(min(2, tiles))), "0")), "}"]
             return []
 
         def factors() -> list[str]:
@@ -702,13 +654,10 @@ class _ClusterBand:
             return out
 
         def write_head(band: str, rnd: str) -> list[str]:  # coordinates, the statistics of band `band`
-            if self.xglobal:
-                return global_head(band, rnd)
             # the row's base is the largest of its CTAs' log2-sum-exp2 and its sum that of 2^(l_q - base): a row
             # all -inf (or NaN) in every CTA gets NaN factors, as 0 / 0
             head = [*self.band_coords(f"({band})"),
                     f"cvl_mbar_wait(stats0 + (({rnd}) & 1) * 8, (({rnd}) >> 1) & 1);  // the cluster's statistics",
-                    *([f"band_next2 = cvl_claim[({rnd}) & 1];  // rank 0's claim, pushed with them"] if dynamic else []),
                     "float fin_base[2], inv_sum[2];", "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
                     f"    const float* const got = cvl_part + (({rnd}) & 1) * {ctas * prow} + row0 + r * 8;",
                     f"    float top = {neg_inf};"]
@@ -736,38 +685,6 @@ class _ClusterBand:
                     "    total += __shfl_xor_sync(0xffffffffu, total, 1);",
                     "    total += __shfl_xor_sync(0xffffffffu, total, 2);", *tail]
 
-        def global_head(band: str, rnd: str) -> list[str]:
-            """write_head with the statistics from global memory: each lane polls its peers' words (q = lane
-            % 4 + 4i) of its two rows until all carry round ``rnd``'s sequence number, then the quad merges."""
-            per = -(-ctas // 4)
-
-            def mine(body: list[str], depth: int = 1) -> list[str]:
-                inner = [f"if (q < {ctas}) {{", *indent(body), "}"] if ctas % 4 else body
-                return indent(["#pragma unroll", f"for (int i = 0; i < {per}; ++i) {{", "    const int q = lane % 4 + 4 * i;",
-                               *indent(inner), "}"], depth)
-
-            return [
-                *self.band_coords(f"({band})"), "float fin_base[2], inv_sum[2];",
-                f"float w[2][{per}];  // the log2 sums of the thread's rows in peers lane % 4 + 4i",
-                "{  // poll until every word carries this round's sequence number (a late peer's old round does not)",
-                f"    const unsigned want = (epoch << 16) | (unsigned)(({rnd}) + 1);",
-                f"    const unsigned long long* const src = {self.xchg} + (vc * 2 + (({rnd}) & 1)) * {ctas * prow} + row0;",
-                "    const long long t0 = clock64();", "    for (;;) {", "        bool ok = true;",
-                "#pragma unroll", "        for (int r = 0; r < 2; ++r)",
-                *mine([f"const unsigned long long v = cvl_ld_relaxed64(src + q * {prow} + r * 8);",
-                       "w[r][i] = __uint_as_float((unsigned)v);", "ok = ok && (unsigned)(v >> 32) == want;"], 2),
-                "        if (ok) break;",
-                "        if (clock64() - t0 > (1ll << 31)) __trap();  // a peer that never writes: an error, not a hang",
-                "    }", "}",
-                "#pragma unroll", "for (int r = 0; r < 2; ++r) {", f"    float top = {neg_inf};",
-                *mine(["top = fmaxf(top, w[r][i]);"]),
-                "    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));",
-                "    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));", "    float total = 0.0f;",
-                *mine(["total += w[r][i] == top ? 1.0f : cvl_ex2(w[r][i] - top);"]),
-                "    total += __shfl_xor_sync(0xffffffffu, total, 1);",
-                "    total += __shfl_xor_sync(0xffffffffu, total, 2);",
-                "    fin_base[r] = top;", "    inv_sum[r] = 1.0f / total;", "}"]
-
         def write(band: str, rnd: str) -> list[str]:  # band `band` of round `rnd`, from the staged numerators
             if self.scaled:
                 return write_parts(band, rnd, 1)[0]
@@ -789,7 +706,7 @@ class _ClusterBand:
                             f"        const int n = n_cta + c % {per_row} * 8;", *indent(copy, 2), "    }",
                             "    __syncwarp();  // out of the staging rows", "}"]
 
-        spread = write_parts(prev, "round - 1", tiles) if self.spread else []
+        spread = write_parts("band - clusters", "round - 1", tiles) if self.spread else []
         interleave = self.interleave and self.spread and self.lazy and g.fold is not None
 
         first = interleave and self.interleave0  # piece 0's chunks in tile 1's pass (its head after tile 0)
@@ -802,7 +719,7 @@ class _ClusterBand:
             # so the scheduler may place the chunk among the exps); in round 0 there is no last band
             def put(piece: int, after: int) -> list[str]:
                 return [f"if ((ni * 2 + h) % 4 == {after}) {{  // chunk (ni * 2 + h) / 4 of the last band's piece {piece}",
-                        "    const int j = (ni * 2 + h) / 4;", *indent(self.band_coords(f"({prev})")),
+                        "    const int j = (ni * 2 + h) / 4;", *indent(self.band_coords("(band - clusters)")),
                         *scaled_copy(0, 4, piece, predicated=True)[2:-1], "}"]
 
             if t == 0:
@@ -821,7 +738,7 @@ class _ClusterBand:
             """Piece t of the last band's write (tile t's columns), then tile t's numerators staged in
             them: a tile's numerators leave the registers as soon as its statistics are done."""
             if first and t == 0:  # the statistics and the factor table now, the chunks in tile 1's pass
-                lines = [*write_head(prev, "round - 1"), *factors()]
+                lines = [*write_head("band - clusters", "round - 1"), *factors()]
                 return ["if (round > 0) {", *indent(lines), "}"]
             piece = [] if interleave and t > 0 else ["if (round > 0)", *indent(spread[t])]
             staged = [*stage(0), *stage(1)] if first and t == 1 else stage(t)
@@ -839,24 +756,14 @@ class _ClusterBand:
                     *([f"    if (q < {ctas})"] if ctas % 4 else []), "#pragma unroll", "    for (int r = 0; r < 2; ++r)",
                     f"        cvl_cluster_push(part0 + ((round & 1) * {ctas * prow} + rank * {prow} + row0 + r * 8) * 4,",
                     "                         stats0 + (round & 1) * 8, q, lse[r]);", "}"]
-        if self.xglobal:  # one lane of a row writes its word: the log2 sum, the round's sequence number
-            push = [*lse, "if (lane % 4 == 0) {  // this band's statistics of the CTA's rows, for the peers",
-                    "    const unsigned long long seq = (unsigned long long)((epoch << 16) | (unsigned)(round + 1)) << 32;",
-                    f"    unsigned long long* const dst = {self.xchg} + (vc * 2 + (round & 1)) * {ctas * prow} + rank * {prow} + row0;",
-                    "#pragma unroll", "    for (int r = 0; r < 2; ++r) cvl_st_relaxed64(dst + r * 8, seq | __float_as_uint(lse[r]));",
-                    "}"]
         # the last band's output pointer for its pieces (in round 0 never stored through)
         out_prev = ["uint4* out_prev;  // the last band's row m0 + warp_row + pr, column n_cta + 8 pq",
-                    "{", *indent([*self.band_coords(f"({prev})"), "const int m = m0 + warp_row + pr;",
+                    "{", *indent([*self.band_coords("(band - clusters)"), "const int m = m0 + warp_row + pr;",
                                   "const int n = n_cta + pq * 8;", f"out_prev = reinterpret_cast<uint4*>(&{self.target});"]),
                     "}"] if self.out_base else []
         band_body = [
             *self.band_coords("band"), *out_prev,
-            *([] if self.xglobal else
-              [f"if (threadIdx.x == 0) cvl_mbar_expect_tx(stats0 + (round & 1) * 8, {ctas * bm * 4 + (4 if dynamic else 0)}u);"]),
-            *(["// rank 0's thread 0: the band three rounds on (the counter counts from 3 * clusters), its",
-               "// latency hidden by the band (the claim is first used by the push)",
-               f"cvl_atomic_inc_if(taken, &{self.claims}, threadIdx.x, claiming);"] if dynamic else []),
+            f"if (threadIdx.x == 0) cvl_mbar_expect_tx(stats0 + (round & 1) * 8, {ctas * bm * 4}u);",
             *g.band_state(neg_inf),
             *(["cvl_mbar_wait(full0 + 16 + (round & 1) * 8, (round >> 1) & 1);  // the A band is in",
                f"const unsigned long long desc_a = desc_a0 + (unsigned long long)((round & 1) * {tile_a >> 4});"]
@@ -864,19 +771,13 @@ class _ClusterBand:
             *(self.band_tiles(issue, refill, after, chunk if interleave else lambda t: []) if self.spread
               else self.band_tiles(issue, refill)),
             *self.merge_quad(),
-            *([] if self.spread else ["if (round > 0)", *indent(write(prev, "round - 1"))]),
+            *([] if self.spread else ["if (round > 0)", *indent(write("band - clusters", "round - 1"))]),
             *([] if self.spread else [line for t in range(tiles) for line in stage(t)] if self.scaled else
               ["#pragma unroll", f"for (int t = 0; t < {tiles}; ++t)", "#pragma unroll", "for (int ni = 0; ni < 8; ++ni)",
                "#pragma unroll", "for (int h = 0; h < 2; ++h)",
                f"    *reinterpret_cast<__half2*>(pw + (lane / 4 + h * 8) * {ldp} + t * 64 + ni * 8 + lane % 4 * 2) = pv[t][ni * 2 + h];"]),
             "#pragma unroll", f"for (int t = 0; t < {tiles}; ++t) prev_base[t][0] = tile_base[t][0], prev_base[t][1] = tile_base[t][1];",
             *push,
-            *(["if (rank == 0 && threadIdx.x == 0) {  // the claim, to every CTA of the cluster",
-               f"    const int claim = claiming ? 3 * clusters + (int)taken : {self.bands};",
-               f"    claiming = claim < {self.bands};  // a failed claim ends the claims",
-               "#pragma unroll", f"    for (int q = 0; q < {ctas}; ++q)",
-               "        cvl_cluster_push(claim0 + (round & 1) * 4, stats0 + (round & 1) * 8, q, __int_as_float(claim));",
-               "}", "band_prev = band;", "band = band_next;", "band_next = band_next2;"] if dynamic else []),
         ]
         body = [
             *self.common_head("a ring of 2 B tiles of 64 rows", 2 if prefetch else 1),
@@ -898,66 +799,31 @@ class _ClusterBand:
             f"__half2 pv[{tiles}][{eng.regs // 2}];  // the numerators of each tile, rounded to f16",
             f"float tile_base[{tiles}][2], prev_base[{tiles}][2];  // the thread's bases after each tile (this band, the last)",
             f"__shared__ __align__(8) unsigned long long cvl_full[{bars}];  // the 2 B slots, then A" + (" (2 buffers)" if prefetch else ""),
-            *([] if self.xglobal else [
-                "__shared__ __align__(8) unsigned long long cvl_stats[2];  // statistics received, by round parity",
-                f"__shared__ float cvl_part[{2 * ctas * prow}];  // [round parity][sender rank][row]: log2 of the row's sum of 2^x"]),
-            *(["__shared__ int cvl_claim[2];  // [round parity]: the band rank 0 claimed then",
-               "const unsigned claim0 = cvl_smem_addr(cvl_claim);"] if dynamic else []),
-            "const unsigned full0 = cvl_smem_addr(cvl_full);",
-            *(["__shared__ unsigned cvl_ticket[2];",
-               "if (threadIdx.x == 0) {  // this CTA's ticket (its cluster and rank) and the launch's epoch",
-               f"    cvl_ticket[0] = atomicAdd(&{self.tickets}, 1u);", f"    cvl_ticket[1] = cvl_ld_relaxed32(&{self.epoch});", "}",
-               "__syncthreads();",
-               "const unsigned ticket = cvl_ticket[0], epoch = cvl_ticket[1] & 0xffffu;",
-               f"if (ticket >= gridDim.x || gridDim.x > {self.grid_clusters * ctas}u) __trap();  // launches overlapping, or a grid too large",
-               f"const unsigned rank = ticket % {ctas};", f"const int vc = (int)(ticket / {ctas});  // the cluster"]
-              if self.xglobal else
-              ["const unsigned stats0 = cvl_smem_addr(cvl_stats);", "const unsigned part0 = cvl_smem_addr(cvl_part);",
-               f"const unsigned rank = blockIdx.x % {ctas};"]),
+            "__shared__ __align__(8) unsigned long long cvl_stats[2];  // statistics received, by round parity",
+            f"__shared__ float cvl_part[{2 * ctas * prow}];  // [round parity][sender rank][row]: log2 of the row's sum of 2^x",
+            "const unsigned full0 = cvl_smem_addr(cvl_full);", "const unsigned stats0 = cvl_smem_addr(cvl_stats);",
+            "const unsigned part0 = cvl_smem_addr(cvl_part);",
+            f"const unsigned rank = blockIdx.x % {ctas};",
             f"const int n_cta = rank * {tiles * 64};  // the cluster rank's columns",
             f"const int clusters = gridDim.x / {ctas};",
             "if (threadIdx.x == 0) {",
             f"    for (int s = 0; s < {bars}; ++s) cvl_mbar_init(full0 + s * 8, 1);",
-            *([] if self.xglobal else ["    cvl_mbar_init(stats0, 1);", "    cvl_mbar_init(stats0 + 8, 1);"]),
+            "    cvl_mbar_init(stats0, 1);", "    cvl_mbar_init(stats0 + 8, 1);",
             "    asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");",
-            *indent(load(first_band, list(range(min(2, tiles))), "0")),
-            *([f"    if ({first_band} + clusters < {self.bands})",
-               *indent(load(f"{first_band} + clusters", [], "1"), 2)] if prefetch else []),
+            *indent(load(f"blockIdx.x / {ctas}", list(range(min(2, tiles))), "0")),
+            *([f"    if (blockIdx.x / {ctas} + clusters < {self.bands})",
+               *indent(load(f"blockIdx.x / {ctas} + clusters", [], "1"), 2)] if prefetch else []),
             "}",
             "__syncthreads();",
-            *([] if self.xglobal else
-              ["cvl_cluster_arrive();", "cvl_cluster_wait();  // every CTA's mbarriers are set up before any push"]),
+            "cvl_cluster_arrive();", "cvl_cluster_wait();  // every CTA's mbarriers are set up before any push",
             *(["unsigned cvl_sink = 0u;  // ablation: the unstaged numerators' bits"] if "stage" in self.ablate else []),
-            "int round = 0;", f"int band = {first_band};",
-            *(["int band_prev = band, band_next = band + clusters, band_next2 = band + 2 * clusters;",
-               f"bool claiming = rank == 0 && threadIdx.x == 0 && band_next2 < {self.bands};",
-               "unsigned taken = 0u;  // the counter's value at rank 0's last claim"] if dynamic else []),
+            "int round = 0;", "int band = blockIdx.x / " + str(ctas) + ";",
             "#pragma unroll 1",
-            f"for (; band < {self.bands}; {'++round' if dynamic else 'band += clusters, ++round'}) {{",
-            *indent(band_body), "}",
-            *write(prev, "round - 1"),
-            *(["if (threadIdx.x == 0) {  // the last CTA out resets the tickets and moves the epoch on, for the next launch",
-               "    __threadfence();",
-               f"    if (atomicAdd(&{self.xdone}, 1u) == gridDim.x - 1u) {{",
-               f"        atomicExch(&{self.tickets}, 0u);", f"        atomicExch(&{self.xdone}, 0u);",
-               f"        atomicAdd(&{self.epoch}, 1u);", "    }", "}"] if self.xglobal else
-              ["cvl_cluster_arrive();", "cvl_cluster_wait();  // no CTA leaves while a push to it may be in flight"]),
-            *(["if (rank == 0 && threadIdx.x == 0) {  // the last cluster out resets the counters for the next launch",
-               "    __threadfence();",
-               f"    if (atomicAdd(&{self.claims_done}, 1u) == (unsigned)clusters - 1u) {{",
-               f"        atomicExch(&{self.claims}, 0u);", f"        atomicExch(&{self.claims_done}, 0u);", "    }", "}"]
-              if dynamic else []),
+            f"for (; band < {self.bands}; band += clusters, ++round) {{", *indent(band_body), "}",
+            *write("band - clusters", "round - 1"),
+            "cvl_cluster_arrive();", "cvl_cluster_wait();  // no CTA leaves while a push to it may be in flight",
             *(["if (cvl_sink == 0x7fc00001u && threadIdx.x == 1000) __trap();  // keeps the sink"]
               if "stage" in self.ablate else []),
         ]
         return self.emitted(entry, body, a_bytes + 2 * tile_b + 4 * 16 * ldp * 2 + 1024,
-                            PUSH_HELPER + (STORE_IF_HELPER if interleave else "")
-                            + (CLAIM_HELPER + f"// the bands claimed after each cluster's first three, and the clusters\n"
-                               f"// done (both reset by the last cluster out)\n__device__ unsigned {self.claims} = 0u;\n"
-                               f"__device__ unsigned {self.claims_done} = 0u;\n" if dynamic else "")
-                            + (XCHG_HELPER + "// the statistics words [cluster][round parity][rank][row]; the tickets taken, the CTAs\n"
-                               "// done (both reset by the last CTA out) and the launch's epoch (moved on by it)\n"
-                               f"__device__ unsigned long long {self.xchg}[{self.grid_clusters * 2 * ctas * prow}];\n"
-                               f"__device__ unsigned {self.tickets} = 0u;\n__device__ unsigned {self.xdone} = 0u;\n"
-                               f"__device__ unsigned {self.epoch} = 0u;\n" if self.xglobal else ""),
-                            persistent=not self.xglobal)
+                            PUSH_HELPER + (STORE_IF_HELPER if interleave else ""), persistent=True)

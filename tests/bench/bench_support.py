@@ -39,9 +39,10 @@ def load_script(stem: str):
     return module
 
 
-def build_for_sm_90(source: str, names: tuple[str, ...], cache: Path):
-    """``source``'s kernels ``names`` compiled for sm_90 by NVRTC (no GPU needed; skips without NVRTC),
-    the compile cache in ``cache``: the compiled unit."""
+def build_for_sm_90(source: str, names: tuple[str, ...], cache: Path, options: tuple[str, ...] = ()):
+    """``source``'s kernels ``names`` compiled for sm_90 by NVRTC (no GPU needed; skips without NVRTC)
+    with the unit's ``options`` (a rendered kernel's: its arch-specific target, its registers), the
+    compile cache in ``cache``: the compiled unit."""
     import os
 
     from cuvil_dsl.compile import CompileUnit, compile_units, nvrtc
@@ -53,7 +54,7 @@ def build_for_sm_90(source: str, names: tuple[str, ...], cache: Path):
     saved = os.environ.get("CUVIL_CACHE_DIR")
     os.environ["CUVIL_CACHE_DIR"] = str(cache)
     try:
-        (unit,) = compile_units([CompileUnit("script", source, names, ())], "sm_90")
+        (unit,) = compile_units([CompileUnit("script", source, names, tuple(options))], "sm_90")
     finally:
         if saved is None:
             del os.environ["CUVIL_CACHE_DIR"]
@@ -63,8 +64,9 @@ def build_for_sm_90(source: str, names: tuple[str, ...], cache: Path):
     return unit
 
 
-def exits_2_without_gpu(module, tool: str, capsys) -> None:
-    """The script ``module`` says it has no GPU to run on and exits with status 2 (skips on a GPU)."""
+def exits_2_without_gpu(module, tool: str, capsys, argv: list[str] | None = None) -> None:
+    """The script ``module`` says it has no GPU to run on and exits with status 2 (skips on a GPU);
+    ``argv``: its command line, for a script that parses one (not pytest's)."""
     try:
         import cupy
 
@@ -72,7 +74,7 @@ def exits_2_without_gpu(module, tool: str, capsys) -> None:
             pytest.skip("a GPU is present")
     except Exception:
         pass
-    assert module.main() == 2
+    assert (module.main() if argv is None else module.main(argv)) == 2
     assert f"{tool}: no GPU to run on" in capsys.readouterr().err
 
 
