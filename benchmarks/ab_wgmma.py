@@ -16,7 +16,8 @@ The library's own kernel for benchmarks/gemm_gelu_f16.yaml (plan_pipeline + rend
 epilogue) is built under each of :data:`LIBRARY_MODES` (cuda_wgmma.PAIRED_STORES / LARGE_TILE: the new
 default, 128 x 256 with paired stores, the previous default, and LIBRARY_WS: the warp-specialised
 kernel), checked against float64 on ragged sizes and the timed ones, and timed (first; the
-warp-specialised one last of all). ``--no-library`` skips them.
+warp-specialised one last of all). ``--no-library`` skips them; ``--library-modes A,B`` builds only
+the modes whose labels contain A or B (and the default).
 
 A config is ``BMxBNsSTAGESpPENDING`` plus variant flags of ``cuda_wgmma.TUNING``, joined by ``-``:
 ``rG`` (tiles walked in groups of G row tiles), ``pers`` (persistent grid of one block per SM,
@@ -112,13 +113,17 @@ PROBES = {
         line.replace("cvl_mbar_expect_tx(bar, 49152u);", "cvl_mbar_expect_tx(bar, 32768u);")
         for line in src.splitlines() if not ("tma_b" in line and ("+ 16384u, tma_b" in line or "+ 24576u, tma_b" in line))),
 }
+# Session 9 (`2026-11-30-h200-ab_wgmma-session9-pingpong.md`, --rounds 8): two consumer warpgroups taking
+# turns, a whole 64 x 256 tile each (cuda_wgmma.PINGPONG at commit 17c96a1: the producer loads the CTA's
+# k steps in order, a consumer starts a tile's main loop once the other has issued its last wgmma of the
+# tile before), so one's epilogue runs under the other's main loop. Predicted 3-8% faster than the
+# default (its epilogue, when the tensor cores idle, is about a tenth of the time) unless the 1.67x more
+# B traffic from L2 (B loaded for every 64 rows instead of 128) or the power cap took it back. Measured
+# (correct, ragged sizes too): 291.7-311.7 us against 230.0-242.7 for the default and 228.9-244.1 for
+# the warp-specialised kernel in the same rounds: 27% slower. One warpgroup's m64n256 wgmma stream with
+# a group in flight does not keep the tensor cores as busy as two warpgroups on one 128-row tile. Removed.
 # Session 8: CTA pairs along M sharing B by TMA multicast (cuda_wgmma.MULTICAST, per mode below; the
 # probe's patch expects one CTA's four B boxes, so it renders unpaired).
-# Session 9: two consumer warpgroups taking turns, a whole 64 x 256 tile each (cuda_wgmma.PINGPONG), so one's
-# epilogue runs under the other's main loop. Predicted 3-8% faster than the default (its epilogue, during
-# which the tensor cores idle, is about a tenth of the time) unless the 1.67x more B traffic from L2 (B
-# loaded for every 64 rows instead of 128) or the power cap takes it back.
-PINGPONG_MODE = "library ping-pong: 2 consumer warpgroups taking turns, 64x256 s5p1, TMA"
 MULTICAST_OF = {
     "library plain kernel, B multicast to CTA pairs": True,
     "library warp-specialised persistent 128x256 s4p1, TMA": False,
@@ -132,7 +137,6 @@ LIBRARY_MODES = [
     ("library warp-specialised persistent 128x256 s4p1, TMA", True, (128, 256, 4, 1), True, True),
     ("library warp-specialised persistent 128x256 s4p1, TMA, B multicast to CTA pairs", True, (128, 256, 4, 1), True,
      True),
-    (PINGPONG_MODE, True, (128, 256, 4, 1), True, True),
 ]
 # (Measured and dropped from the list: the session-6 epilogue and the previous gelu (SESSION6_MODES,
 # PREVIOUS_GELU_MODES), warp-specialised s4p0 and with cp.async; numbers in the comments above.)
@@ -272,8 +276,7 @@ def build_library(modes=LIBRARY_MODES) -> dict:
     binding = bind(loaded, pipeline)
     from cuvil_dsl.codegen import cuda as cuda_codegen
 
-    saved = (cuda_wgmma.PAIRED_STORES, cuda_wgmma.LARGE_TILE, cuda_wgmma.LIBRARY_WS, cuda_wgmma.TMA, cuda_wgmma.MULTICAST,
-             cuda_wgmma.PINGPONG)
+    saved = (cuda_wgmma.PAIRED_STORES, cuda_wgmma.LARGE_TILE, cuda_wgmma.LIBRARY_WS, cuda_wgmma.TMA, cuda_wgmma.MULTICAST)
     prelude, unrounded = cuda_codegen.PRELUDE, cuda_codegen.CudaKernel.unrounded
     jobs = []
     try:
@@ -284,7 +287,6 @@ def build_library(modes=LIBRARY_MODES) -> dict:
                                                  if label in PREVIOUS_GELU_MODES | SESSION6_MODES else unrounded)
             cuda_wgmma.PAIRED_STORES, cuda_wgmma.LARGE_TILE, cuda_wgmma.LIBRARY_WS = pairs, tile, ws
             cuda_wgmma.TMA, cuda_wgmma.MULTICAST = tma, MULTICAST_OF.get(label, saved[4])
-            cuda_wgmma.PINGPONG = label == PINGPONG_MODE
             plan, diags = plan_pipeline(pipeline, dict(loaded.spec.kernels), "sm_90")
             assert not [d for d in diags if d.is_error], diags
             for M, N, K in [*TIMED, *LIBRARY_CHECKS]:
@@ -301,7 +303,7 @@ def build_library(modes=LIBRARY_MODES) -> dict:
                 jobs.append(((M, N, K), label, k))
     finally:
         (cuda_wgmma.PAIRED_STORES, cuda_wgmma.LARGE_TILE, cuda_wgmma.LIBRARY_WS, cuda_wgmma.TMA,
-         cuda_wgmma.MULTICAST, cuda_wgmma.PINGPONG) = saved
+         cuda_wgmma.MULTICAST) = saved
         cuda_codegen.PRELUDE, cuda_codegen.CudaKernel.unrounded = prelude, unrounded
     units = [CompileUnit(f"ab_wgmma_lib_{i}", k.source, (k.entry,), k.options) for i, (_s, _l, k) in enumerate(jobs)]
     built = compile_units(units, "sm_90", fallback="none", workers=min(16, os.cpu_count() or 2))

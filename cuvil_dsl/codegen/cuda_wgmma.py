@@ -100,17 +100,11 @@ ARCH = "sm_90a"  # what such a kernel is compiled for (wgmma is an arch-specific
 #       against 205.0-234.8 unpaired (bimodal between rounds, as this GEMM often is). So L2 traffic is
 #       not what holds the GEMM back; the probe's gain is likely its half-constant B operand (less
 #       switching power under the H200's power cap), not its traffic. Off by default (False).
-#   PINGPONG: GEMMs on LARGE_TILE whose operands load by TMA run the warp-specialised kernel with two
-#       consumer warpgroups that take turns (:func:`_pingpong`): each owns a whole PINGPONG_TILE tile,
-#       one's main loop runs while the other's epilogue does, so the tensor cores do not idle through
-#       an epilogue. False (the default) never.
 PAIRED_STORES = True
 LARGE_TILE = (128, 256, 4, 1)
 LIBRARY_WS: bool | str = False
 TMA = True
 MULTICAST: bool | str = False
-PINGPONG = False
-PINGPONG_TILE = (64, 256, 5, 1)  # (BM, BN, stages, pending): 40 KiB a stage
 # spec `kernels:` keys that keep a GEMM on the mma.sync template (whose tiles they describe)
 _OVERRIDES = frozenset(("tile", "block", "launch_bounds", "max_registers"))
 
@@ -190,12 +184,6 @@ def plain_engine(k, a, b, blocks: Callable[[int, int], int]) -> "WgmmaEngine | N
         bm, bn, stages, pending = 128, 128, 4, 1
     if supported(a, b, bm, bn) is not None:
         return None
-    if (PINGPONG and (bm, bn, stages, pending) == tuple(LARGE_TILE) and TMA and tma_loads(a, b)
-            and supported(a, b, PINGPONG_TILE[0], PINGPONG_TILE[1]) is None):
-        pbm, pbn, pstages, ppending = PINGPONG_TILE
-        eng = WgmmaEngine(a, b, bm=pbm, bn=pbn, stages=pstages, pending=ppending, index_t=k.index_t)
-        eng.specialised = eng.pingpong = True
-        return eng
     eng = WgmmaEngine(a, b, bm=bm, bn=bn, stages=stages, pending=pending, index_t=k.index_t)
     ws = LIBRARY_WS is True or (LIBRARY_WS == "tma" and tma_loads(a, b))
     eng.specialised = ws and (bm, bn, stages, pending) == tuple(LARGE_TILE)
@@ -305,12 +293,6 @@ class WgmmaEngine:
         self.specialised = False  # the library renders the warp-specialised kernel (LIBRARY_WS)
         self.maps: dict[str, str] | None = None  # role -> the TMA descriptor parameter (use_tma)
         self.pair = False  # CTAs in clusters of 2 along M sharing each B tile by multicast (use_tma)
-        self.pingpong = False  # two consumer warpgroups taking turns, a whole tile each (_pingpong)
-
-    @property
-    def consumer_threads(self) -> int:
-        """Threads of the consumer warpgroups: one set of ``threads`` for the tile, or two taking turns."""
-        return 2 * self.threads if self.pingpong else self.threads
 
     def use_tma(self, k, buffers: dict[str, str], pair: bool = False) -> None:
         """Load both operands with TMA: one descriptor parameter per operand, asked of kernel ``k``
@@ -877,8 +859,6 @@ def _specialised(eng: WgmmaEngine, kt: int, tiles: int, epilogue: Sequence[str],
     their registers are given back."""
     import copy
 
-    if eng.pingpong:
-        return _pingpong(eng, kt, tiles, epilogue, decode)
     s, w = eng.stages, eng.pending
     tma = bool(eng.maps)
     regs = ws_regs(eng.threads)
@@ -955,75 +935,3 @@ def _specialised(eng: WgmmaEngine, kt: int, tiles: int, epilogue: Sequence[str],
     return out + ["if (threadIdx.x < 128) {", *_indent(producer), "} else {", *_indent(consumer), "}",
                   *(["cvl_pair_sync();  // no CTA leaves while its partner may still arrive on its barriers"]
                     if pair else [])]
-
-
-def _pingpong(eng: WgmmaEngine, kt: int, tiles: int, epilogue: Sequence[str],
-              decode: Callable[[str, str, str], list[str]]) -> list[str]:
-    """The warp-specialised kernel with two consumer warpgroups taking turns (:data:`PINGPONG`): the
-    CTA's tiles ``blockIdx.x + i * gridDim.x`` go to consumer ``i % 2``, each a whole BM x BN tile (the
-    engine's one warpgroup's 64 rows), so one consumer's epilogue runs under the other's main loop.
-
-    The producer (one thread, TMA) loads the CTA's k steps in order, step g (tile g / kt) into stage
-    g % S, completing the engine's ``full`` barrier; the consumer that owns the step releases it on
-    ``empty[stage]`` (128 arrivals) once its wgmma retired. A consumer starts tile i's main loop only when
-    the other has issued its last wgmma of tile i - 1 (``order[c]``, 128 arrivals a turn): then every
-    stage barrier it waits on is at most one phase behind (its parity wait cannot alias) and the two
-    main loops do not split the tensor cores."""
-    s, w = eng.stages, eng.pending
-    assert eng.maps, "the ping-pong kernel loads by TMA"
-    regs = ws_regs(eng.consumer_threads)
-    setup = [line.replace("const int wg = threadIdx.x / 128;", "const int wg = 0;  // a consumer owns its whole tile")
-             for line in eng.setup()]
-    assert any("const int wg = 0;" in line for line in setup)
-    order = f"bars + {8 * s}"
-    out = setup + [
-        f"const unsigned bars = smem0 + {s * eng.stage_bytes}u;  // empty[s]: +8 s; order[c]: +8 (S + c)",
-        _my_tiles(tiles),
-        f"const int total = my_tiles * {kt};",
-        "if (threadIdx.x == 0) {",
-        f"    for (int i = 0; i < {s}; ++i) cvl_mbar_init(bars + 8 * i, 128u);",
-        f"    cvl_mbar_init({order}, 128u);", f"    cvl_mbar_init({order} + 8, 128u);",
-        "    asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");",
-        "}",
-        "__syncthreads();",
-    ]
-    load = ["const int lt = g / " + str(kt) + ";", f"const int lk = (g - lt * {kt}) * {eng.bk};",
-            *decode("(int)blockIdx.x + lt * (int)gridDim.x", "lm0", "ln0"),
-            *eng.tma_load("stage", {"a": "lm0", "b": "ln0"}, "lk")]
-    producer = [
-        f"asm volatile(\"setmaxnreg.dec.sync.aligned.u32 {regs[0]};\\n\" ::: \"memory\");",
-        "if (threadIdx.x == 0) {  // the copies of every step, in order",
-        "#pragma unroll 1", "    for (int g = 0; g < total; ++g) {", f"        const int stage = g % {s};",
-        f"        if (g >= {s}) cvl_mbar_wait(bars + 8 * stage, ((g / {s}) - 1) & 1);  // its last use released",
-        *_indent(load, "        "), "    }", "}",
-    ]
-    releases = [f"    cvl_mbar_arrive(bars + 8 * ((i * {kt} + {kt - j}) % {s}));" for j in range(w, 0, -1)]
-    consumer = [
-        f"asm volatile(\"setmaxnreg.inc.sync.aligned.u32 {regs[1]};\\n\" ::: \"memory\");",
-        "const int c = (int)(threadIdx.x / 128) - 1;  // this consumer: the CTA's tiles c, c + 2, ...",
-        "unsigned turns = 0;  // phases of order[c] waited for",
-        *eng.zero(),
-        "cvl_wgmma_pin(acc);",
-        "#pragma unroll 1",
-        "for (int i = c; i < my_tiles; i += 2) {",
-        "    if (i > 0) {  // the other consumer has issued its last wgmma of tile i - 1",
-        f"        cvl_mbar_wait({order} + 8 * c, turns & 1);", "        ++turns;", "    }",
-        "#pragma unroll 1",
-        f"    for (int k = 0; k < {kt}; ++k) {{",
-        f"        const int g = i * {kt} + k;", f"        const int stage = g % {s};",
-        f"        cvl_mbar_wait(full0 + 8 * stage, (g / {s}) & 1);",
-        *_indent(eng.compute("stage"), "        "),
-        f"        cvl_wgmma_wait<{w}>();",
-        *([f"        if (k >= {w}) cvl_mbar_arrive(bars + 8 * ((g - {w}) % {s}));  // its wgmma retired"] if w else
-          ["        cvl_mbar_arrive(bars + 8 * stage);  // its wgmma retired"]),
-        "    }",
-        f"    cvl_mbar_arrive({order} + 8 * (1 - c));  // the other consumer's turn",
-        "    cvl_wgmma_wait<0>();",
-        *releases,
-        "    cvl_wgmma_pin(acc);",
-        *_indent(decode("(int)blockIdx.x + i * (int)gridDim.x", "em0", "en0")),
-        *_indent(list(epilogue)), *_indent(eng.zero()), "    cvl_wgmma_pin(acc);",
-        "}",
-        "cvl_wgmma_wait<0>();",
-    ]
-    return out + ["if (threadIdx.x < 128) {", *_indent(producer), "} else {", *_indent(consumer), "}"]
