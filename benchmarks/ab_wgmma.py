@@ -121,7 +121,9 @@ PROBES = {
 # B traffic from L2 (B loaded for every 64 rows instead of 128) or the power cap took it back. Measured
 # (correct, ragged sizes too): 291.7-311.7 us against 230.0-242.7 for the default and 228.9-244.1 for
 # the warp-specialised kernel in the same rounds: 27% slower. One warpgroup's m64n256 wgmma stream with
-# a group in flight does not keep the tensor cores as busy as two warpgroups on one 128-row tile. Removed.
+# a group in flight does not keep the tensor cores as busy as two warpgroups on one 128-row tile. More
+# groups in flight made it worse (`-session9-pingpong-2.md`, 6 rounds: s5p2 298.2-312.4, s4p2 322.9-327.5,
+# s5p3 343.7-353.8 against 217.1-247.1): with 64-row tiles the kernel waits on B's loads. Removed.
 # Session 8: CTA pairs along M sharing B by TMA multicast (cuda_wgmma.MULTICAST, per mode below; the
 # probe's patch expects one CTA's four B boxes, so it renders unpaired).
 MULTICAST_OF = {
