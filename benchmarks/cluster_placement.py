@@ -8,7 +8,14 @@ kernel's) records ``%smid`` and ``%globaltimer`` in every CTA and spins long eno
 that can run at once does. For each grid (in clusters) it reports the CTAs of the first wave and the
 multiprocessors by the CTAs they hold.
 
-    python3 benchmarks/cluster_placement.py [--clusters 44 45 46 33]   # $OUT/cluster_placement.md when OUT is set
+    python3 benchmarks/cluster_placement.py [--clusters 44 45 46 33] [--sizes 8 16 4] [--policies default balance]
+    # $OUT/cluster_placement.md when OUT is set
+
+``--sizes``: cluster sizes to probe (16 is non-portable: the kernel allows it by its attribute); for a
+size other than 8 the grids are the cluster counts from 85% of what 3 CTAs a multiprocessor would hold
+to one past it. ``--policies``: the cluster scheduling policy asked of the driver
+(``CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE``: default, spread, or balance for load
+balancing).
 
 Measured on the H200 (2026-11-30, session 9): at 44 clusters 104 multiprocessors hold 3 CTAs, 20 hold 2
 and 8 hold none; the same 8 stay empty at 33 and 45 clusters (46 do not run at once).
@@ -26,6 +33,9 @@ import time
 from pathlib import Path
 
 CLUSTER, THREADS, DYNAMIC_SHARED, STATIC_SHARED = 8, 128, 67584, 6144
+PER_SM = 3  # CTAs of these resources a multiprocessor holds
+POLICIES = {"default": 0, "spread": 1, "balance": 2}  # CUclusterSchedulingPolicy
+NON_PORTABLE, SCHEDULING_POLICY = 14, 15  # CUfunction_attribute (cuda.h)
 SPIN_CYCLES = 300_000  # about 170 us at 1.755 GHz: every CTA that fits is running before the first leaves
 
 
@@ -66,7 +76,9 @@ def placement(sms, started_ns, n_sm: int) -> tuple[int, dict[int, int]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--clusters", type=int, nargs="+", default=[44, 45, 46, 33])
+    parser.add_argument("--clusters", type=int, nargs="+", default=[44, 45, 46, 33], help="grids of 8-CTA clusters")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[CLUSTER], help="cluster sizes (CTAs)")
+    parser.add_argument("--policies", nargs="+", default=["default"], choices=sorted(POLICIES))
     args = parser.parse_args(argv)
     try:
         import cupy
@@ -76,22 +88,34 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # no CuPy, no driver, no device
         print(f"cluster_placement: no GPU to run on ({type(exc).__name__}: {exc})", file=sys.stderr)
         return 2
-    kernel = cupy.RawModule(code=source(), options=("-arch=sm_90",)).get_function("probe")
-    kernel.max_dynamic_shared_size_bytes = DYNAMIC_SHARED
+    from cupy_backends.cuda.api import driver
+
     props = cupy.cuda.runtime.getDeviceProperties(0)
     name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
     n_sm = props["multiProcessorCount"]
-    lines = [f"# Placement of {CLUSTER}-CTA clusters ({name}, {n_sm} SMs, {time.strftime('%Y-%m-%d')})", "",
+    lines = [f"# Placement of clusters ({name}, {n_sm} SMs, {time.strftime('%Y-%m-%d')})", "",
              f"{THREADS} threads, {DYNAMIC_SHARED} + {STATIC_SHARED} B of shared memory a CTA (attention_f16's lagged band).",
-             "", "| clusters | CTAs | first wave | multiprocessors by CTAs held |", "|---|---|---|---|"]
-    for clusters in args.clusters:
-        n = clusters * CLUSTER
-        sm = cupy.zeros(n, dtype=cupy.uint32)
-        started = cupy.zeros(n, dtype=cupy.uint64)
-        kernel((n,), (THREADS,), (sm, started, cupy.int64(SPIN_CYCLES)), shared_mem=DYNAMIC_SHARED)
-        cupy.cuda.runtime.deviceSynchronize()
-        wave, by_count = placement(sm.get().tolist(), started.get().tolist(), n_sm)
-        lines.append(f"| {clusters} | {n} | {wave} | " + ", ".join(f"{c} CTAs: {m}" for c, m in by_count.items()) + " |")
+             "", "| cluster size | policy | clusters | CTAs | first wave | multiprocessors by CTAs held |",
+             "|---|---|---|---|---|---|"]
+    for size in args.sizes:
+        kernel = cupy.RawModule(code=source(size), options=("-arch=sm_90",)).get_function("probe")
+        kernel.max_dynamic_shared_size_bytes = DYNAMIC_SHARED
+        function = kernel.kernel.ptr  # the CUfunction under CuPy's RawKernel
+        if size > 8:
+            driver.funcSetAttribute(function, NON_PORTABLE, 1)
+        fits = n_sm * PER_SM // size
+        grids = args.clusters if size == CLUSTER else range(int(0.85 * fits), fits + 2)
+        for policy in args.policies:
+            driver.funcSetAttribute(function, SCHEDULING_POLICY, POLICIES[policy])
+            for clusters in grids:
+                n = clusters * size
+                sm = cupy.zeros(n, dtype=cupy.uint32)
+                started = cupy.zeros(n, dtype=cupy.uint64)
+                kernel((n,), (THREADS,), (sm, started, cupy.int64(SPIN_CYCLES)), shared_mem=DYNAMIC_SHARED)
+                cupy.cuda.runtime.deviceSynchronize()
+                wave, by_count = placement(sm.get().tolist(), started.get().tolist(), n_sm)
+                lines.append(f"| {size} | {policy} | {clusters} | {n} | {wave} | "
+                             + ", ".join(f"{c} CTAs: {m}" for c, m in by_count.items()) + " |")
     text = "\n".join(lines) + "\n"
     print(text)
     if os.environ.get("OUT"):
