@@ -4,11 +4,12 @@ the default for 16-bit operands with K <= 128) against the generic template it r
 
 For each case the pipeline is loaded and bound as ``cuvil-dsl run`` does, planned, rendered with
 the switch on and off, compiled (NVRTC, the compile service) and launched in plan order as the
-executor launches (argument cells, prebuilt parameter arrays) on fresh random inputs; results are checked against the float64 reference
-(``cuvil_dsl.reference.execute``; for batches over 4, the first 2 batch entries) within the
-spec's tolerances, then the GEMM + softmax kernels are timed as ``cuvil-dsl bench`` times
-(``bench.timing.GpuTimer``: warm-up, L2 flushed and CUDA events around every sample, the queue
-kept full), the median of at least ``--samples`` (>= 50).
+executor launches (argument cells, prebuilt parameter arrays) on fresh random inputs; results are
+checked against the float64 reference (``cuvil_dsl.reference.execute``; for batches over 4, the first 2
+batch entries) within the spec's tolerances, then the GEMM + softmax kernels are timed as ``cuvil-dsl
+bench`` times (``bench.timing.GpuTimer``: warm-up, L2 flushed and CUDA events around every sample, the
+queue kept full), the median of at least ``--samples`` (>= 50), and checked again after the timed
+launches (the outputs poisoned anew: a kernel that leaves state behind for its next launch fails).
 
     python3 benchmarks/ab_attention.py [--samples 100]   # writes $OUT/ab_attention.md when OUT is set
 
