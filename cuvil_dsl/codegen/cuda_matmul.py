@@ -68,10 +68,13 @@ ROW_BAND = True
 # ROW_BAND_TUNING "mma", "wgmma" or "cluster" forces one engine (A/B runs).
 LAGGED_CLUSTER_CTAS = 4
 # Persistent clusters of the lagged band: this share of those that fit at once by the arch's SM count
-# (cuda.SM_COUNT). H200, attention_f16: 0.9 (44 clusters of 8) 135.8 us; 0.8 152.1; 0.6 156.7; 0.95
-# (46) 199.7 and 1.0 186.8, past the clusters the GPU runs at once (a second wave). On a part with
-# fewer SMs than the table says, the loader launches fewer clusters (runtime/clusters.py).
-LAGGED_FILL = 0.9
+# (cuda.SM_COUNT), and the loader launches no more than the driver says run at once
+# (runtime/clusters.py: cuOccupancyMaxActiveClusters). H200, attention_f16, session 4: 0.9 (44 clusters
+# of 8) 135.8 us; 0.8 152.1; 0.6 156.7; 0.95 (46, before the loader's clamp) 199.7, past the clusters the
+# GPU runs at once (a second wave). 1.0 renders 49 and the loader launches the 45 that run at once: in
+# eight paired A/B runs (sessions 8-9, ab_attention "lagged at 1.0, clamped by the loader") 0.5% faster
+# than 0.9's 44 on average (-0.1 to +1.5 us), so 1.0 since session 9.
+LAGGED_FILL = 1.0
 CLUSTER_CTAS_PER_SM = 8.0
 CLUSTER_CTAS_PER_SM_NO_WGMMA = 16.0
 WGMMA_BANDS_PER_SM = 1.5
