@@ -444,11 +444,12 @@ def test_cluster_band_of_the_benchmark(monkeypatch, tmp_path):
         assert count_instructions(sass, "HGMMA") == 16 and count_instructions(sass, "HMMA") == 0
 
 
-@pytest.mark.parametrize("sizes,grid,per_sm", [({"B": 32, "M": 2048, "N": 2048}, 44 * 8, 3),
+@pytest.mark.parametrize("sizes,grid,per_sm", [({"B": 32, "M": 2048, "N": 2048}, 49 * 8, 3),
                                                ({"B": 3, "M": 200, "N": 320}, 12 * 2, 2)])
 def test_lagged_cluster_band_builds_without_spills(sizes, grid, per_sm, tmp_path, monkeypatch):
-    """Clusters of 4 or more take the lagged exchange: persistent clusters (0.9 of the 49 of 8 that fit
-    at 3 a multiprocessor; every band when there are fewer), statistics pushed by st.async onto the
+    """Clusters of 4 or more take the lagged exchange: persistent clusters (all 49 of 8 that fit at 3 a
+    multiprocessor, of which the loader launches those the driver says run at once; every band when
+    there are fewer), statistics pushed by st.async onto the
     peers' mbarriers, B tiles through 2 TMA slots and the A band through 2 buffers (PREFETCH: loads a
     band ahead); 3 tiles a CTA when N = 320 (2 CTAs, masked columns past N: the argument is walked, at 2
     CTAs a multiprocessor)."""
