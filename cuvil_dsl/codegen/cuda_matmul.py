@@ -72,8 +72,9 @@ LAGGED_CLUSTER_CTAS = 4
 # (runtime/clusters.py: cuOccupancyMaxActiveClusters). H200, attention_f16, session 4: 0.9 (44 clusters
 # of 8) 135.8 us; 0.8 152.1; 0.6 156.7; 0.95 (46, before the loader's clamp) 199.7, past the clusters the
 # GPU runs at once (a second wave). 1.0 renders 49 and the loader launches the 45 that run at once: in
-# eight paired A/B runs (sessions 8-9, ab_attention "lagged at 1.0, clamped by the loader") 0.5% faster
-# than 0.9's 44 on average (-0.1 to +1.5 us), so 1.0 since session 9.
+# nine paired A/B runs (sessions 8-9, ab_attention "lagged at 1.0, clamped by the loader") about 0.4%
+# faster than 0.9's 44 on average (-0.8 to +1.5 us: the size of the noise between identical rows). 1.0
+# since session 9: every cluster that runs at once, as the driver says, whatever the part.
 LAGGED_FILL = 1.0
 CLUSTER_CTAS_PER_SM = 8.0
 CLUSTER_CTAS_PER_SM_NO_WGMMA = 16.0
