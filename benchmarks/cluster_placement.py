@@ -18,7 +18,9 @@ to one past it. ``--policies``: the cluster scheduling policy asked of the drive
 balancing).
 
 Measured on the H200 (2026-11-30, session 9): at 44 clusters 104 multiprocessors hold 3 CTAs, 20 hold 2
-and 8 hold none; the same 8 stay empty at 33 and 45 clusters (46 do not run at once).
+and 8 hold none; the same 8 stay empty at 33 and 45 clusters (46 do not run at once) under every policy.
+16-CTA clusters leave 16 empty (8 under load balancing), 4-CTA clusters 8 (none under load balancing),
+2-CTA clusters none (`--sizes 8 16 4 2 --policies default spread balance`).
 
 Exit status: 0, or 2 when there is no GPU (nothing is run).
 """
