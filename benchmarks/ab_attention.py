@@ -296,14 +296,6 @@ CHECKED_VARIANTS = [
     # - a suspend-time hint on every try_wait (100 us: 112.5 / 112.4 / 113.1; 2 us: 112.0 / 112.3 / 112.8)
     #   and polling by test_wait (112.2; with prefetch 110.3 against 109.1): the spin on the last band's
     #   statistics issues 10% of the instructions but costs nothing the alternatives do not cost more.
-    # Session 10: a tile's row sums on the tensor cores by mma.sync (cuda_band_cluster.MMA_SUM): the f16
-    # numerators of each 16-column slab are already an mma A fragment, so one m16n8k16 against ones adds
-    # the slab's row sums (the whole row's, in all four lanes): 4 HMMA a tile instead of 32 FADD a thread,
-    # no quad sum after the band, and no warpgroup wait (session 5's wgmma sums, TC_SUMS, waited for the
-    # wgmma before the tile's check and lost 0.7%). The lazy check becomes the row's tile sum below 64.
-    # Static SASS 2349 -> 2126 instructions, 162 -> 166 registers (3 CTAs a multiprocessor). Predicted
-    # 1-3% (about a tenth of the issued instructions, and the FADD chains of the lazy pass).
-    ("lagged, row sums by mma.sync (all cases)", {"mma_sum": True}),
 ]
 # Timing-only ablations of the lagged band on the first case (--ablations): parts of the work left out, so
 # the results are wrong and not counted as failures; they bound what removing each part could gain. They

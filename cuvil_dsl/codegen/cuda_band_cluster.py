@@ -79,7 +79,6 @@ INTERLEAVE = True  # (lagged band) a later tile's write piece in chunks between 
 INTERLEAVE0 = True  # (lagged band, interleave) the first piece's chunks in tile 1's lazy pass too
 PART_PAD = 8  # (lagged band) floats after each sender's rows of statistics (a row's four lanes read 4 banks, not 1)
 OUT_BASE = True  # (lagged band) one output pointer a band for the write pieces; chunks at constant offsets
-MMA_SUM = False  # (lagged band) a tile's row sums by mma.sync of its f16 numerators times ones, not FADDs
 
 CLUSTER_HELPERS = r"""
 // the CTAs of a cluster: the two halves of its barrier, and a float2 in another CTA's shared memory
@@ -114,22 +113,6 @@ __device__ __forceinline__ float cvl_lg2(float x) {
     asm("lg2.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
 }
-"""
-
-
-def rowsum_helper(pair: str) -> str:
-    """``cvl_mma_rowsum``: the row sums of a warp's 16 x 16 slab of numerators (``pair``: f16 or bf16
-    pairs) on the tensor cores."""
-    kind, one = ("f16", "0x3C003C00u") if pair == "__half2" else ("bf16", "0x3F803F80u")
-    return rf"""
-// d += A x ones (16 x 16 by 16 x 8, f32 accumulate): A a slab of numerators as an mma A fragment (a0, a2
-// row lane / 4, a1, a3 row lane / 4 + 8; columns lane % 4 * 2, + 1, + 8, + 9); d0, d1 the first row's sum,
-// d2, d3 the second's, the same in the row's four lanes (products of ones are exact)
-__device__ __forceinline__ void cvl_mma_rowsum(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3) {{
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %8}}, "
-        "{{%0, %1, %2, %3}};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"({one}));
-}}
 """
 
 
@@ -276,9 +259,6 @@ class _ClusterBand:
         self.row_stride = next((st for d, st, size in zip(staged.map, g.p.strides(staged.value), g.p.shape(staged.value))
                                 if d == len(g.p.domain) - 2 and size > 1), 0)  # elements from row m to m + 1
         self.half = store_scaled and self.pair == "__half2"  # the numerators scaled in f16 pairs
-        # a tile's row sums by mma.sync over its numerators (the lagged band's rows share one base in
-        # their four lanes, so the sums are the rows' whole; the quad merge after the band goes)
-        self.mma_sum = bool(ROW_BAND_TUNING.get("mma_sum", MMA_SUM)) and self.lag and self.scaled
 
     # ------------------------------------------------------------------ shared pieces
     def guarded(self, body: list[str]) -> list[str]:
@@ -328,48 +308,32 @@ class _ClusterBand:
             "}",
             *eng.pairs("m0", "n0", [f"const float p0 = {self.ex2(f'fmaf(ACC0, {scale}, -base[slot])')};",
                                     f"const float p1 = {self.ex2(f'fmaf(ACC1, {scale}, -base[slot])')};",
-                                    *([] if self.mma_sum else ["row_sum[slot] += p0 + p1;"]),
-                                    f"pv[{t}][ni * 2 + h] = __floats2half2_rn(p0, p1);",
-                                    *self.slab_sum(t, "tsum")]),
-            *(["#pragma unroll", "for (int r = 0; r < 2; ++r) row_sum[r] += tsum[r * 2];"] if self.mma_sum else []),
+                                    "row_sum[slot] += p0 + p1;",
+                                    f"pv[{t}][ni * 2 + h] = __floats2half2_rn(p0, p1);"]),
         ]
-        if self.mma_sum:
-            slow.insert(0, "float tsum[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // the tile's row sums (mma)")
         if not (self.lazy and g.fold is not None and t > 0):
             return slow
         # The rows' bases as they are (no maximum of this tile): kept when every thread's part of each
-        # row's sum over the tile stays below 16 (with mma sums: the row's sum below 64), so every
-        # numerator is below 16 (64; f16 holds them to 2^-11) and a row's sum over its 128 parts (32
-        # tiles) below 2^11, as with the maximum (the factors 2^(b_t - b) / L stay in f16's normal
-        # range); else (a value 4 (6) above its base, NaN or inf, a row without a base yet) the warp
-        # takes the tile again with its maximum.
-        mma = self.mma_sum
+        # row's sum over the tile stays below 16, so every numerator is below 16 (f16 holds them to
+        # 2^-11) and a row's sum over its 128 parts below 2^11, as with the maximum (the factors
+        # 2^(b_t - b) / L stay in f16's normal range); else (a value 4 above its base, NaN or inf,
+        # a row without a base yet) the warp takes the tile again with its maximum.
         return [
             "float fb[2], fpart[2];",
             f"bool fine = row_max[0] != {neg_inf} && row_max[1] != {neg_inf};",
             "#pragma unroll", "for (int r = 0; r < 2; ++r) {", f"    fb[r] = __fmul_rn(row_max[r], {LOG2E});",
-            *([] if mma else ["    fpart[r] = 0.0f;"]), "}",
-            *(["float fsum[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // the tile's row sums (mma)"] if mma else []),
+            "    fpart[r] = 0.0f;", "}",
             *eng.pairs("m0", "n0", [f"const float p0 = {self.ex2('fmaf(ACC0, band_c, -fb[slot])')};",
                                     f"const float p1 = {self.ex2('fmaf(ACC1, band_c, -fb[slot])')};",
-                                    *([] if mma else ["fpart[slot] += p0 + p1;"]),
+                                    "fpart[slot] += p0 + p1;",
                                     f"pv[{t}][ni * 2 + h] = __floats2half2_rn(p0, p1);",
-                                    *self.slab_sum(t, "fsum"), *during]),
-            *(["fpart[0] = fsum[0];", "fpart[1] = fsum[2];"] if mma else []),
-            f"fine = fine && fpart[0] < {64.0 if mma else 16.0}f && fpart[1] < {64.0 if mma else 16.0}f;  // false for NaN",
+                                    *during]),
+            "fine = fine && fpart[0] < 16.0f && fpart[1] < 16.0f;  // false for NaN",
             "if (__all_sync(0xffffffffu, fine)) {",
             "#pragma unroll", "    for (int r = 0; r < 2; ++r) {",
             "        row_sum[r] += fpart[r];",
             f"        tile_base[{t}][r] = fb[r];", "    }",
             "} else {", *indent(slow), "}"]
-
-    def slab_sum(self, t: int, into: str) -> list[str]:
-        """With ``mma_sum``: after pair 4j + 3 of tile t (the pairs of k slab j are in ``pv[t]``), the
-        slab's row sums added into ``into`` by one mma.sync (four a tile)."""
-        if not self.mma_sum:
-            return []
-        frag = ", ".join(f"cvl_pack_bits(pv[{t}][ni * 2 + h - {3 - i}])" for i in range(4))
-        return [f"if ((ni * 2 + h) % 4 == 3) cvl_mma_rowsum({into}, {frag});"]
 
     def ex2(self, x: str) -> str:
         """2^x of a numerator (an FFMA instead under the "exp" ablation)."""
@@ -806,7 +770,7 @@ class _ClusterBand:
               if prefetch else ["cvl_mbar_wait(full0 + 16, round & 1);  // the A band is in"]),
             *(self.band_tiles(issue, refill, after, chunk if interleave else lambda t: []) if self.spread
               else self.band_tiles(issue, refill)),
-            *([] if self.mma_sum else self.merge_quad()),  # mma sums: the rows' whole in all four lanes
+            *self.merge_quad(),
             *([] if self.spread else ["if (round > 0)", *indent(write("band - clusters", "round - 1"))]),
             *([] if self.spread else [line for t in range(tiles) for line in stage(t)] if self.scaled else
               ["#pragma unroll", f"for (int t = 0; t < {tiles}; ++t)", "#pragma unroll", "for (int ni = 0; ni < 8; ++ni)",
@@ -862,5 +826,4 @@ class _ClusterBand:
               if "stage" in self.ablate else []),
         ]
         return self.emitted(entry, body, a_bytes + 2 * tile_b + 4 * 16 * ldp * 2 + 1024,
-                            PUSH_HELPER + (STORE_IF_HELPER if interleave else "")
-                            + (rowsum_helper(self.pair) if self.mma_sum else ""), persistent=True)
+                            PUSH_HELPER + (STORE_IF_HELPER if interleave else ""), persistent=True)
