@@ -79,7 +79,6 @@ INTERLEAVE = True  # (lagged band) a later tile's write piece in chunks between 
 INTERLEAVE0 = True  # (lagged band, interleave) the first piece's chunks in tile 1's lazy pass too
 PART_PAD = 8  # (lagged band) floats after each sender's rows of statistics (a row's four lanes read 4 banks, not 1)
 OUT_BASE = True  # (lagged band) one output pointer a band for the write pieces; chunks at constant offsets
-PIECE0_TILES = 1  # (lagged band, interleave0) the lazy passes (tiles 1 on) that piece 0's chunks spread over
 
 CLUSTER_HELPERS = r"""
 // the CTAs of a cluster: the two halves of its barrier, and a float2 in another CTA's shared memory
@@ -253,9 +252,6 @@ class _ClusterBand:
         self.ablate = frozenset(ROW_BAND_TUNING.get("ablate", ())) if self.lag else frozenset()
         self.interleave = bool(ROW_BAND_TUNING.get("interleave", INTERLEAVE)) and self.lag and not self.ablate
         self.interleave0 = bool(ROW_BAND_TUNING.get("interleave0", INTERLEAVE0)) and self.interleave and self.tiles > 1
-        # (interleave0) piece 0's four chunks spread over the lazy passes of tiles 1 to this (tile 0's
-        # numerators staged after the last of them)
-        self.piece0_tiles = max(1, min(int(ROW_BAND_TUNING.get("piece0_tiles", PIECE0_TILES)), self.tiles - 1, 4))
         self.spread, self.stcs = spread and store_scaled and self.lag, stcs
         # the pieces' stores from one pointer a band (the last band's row m0 + warp_row + pr, column
         # n_cta + 8 pq) at constant offsets, instead of each chunk's offset from the band's coordinates
@@ -721,19 +717,14 @@ class _ClusterBand:
             pass also carries piece 0's chunk j after pair 4j + 1."""
             # the loop body without its guard: loads and scaling always, the store predicated (no branch,
             # so the scheduler may place the chunk among the exps); in round 0 there is no last band
-            def put(piece: int, after: int, chunks: range = range(4)) -> list[str]:
-                which = "" if len(chunks) == 4 else f" && (ni * 2 + h) / 4 >= {chunks.start} && (ni * 2 + h) / 4 < {chunks.stop}"
-                return [f"if ((ni * 2 + h) % 4 == {after}{which}) {{  // chunk (ni * 2 + h) / 4 of the last band's piece {piece}",
+            def put(piece: int, after: int) -> list[str]:
+                return [f"if ((ni * 2 + h) % 4 == {after}) {{  // chunk (ni * 2 + h) / 4 of the last band's piece {piece}",
                         "    const int j = (ni * 2 + h) / 4;", *indent(self.band_coords("(band - clusters)")),
                         *scaled_copy(0, 4, piece, predicated=True)[2:-1], "}"]
 
             if t == 0:
                 return []
-            mine = range(4)  # piece 0's chunks in this pass: chunk j in tile 1 + j * piece0_tiles // 4
-            if first:
-                mine = range(next((j for j in range(4) if 1 + j * self.piece0_tiles // 4 == t), 4),
-                              next((j for j in range(4) if 1 + j * self.piece0_tiles // 4 > t), 4))
-            return [*(put(0, 1, mine) if first and len(mine) else []), *put(t, 3)]
+            return [*(put(0, 1) if first and t == 1 else []), *put(t, 3)]
 
         def stage(t: int) -> list[str]:  # tile t's numerators into its columns of the warp's staged rows
             if "stage" in self.ablate:  # not staged: folded into a sink so that their work stays
@@ -750,7 +741,7 @@ class _ClusterBand:
                 lines = [*write_head("band - clusters", "round - 1"), *factors()]
                 return ["if (round > 0) {", *indent(lines), "}"]
             piece = [] if interleave and t > 0 else ["if (round > 0)", *indent(spread[t])]
-            staged = [*stage(0), *stage(t)] if first and t == self.piece0_tiles else stage(t)
+            staged = [*stage(0), *stage(1)] if first and t == 1 else stage(t)
             return [*piece, "__syncwarp();  // the last band's tile is out", *staged]
 
         lse = ["float lse[2];  // log2 of the sum of 2^x over the CTA's columns of each of the thread's rows",
