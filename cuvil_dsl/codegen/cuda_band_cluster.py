@@ -252,11 +252,6 @@ class _ClusterBand:
         self.ablate = frozenset(ROW_BAND_TUNING.get("ablate", ())) if self.lag else frozenset()
         self.interleave = bool(ROW_BAND_TUNING.get("interleave", INTERLEAVE)) and self.lag and not self.ablate
         self.interleave0 = bool(ROW_BAND_TUNING.get("interleave0", INTERLEAVE0)) and self.interleave and self.tiles > 1
-        # (interleave0) the lazy pass (tile 1 on) that carries each piece of the last band's write: piece 0
-        # in tile 1's with piece 1, piece t in tile t's; a tile's numerators are staged once its pass and
-        # its piece's are done
-        self.piece_tiles = tuple(ROW_BAND_TUNING.get("piece_tiles", (1, *range(1, self.tiles))))[:self.tiles]
-        assert all(1 <= pt < self.tiles for pt in self.piece_tiles), self.piece_tiles
         self.spread, self.stcs = spread and store_scaled and self.lag, stcs
         # the pieces' stores from one pointer a band (the last band's row m0 + warp_row + pr, column
         # n_cta + 8 pq) at constant offsets, instead of each chunk's offset from the band's coordinates
@@ -729,11 +724,7 @@ class _ClusterBand:
 
             if t == 0:
                 return []
-            if not first:
-                return put(t, 3)
-            mine = [piece for piece, pt in enumerate(self.piece_tiles) if pt == t]  # after pairs 4j + 1, 4j + 3
-            ats = {1: (3,), 2: (1, 3), 3: (1, 2, 3), 4: (0, 1, 2, 3)}.get(len(mine), ())
-            return [line for piece, at in zip(mine, ats) for line in put(piece, at)]
+            return [*(put(0, 1) if first and t == 1 else []), *put(t, 3)]
 
         def stage(t: int) -> list[str]:  # tile t's numerators into its columns of the warp's staged rows
             if "stage" in self.ablate:  # not staged: folded into a sink so that their work stays
@@ -750,8 +741,7 @@ class _ClusterBand:
                 lines = [*write_head("band - clusters", "round - 1"), *factors()]
                 return ["if (round > 0) {", *indent(lines), "}"]
             piece = [] if interleave and t > 0 else ["if (round > 0)", *indent(spread[t])]
-            staged = ([line for u in range(tiles) if max(u, self.piece_tiles[u]) == t for line in stage(u)] if first
-                      else stage(t))
+            staged = [*stage(0), *stage(1)] if first and t == 1 else stage(t)
             return [*piece, "__syncwarp();  // the last band's tile is out", *staged]
 
         lse = ["float lse[2];  // log2 of the sum of 2^x over the CTA's columns of each of the thread's rows",
