@@ -79,7 +79,6 @@ INTERLEAVE = True  # (lagged band) a later tile's write piece in chunks between 
 INTERLEAVE0 = True  # (lagged band, interleave) the first piece's chunks in tile 1's lazy pass too
 PART_PAD = 8  # (lagged band) floats after each sender's rows of statistics (a row's four lanes read 4 banks, not 1)
 OUT_BASE = True  # (lagged band) one output pointer a band for the write pieces; chunks at constant offsets
-ELECT_REFILL = False  # (lagged band, prefetch) the last warp done with a B slot refills it (no block barrier)
 
 CLUSTER_HELPERS = r"""
 // the CTAs of a cluster: the two halves of its barrier, and a float2 in another CTA's shared memory
@@ -122,20 +121,6 @@ STORE_IF_HELPER = r"""
 __device__ __forceinline__ void cvl_stcs128_if(uint4* at, uint4 v, bool ok) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %5, 0;\n@p st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};\n}\n"
                  :: "l"(at), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"((unsigned)ok) : "memory");
-}
-"""
-
-
-LAST_WARP_HELPER = r"""
-// true in lane 0 of the last of `warps` warps to pass the shared counter `at` (each pass adds one): the add
-// is acquire-release, so what the earlier warps did before it (their wgmma's reads of a slot) happens
-// before what the last does after it (the slot's refill)
-__device__ __forceinline__ bool cvl_last_warp(unsigned at, unsigned warps) {
-    __syncwarp();
-    unsigned old = 0u;
-    if (threadIdx.x % 32 == 0)
-        asm volatile("atom.acq_rel.cta.shared::cta.add.u32 %0, [%1], 1;\n" : "=r"(old) : "r"(at) : "memory");
-    return threadIdx.x % 32 == 0 && old % warps == warps - 1;
 }
 """
 
@@ -258,8 +243,6 @@ class _ClusterBand:
         self.quad = bool(ROW_BAND_TUNING.get("quad_merge", QUAD_MERGE)) and self.lag  # split across a row's lanes
         self.prefetch = bool(ROW_BAND_TUNING.get("prefetch", PREFETCH)) and self.lag
         self.part_pad = int(ROW_BAND_TUNING.get("part_pad", PART_PAD))
-        # (lagged band, prefetch) a B slot's refill issued by the last warp done with it, not after a block barrier
-        self.elect = bool(ROW_BAND_TUNING.get("elect_refill", ELECT_REFILL)) and self.lag and self.prefetch
         # timing-only ablations (wrong results; benchmarks/ab_attention.py --ablations): "store" drops the
         # output's stores, "stage" the numerators' staging (stmatrix), "sts" stores to shared memory
         # instead (no global traffic), "store_l2" keeps them inside the output's first 4 MB (L2, never
@@ -579,18 +562,16 @@ class _ClusterBand:
             return lines + ["}"]
 
         def refill(t: int) -> list[str]:
-            # who issues a refill: thread 0 after a block barrier, or (elect) lane 0 of the last warp past it
-            sync, who = (([f"const bool issuer = cvl_last_warp(refill0 + {t % 2 * 4}, {self.threads // 32});"
-                           "  // the last warp past tile t's wgmma"], "issuer") if self.elect else
-                         (["__syncthreads();  // the warpgroup is past tile t's wgmma"], "threadIdx.x == 0"))
             if t + 2 < tiles:  # tile t's slot takes tile t + 2
-                return [*sync, f"if ({who}) {{", *indent(load("band", [t + 2], None)), "}"]
+                return ["__syncthreads();  // the warpgroup is past tile t's wgmma",
+                        "if (threadIdx.x == 0) {", *indent(load("band", [t + 2], None)), "}"]
             if prefetch:  # slot t % 2 is done with this band: the next band's tile t % 2; after the last
                 # tile this band's A buffer takes the A band two rounds on
-                lines = [*sync, f"if ({who} && band + clusters < {self.bands}) {{",
+                lines = ["__syncthreads();  // the warpgroup is past tile t's wgmma",
+                         f"if (threadIdx.x == 0 && band + clusters < {self.bands}) {{",
                          *indent(load("band + clusters", [t % 2], None)), "}"]
                 if t + 1 == tiles:
-                    lines += [f"if ({who} && band + 2 * clusters < {self.bands}) {{",
+                    lines += [f"if (threadIdx.x == 0 && band + 2 * clusters < {self.bands}) {{",
                               *indent(load("band + 2 * clusters", [], "round & 1")), "}"]
                 return lines
             if t + 1 == tiles:  # the A band and both slots take the next band's first tiles
@@ -822,15 +803,12 @@ class _ClusterBand:
             f"__shared__ float cvl_part[{2 * ctas * prow}];  // [round parity][sender rank][row]: log2 of the row's sum of 2^x",
             "const unsigned full0 = cvl_smem_addr(cvl_full);", "const unsigned stats0 = cvl_smem_addr(cvl_stats);",
             "const unsigned part0 = cvl_smem_addr(cvl_part);",
-            *(["__shared__ unsigned cvl_refills[2];  // warps done with each B slot's tile so far",
-               "const unsigned refill0 = cvl_smem_addr(cvl_refills);"] if self.elect else []),
             f"const unsigned rank = blockIdx.x % {ctas};",
             f"const int n_cta = rank * {tiles * 64};  // the cluster rank's columns",
             f"const int clusters = gridDim.x / {ctas};",
             "if (threadIdx.x == 0) {",
             f"    for (int s = 0; s < {bars}; ++s) cvl_mbar_init(full0 + s * 8, 1);",
             "    cvl_mbar_init(stats0, 1);", "    cvl_mbar_init(stats0 + 8, 1);",
-            *(["    cvl_refills[0] = cvl_refills[1] = 0u;"] if self.elect else []),
             "    asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");",
             *indent(load(f"blockIdx.x / {ctas}", list(range(min(2, tiles))), "0")),
             *([f"    if (blockIdx.x / {ctas} + clusters < {self.bands})",
@@ -848,5 +826,4 @@ class _ClusterBand:
               if "stage" in self.ablate else []),
         ]
         return self.emitted(entry, body, a_bytes + 2 * tile_b + 4 * 16 * ldp * 2 + 1024,
-                            PUSH_HELPER + (STORE_IF_HELPER if interleave else "") + (LAST_WARP_HELPER if self.elect else ""),
-                            persistent=True)
+                            PUSH_HELPER + (STORE_IF_HELPER if interleave else ""), persistent=True)
