@@ -12,6 +12,9 @@ queue kept full), the median of at least ``--samples`` (>= 50), and checked agai
 launches (the outputs poisoned anew: a kernel that leaves state behind for its next launch fails).
 
     python3 benchmarks/ab_attention.py [--samples 100]   # writes $OUT/ab_attention.md when OUT is set
+    python3 benchmarks/ab_attention.py --no-variants --only "exit barrier"   # some CHECKED_VARIANTS, the default twice
+    python3 benchmarks/ab_attention.py --no-variants --only none --ablations   # the ablations and the timeline
+    python3 benchmarks/ab_attention.py --no-variants --only none --batches 8,16,32,64   # time against the batch
 
 Exit status: 0 when every case matches its reference with both templates, 1 when one does not,
 2 when there is no GPU (nothing is run).
@@ -296,6 +299,78 @@ CHECKED_VARIANTS = [
     # - a suspend-time hint on every try_wait (100 us: 112.5 / 112.4 / 113.1; 2 us: 112.0 / 112.3 / 112.8)
     #   and polling by test_wait (112.2; with prefetch 110.3 against 109.1): the spin on the last band's
     #   statistics issues 10% of the instructions but costs nothing the alternatives do not cost more.
+    # Session 10: a tile's row sums on the tensor cores by mma.sync (cuda_band_cluster.MMA_SUM): the f16
+    # numerators of each 16-column slab are already an mma A fragment, so one m16n8k16 against ones adds
+    # the slab's row sums (the whole row's, in all four lanes): 4 HMMA a tile instead of 32 FADD a thread,
+    # no quad sum after the band, and no warpgroup wait (session 5's wgmma sums, TC_SUMS, waited for the
+    # wgmma before the tile's check and lost 0.7%). The lazy check becomes the row's tile sum below 64.
+    # Static SASS 2349 -> 2126 instructions, 162 -> 166 registers (3 CTAs a multiprocessor). Predicted
+    # 1-3% (about a tenth of the issued instructions, and the FADD chains of the lazy pass).
+    # Measured (two calls, `2026-11-30-h200-ab_attention-session10-1.md`): 103.8 / 103.7 against 103.5 / 105.3
+    # for the default and 104.8 / 103.6 for its identical row: no gain, like TC_SUMS. The FADDs are not what
+    # the band waits for. Not kept (commit c0c2f7f has it; its bf16 case failed there because it took bf16 mma for
+    # the numerators, which are f16 pairs whatever the output type).
+    # Session 10, round 2: piece 0's four chunks (the first piece of the last band's write, whose
+    # statistics are waited for after tile 0) all went into tile 1's lazy pass with piece 1's: 8 chunks
+    # there, 4 in tiles 2 and 3, none in tile 0. Spread over tiles 1-2 (2 + 2) or 1-3 (2 + 1 + 1)
+    # (cuda_band_cluster.PIECE0_TILES), tile 0's numerators staged after the last of them (no more
+    # registers: one other tile's numerators are live then, as in tile 1 now; 161 registers).
+    # Predicted 0.5-1.5% (v16, which moved piece 0 into tile 1's pass, gained 2.3%).
+    # Measured (one call, three runs, `-session10-2.md`): 106.3 / 106.3 / 105.4 (tiles 1-2) and 105.9 / 106.2 /
+    # 105.5 (tiles 1-3) against 103.9 / 103.4 / 103.5 for the default (103.4 / 103.8 / 103.6 again) and 106.0 /
+    # 106.4 / 106.1 with piece 0 after tile 0: 2.3% slower, as slow as before v16. Wrong: spreading the stores
+    # is not what v16 gained. Guess: what it gained is two adjacent pieces stored together (piece 0's chunk j
+    # next to piece 1's: 256 contiguous bytes a row), which the split undid. Not kept (the code is
+    # piece0_tiles at commit 8bdbaaf).
+    # Round 3, that guess: which lazy pass carries each piece (cuda_band_cluster piece_tiles; default
+    # (1, 1, 2, 3)). Pieces 2 and 3 together in tile 3 (tile 2's numerators staged after tile 3: one more
+    # tile's numerators live there, as in tile 1 now); pieces 2 and 3 together in tile 2 (every store done by
+    # tile 2); pieces 1 and 2 together in tile 2; all four in tile 1 (512 contiguous bytes a row).
+    # Predicted: if adjacency is what counts, (1, 1, 3, 3) and (1, 1, 2, 2) 1-2% faster, (1, 2, 2, 3) about
+    # the same, (1, 1, 1, 1) faster still unless bunching 16 chunks in one pass costs more.
+    # Measured (one call, three runs, `-session10-3.md`; default 104.0 / 104.0 / 104.2, again 104.8 / 103.5 /
+    # 103.3): (1, 1, 3, 3) 104.8 / 105.8 / 105.5; (1, 1, 2, 2) 104.6 / 105.0 / 105.5; (1, 2, 2, 3) 107.0 / 106.7 /
+    # 107.1; (1, 1, 1, 1) 107.0 / 107.4 / 107.7. None faster: the default's placement stays, and the guess
+    # (adjacent pieces) does not explain the landscape ((1, 2, 2, 3) pairs adjacent pieces and is 3% slower).
+    # Not kept (piece_tiles at commit eb0256b).
+    # Round 4: a block barrier before every B refill (4 a band: thread 0 issues the TMA once the CTA's four
+    # warps are past the slot's wgmma) holds every warp to the slowest each tile; ncu puts 3.4% of the
+    # stall samples on it. Now the last warp past the slot refills it: lane 0 of each warp adds one to the
+    # slot's shared counter (atom.acq_rel), and the warp that finds three before it issues the TMA; no
+    # warp waits (cuda_band_cluster.ELECT_REFILL). Predicted 0.5-2%.
+    # Measured (one call, three runs, `-session10-4.md`): 115.3 / 114.6 / 114.3 against 104.7 / 104.5 / 103.9
+    # (again 104.0 / 103.7 / 104.5): 10% slower. ptxas puts a MEMBAR.ALL.CTA before each acq_rel atomic,
+    # which waits for the warp's streaming stores in flight; with a relaxed atomic instead (no fence; a
+    # probe, not a correct release) 113.6 / 112.8 / 113.4 against 104.7 / 104.0 / 104.7 (`-session10-5.md`):
+    # still 8% slower. So the barrier helps: the CTA's four warps kept in step each tile are faster than
+    # warps left to drift. Not kept (commit a5f0e0a).
+    # Round 5, the converse: more steps in lockstep. A block barrier after a tile's statistics (before the
+    # last band's head after tile 0, before the staging after tiles 1-3) (`sync_after`). Predicted: if
+    # lockstep itself pays, 1-3% faster with barriers after every tile; if what paid was the refills'
+    # timing, no change or slower.
+    # Measured (one call, three runs, `-session10-6.md`; default 104.3 / 103.8 / 104.2, again 103.6 / 103.7 /
+    # 103.8): after every tile 104.4 / 104.4 / 105.3, after tile 0 103.7 / 103.8 / 103.8, after tiles 1-3 104.2 /
+    # 104.3 / 104.9. No gain: lockstep as such does not pay; what the refill barrier gives is not known
+    # (the refills' timing is the same either way). Not kept (a three-line switch, not committed).
+    # Round 6, the kernel's ends (the timeline ablation below): no cluster barrier before leaving (every
+    # push into a CTA has landed once it has waited for the last band's statistics, which its last write
+    # does), and the two tensor maps prefetched first thing (prefetch.tensormap) so that the first loads do
+    # not wait for the descriptors. Predicted 0.5-1 us together.
+    # Measured (`-session10-9.md`, three runs): no exit barrier 103.3 / 103.3 / 103.2 against 104.5 / 103.8 /
+    # 103.7 (again 103.9 / 104.4 / 103.8): -0.5 us; tensor maps prefetched 103.9 / 103.6 / 103.7: no change. The
+    # timeline: thread 0's set up and loads take 0.3 us, the block barrier 0.03, the set-up's cluster barrier
+    # 1.1 us (every CTA started within 0.06 us of the others: it is the barrier's own latency); the launch
+    # alone (an empty body, this kernel's grid, clusters and shared memory) measures 3.7 us.
+    # Round 7: that barrier split: arrive after the set up, wait just before the band's first push (round
+    # 0's statistics; the only thing that needs every peer's mbarriers), so band 0 computes under it.
+    # Predicted about 1 us more. Measured (`-session10-10.md`, three runs; default 103.7 / 104.1 / 103.7, again
+    # 104.1 / 103.5 / 104.2): no exit barrier 103.0 / 102.9 / 103.0 (-0.7%, as in round 6); with the split
+    # set-up barrier too 102.9 / 103.4 / 103.8: no further gain. Its timeline still shows 1.06 us from the
+    # block barrier to past the cluster arrive alone: the arrive's release waits (likely for thread 0's
+    # loads just issued), and band 0 waits for those loads anyway. The exit barrier is gone now
+    # (cuda_band_cluster.EXIT_SYNC False); the split and the prefetch were not kept (switches of a few lines,
+    # not committed).
+    ("lagged, exit barrier (previous) (all cases)", {"exit_sync": True}),
 ]
 # Timing-only ablations of the lagged band on the first case (--ablations): parts of the work left out, so
 # the results are wrong and not counted as failures; they bound what removing each part could gain. They
@@ -304,6 +379,20 @@ CHECKED_VARIANTS = [
 # 107.5, neither 76.5. The MUFU is not what holds the band back; the compute without the stores (87 us)
 # is above the write's 63.5-67.5, and the stores add 23 us to it instead of overlapping.
 ABLATIONS = [
+    # session 10: not an ablation of work but a timeline (the kernel unchanged): thread 0 of each CTA notes
+    # %globaltimer at its start, after the set-up, after round 0, after the loop, after the last band's write
+    # and at its exit (timeline_summary reads them from the last timed launch). The kernel's time against the
+    # batch (--batches) is about 7 us plus 3.0 us a batch entry: where do the 7 us go?
+    # Measured (`-session10-8.md`, events 104.4 us): every CTA starts within 0.06 us; set up (to past the
+    # first cluster barrier) 1.57 us; round 0 3.39; the loop ends at 94.9 (92.7-97.7: clusters of 22 and 23
+    # bands); the last band's write 1.82, the exit barrier 1.15; the last CTA leaves at 99.3. So 5 us of the
+    # events' time lie outside the kernel's span, 1.6 before its loop and about 4 after its loop.
+    ("timeline (kernel unchanged)", {"ablate": ("timeline",)}),
+    # round 2: the set up in three parts (thread 0's loads issued, past the block barrier, past the cluster
+    # barrier); and the launch alone ("empty": the same signature, grid, clusters and shared memory, no body):
+    # what the events measure of a launch of this shape. Measured (`-session10-9.md`): thread 0's set up and
+    # loads 0.3 us, the block barrier 0.03, the cluster barrier 1.1; the empty launch 3.7 us.
+    ("ablation: the launch alone (empty body)", {"ablate": ("empty",)}),
     ("ablation: no stores of P", {"ablate": ("store",)}),
     ("ablation: numerators by FFMA, no MUFU exp2", {"ablate": ("exp",)}),
     ("ablation: neither", {"ablate": ("store", "exp")}),
@@ -355,14 +444,14 @@ SWEEP_RUNS = [("mma.sync band", {"mma": True}), ("wgmma band", {"wgmma": (64, 4,
               ("cluster band", {"cluster": (1,)}), ("lagged cluster band", {"cluster": (1, None, 0.9, True)})]
 
 
-def sweep_cases(tmp: Path) -> list[tuple[str, Path]]:
+def sweep_cases(tmp: Path, sizes=SWEEP, kind: str = "sweep") -> list[tuple[str, Path]]:
     out = []
     (tmp / "attention_f16.cuvil").write_text((ROOT / "benchmarks" / "attention_f16.cuvil").read_text())
-    for b, m, n in SWEEP:
+    for b, m, n in sizes:
         spec = tmp / f"attn_{b}_{m}_{n}.yaml"
         spec.write_text("pipeline: attention_f16.cuvil\n"
                         f"shapes: {{B: {b}, M: {m}, N: {n}, D: 64}}\ncheck: {{rtol: 2.0e-3, atol: 2.0e-3}}\n")
-        out.append((f"sweep attention_f16 [{b}, {m}, {n}]", spec))
+        out.append((f"{kind} attention_f16 [{b}, {m}, {n}]", spec))
     return out
 
 
@@ -523,6 +612,32 @@ class Built:
         return timer.measure(lambda: self.run(only_timed=True), cupy.cuda.get_current_stream()).median_us
 
 
+def timeline_summary(built: "Built", label: str, event_us: float) -> str:
+    """The "timeline" ablation's notes (16 u64 a CTA at the output's start: %globaltimer at start, set up,
+    round 0 done, loop done, last write done, exit; the SM; the rounds; thread 0's loads issued; past the
+    block barrier), summarised in microseconds."""
+    import cupy
+
+    (name,) = [r.name for r in built.pipeline.results]
+    raw = cupy.asnumpy(built.buffers[name]).reshape(-1).view(np.uint64)
+    notes = raw[: raw.size // 16 * 16].reshape(-1, 16)[:1024]
+    ok = (notes[:, 7] < 1 << 20) & (notes[:, 0] > 0) & (notes[:, 5] >= notes[:, 0])
+    notes = notes[: np.argmin(ok) if not ok.all() else len(ok)].astype(np.int64)
+    if not len(notes):
+        return f"- {label}, timeline: no notes found"
+    t = (notes[:, [0, 1, 2, 3, 4, 5, 8, 9]] - notes[:, 0].min()) / 1000.0  # us from the first CTA's start
+
+    def spread(col: np.ndarray) -> str:
+        return f"{np.median(col):.2f} [{col.min():.2f}, {col.max():.2f}]"
+
+    return (f"- {label}, timeline of the last timed launch ({len(notes)} CTAs on {len(set(notes[:, 6]))} SMs, "
+            f"{notes[:, 7].min()}-{notes[:, 7].max()} rounds; us, median [min, max]; CUDA events {event_us:.1f}): "
+            f"start {spread(t[:, 0])}; loads issued {spread(t[:, 6] - t[:, 0])}; block barrier {spread(t[:, 7] - t[:, 6])}; "
+            f"cluster barrier {spread(t[:, 1] - t[:, 7])}; set up {spread(t[:, 1] - t[:, 0])}; round 0 {spread(t[:, 2] - t[:, 1])}; "
+            f"loop ends {spread(t[:, 3])}; last write {spread(t[:, 4] - t[:, 3])}; exit barrier {spread(t[:, 5] - t[:, 4])}; "
+            f"exit {spread(t[:, 5])}; span {t[:, 5].max():.2f}")
+
+
 def reference(pipeline, host: dict, params: dict, batch: int) -> tuple[dict, int | None]:
     """The float64 results; for more than 4 batch entries only the first 2 (rank-3 inputs sliced)."""
     from cuvil_dsl.reference import execute
@@ -538,12 +653,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=100)
     parser.add_argument("--no-variants", action="store_true",
                         help="skip VARIANTS (row band and generic, and CHECKED_VARIANTS, still run)")
+    parser.add_argument("--only", action="append", metavar="TEXT",
+                        help="only the CHECKED_VARIANTS whose name contains TEXT (repeatable), and the default kernel "
+                             "again as a variant after them (the noise between identical rows)")
     parser.add_argument("--ablations", action="store_true",
                         help="also time ABLATIONS on attention_f16 (timing only: their results are wrong by design)")
     parser.add_argument("--sweep", action="store_true",
                         help="also time the default and each engine of the band on attention_f16 at SWEEP's sizes")
+    parser.add_argument("--batches", metavar="B,B,...",
+                        help="also time the default kernel on attention_f16 [B, 2048, 2048] for each B (its time "
+                             "against its rounds of bands: the fixed cost of a launch)")
     args = parser.parse_args(argv)
     samples = max(50, args.samples)
+    batches = [(int(b), 2048, 2048) for b in args.batches.split(",")] if args.batches else []
     try:
         import cupy
 
@@ -560,8 +682,9 @@ def main(argv: list[str] | None = None) -> int:
     timer = GpuTimer(CudaClock(), Settings(budget_s=0.02, min_samples=samples, max_samples=max(samples, 200)))
     rows, notes, ok_all, variant_rows, sweep_rows = [], [], True, [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for label, path in cases(Path(tmp)) + (sweep_cases(Path(tmp)) if args.sweep else []):
-            sweep = label.startswith("sweep")
+        extra = (sweep_cases(Path(tmp)) if args.sweep else []) + (sweep_cases(Path(tmp), batches, "batch") if batches else [])
+        for label, path in cases(Path(tmp)) + extra:
+            sweep = label.startswith(("sweep", "batch"))
             loaded, pipeline, binding = load(path)
             host = fresh_inputs(binding, pipeline, seed=int(time.time()) & 0xFFFF)
             batch = next((a.shape[0] for a in host.values() if a.ndim == 3), 1)
@@ -570,11 +693,16 @@ def main(argv: list[str] | None = None) -> int:
             runs = [(True, None, "row band"), (False, None, "generic")]
             if not rows and not args.no_variants:  # the first case: every variant too
                 runs += [(True, tuning, name) for name, tuning in VARIANTS]
-            runs += [(True, tuning, name) for name, tuning in CHECKED_VARIANTS]
+            checked = CHECKED_VARIANTS
+            if args.only:
+                checked = [(name, tuning) for name, tuning in CHECKED_VARIANTS if any(o in name for o in args.only)]
+                checked.append(("the default again", {}))
+            runs += [(True, tuning, name) for name, tuning in checked]
             if not rows and args.ablations:
                 runs += [(True, tuning, name) for name, tuning in ABLATIONS]
-            if sweep:  # the default and each engine
-                runs = [(True, None, "row band"), *((True, tuning, name) for name, tuning in SWEEP_RUNS)]
+            if sweep:  # the default and each engine (only the default in a batch scan)
+                runs = [(True, None, "row band"),
+                        *((True, tuning, name) for name, tuning in SWEEP_RUNS if label.startswith("sweep"))]
             prewarm(loaded, pipeline, binding, runs, arch)
             for band, tuning, name in runs:
                 built = Built(loaded, pipeline, binding, host, band, arch, tuning)
@@ -601,6 +729,8 @@ def main(argv: list[str] | None = None) -> int:
                 key = band if tuning is None else name
                 errors[key] = worst
                 timing[key] = built.time_us(timer)
+                if tuning and "timeline" in tuning.get("ablate", ()):
+                    notes.append(timeline_summary(built, label, timing[key]))
                 if not ablation:  # a launch after hundreds: no state left behind by earlier launches
                     built.repoison()
                     built.run()
@@ -611,7 +741,7 @@ def main(argv: list[str] | None = None) -> int:
                     variant_rows.append((name, tuning, timing[key], worst, "; ".join(built.resources)))
                 del built
             if sweep:
-                sweep_rows.append((label, timing[True], *(timing[name] for name, _ in SWEEP_RUNS)))
+                sweep_rows.append((label, timing[True], *(timing.get(name, float("nan")) for name, _ in SWEEP_RUNS)))
                 continue
             rows.append((label, timing[True], timing[False], errors[True], errors[False]))
             print(f"{label}: row band {timing[True]:.1f} us, generic {timing[False]:.1f} us", file=sys.stderr)
@@ -637,7 +767,8 @@ def main(argv: list[str] | None = None) -> int:
         lines += ["", "Engines of the row band at other sizes (attention_f16, D 64; us):", "",
                   "| case | default | " + " | ".join(name for name, _ in SWEEP_RUNS) + " |",
                   "|---|---|" + "---|" * len(SWEEP_RUNS)]
-        lines += [f"| {label} | " + " | ".join(f"{t:.1f}" for t in times) + " |" for label, *times in sweep_rows]
+        lines += [f"| {label} | " + " | ".join(f"{t:.1f}" if t == t else "-" for t in times) + " |"
+                  for label, *times in sweep_rows]
     lines += ["", *notes, "", f"total {time.perf_counter() - t0:.1f} s"]
     text = "\n".join(lines) + "\n"
     print(text)

@@ -44,7 +44,10 @@ done with it. The pieces of the write go out in four chunks among the lazy exps 
 stores predicated rather than branched around, so that the scheduler spreads them (``INTERLEAVE``):
 piece t in tile t's pass, and piece 0 (whose statistics are waited for after tile 0) in tile 1's
 too, tile 0's numerators staged after tile 1 (``INTERLEAVE0``). Every store of a band's pieces goes
-through one output pointer at constant offsets (``OUT_BASE``).
+through one output pointer at constant offsets (``OUT_BASE``). A cluster barrier after the set up
+keeps every push from a peer's uninitialised mbarrier; none is needed before leaving (``EXIT_SYNC``):
+a CTA's last write waits for the last band's statistics, so every push into it has landed, and no
+CTA pushes after its loop.
 
 Rounding: the numerator (below 16) is rounded to f16 once (relative error 2^-11, values below 2^-24
 flush to 0, an absolute error under 6e-8); for an f16 output the factor (at most 1) and the product
@@ -79,6 +82,7 @@ INTERLEAVE = True  # (lagged band) a later tile's write piece in chunks between 
 INTERLEAVE0 = True  # (lagged band, interleave) the first piece's chunks in tile 1's lazy pass too
 PART_PAD = 8  # (lagged band) floats after each sender's rows of statistics (a row's four lanes read 4 banks, not 1)
 OUT_BASE = True  # (lagged band) one output pointer a band for the write pieces; chunks at constant offsets
+EXIT_SYNC = False  # (lagged band) a cluster barrier before leaving (not needed: the last write waits for every push)
 
 CLUSTER_HELPERS = r"""
 // the CTAs of a cluster: the two halves of its barrier, and a float2 in another CTA's shared memory
@@ -243,14 +247,18 @@ class _ClusterBand:
         self.quad = bool(ROW_BAND_TUNING.get("quad_merge", QUAD_MERGE)) and self.lag  # split across a row's lanes
         self.prefetch = bool(ROW_BAND_TUNING.get("prefetch", PREFETCH)) and self.lag
         self.part_pad = int(ROW_BAND_TUNING.get("part_pad", PART_PAD))
+        self.exit_sync = bool(ROW_BAND_TUNING.get("exit_sync", EXIT_SYNC))
         # timing-only ablations (wrong results; benchmarks/ab_attention.py --ablations): "store" drops the
         # output's stores, "stage" the numerators' staging (stmatrix), "sts" stores to shared memory
         # instead (no global traffic), "store_l2" keeps them inside the output's first 4 MB (L2, never
         # DRAM), "lds" stores without reading the staged numerators, "exp" computes each numerator by an
         # FFMA instead of the MUFU's exp2. They act on the write pieces after the exps (as measured), so
         # they turn the interleaved write off.
+        # "timeline" (the kernel unchanged) has thread 0 of each CTA note %globaltimer at eight points (start; set
+        # up; round 0 done; loop done; last write done; exit; its loads issued; past the block barrier) and its SM,
+        # into 16 u64 a CTA at the output's start, at its exit; "empty" renders the kernel's launch alone (no body)
         self.ablate = frozenset(ROW_BAND_TUNING.get("ablate", ())) if self.lag else frozenset()
-        self.interleave = bool(ROW_BAND_TUNING.get("interleave", INTERLEAVE)) and self.lag and not self.ablate
+        self.interleave = bool(ROW_BAND_TUNING.get("interleave", INTERLEAVE)) and self.lag and not (self.ablate - {"timeline"})
         self.interleave0 = bool(ROW_BAND_TUNING.get("interleave0", INTERLEAVE0)) and self.interleave and self.tiles > 1
         self.spread, self.stcs = spread and store_scaled and self.lag, stcs
         # the pieces' stores from one pointer a band (the last band's row m0 + warp_row + pr, column
@@ -545,6 +553,7 @@ class _ClusterBand:
             return self.wgmma(acc, wait, slot * tile_b)
 
         prefetch = self.prefetch
+        timeline = "timeline" in self.ablate
 
         def load(band: str, what: list[int], a: str | None) -> list[str]:
             """Thread 0: B tiles ``what`` of ``band``, and its A band when ``a`` (into A buffer ``a``
@@ -778,8 +787,12 @@ class _ClusterBand:
                f"    *reinterpret_cast<__half2*>(pw + (lane / 4 + h * 8) * {ldp} + t * 64 + ni * 8 + lane % 4 * 2) = pv[t][ni * 2 + h];"]),
             "#pragma unroll", f"for (int t = 0; t < {tiles}; ++t) prev_base[t][0] = tile_base[t][0], prev_base[t][1] = tile_base[t][1];",
             *push,
+            *(["if (round == 0) cvl_note(2);"] if timeline else []),
         ]
         body = [
+            *(["__shared__ unsigned long long cvl_tl[16];  // ablation: the timeline",
+               "#define cvl_note(i) do { if (threadIdx.x == 0) asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(cvl_tl[i]) :: \"memory\"); } while (0)",
+               "cvl_note(0);"] if timeline else []),
             *self.common_head("a ring of 2 B tiles of 64 rows", 2 if prefetch else 1),
             f"__half* const pw = reinterpret_cast<__half*>(cvl_smem + (smem0 - cvl_smem_addr(cvl_smem)) + {a_bytes + 2 * tile_b})"
             f" + (threadIdx.x / 32) * {16 * ldp};  // this warp's 16 rows of numerators, then of output",
@@ -813,17 +826,32 @@ class _ClusterBand:
             *indent(load(f"blockIdx.x / {ctas}", list(range(min(2, tiles))), "0")),
             *([f"    if (blockIdx.x / {ctas} + clusters < {self.bands})",
                *indent(load(f"blockIdx.x / {ctas} + clusters", [], "1"), 2)] if prefetch else []),
+            *(["    cvl_note(8);"] if timeline else []),
             "}",
             "__syncthreads();",
+            *(["cvl_note(9);"] if timeline else []),
             "cvl_cluster_arrive();", "cvl_cluster_wait();  // every CTA's mbarriers are set up before any push",
+            *(["cvl_note(1);"] if timeline else []),
             *(["unsigned cvl_sink = 0u;  // ablation: the unstaged numerators' bits"] if "stage" in self.ablate else []),
             "int round = 0;", "int band = blockIdx.x / " + str(ctas) + ";",
             "#pragma unroll 1",
             f"for (; band < {self.bands}; band += clusters, ++round) {{", *indent(band_body), "}",
+            *(["cvl_note(3);"] if timeline else []),
             *write("band - clusters", "round - 1"),
-            "cvl_cluster_arrive();", "cvl_cluster_wait();  // no CTA leaves while a push to it may be in flight",
+            *(["cvl_note(4);"] if timeline else []),
+            # no cluster barrier before leaving (EXIT_SYNC): the last write waited for the last band's statistics,
+            # so every push into this CTA has landed, and no CTA pushes after its loop
+            *(["cvl_cluster_arrive();", "cvl_cluster_wait();  // no CTA leaves while a push to it may be in flight"]
+              if self.exit_sync else []),
+            *(["cvl_note(5);", "if (threadIdx.x == 0) {",
+               "    unsigned sm;", "    asm volatile(\"mov.u32 %0, %%smid;\" : \"=r\"(sm));",
+               "    cvl_tl[6] = sm;", "    cvl_tl[7] = round;",
+               f"    for (int i = 0; i < 16; ++i) reinterpret_cast<unsigned long long*>({self.target.split('[')[0]})[blockIdx.x * 16 + i] = cvl_tl[i];",
+               "}"] if timeline else []),
             *(["if (cvl_sink == 0x7fc00001u && threadIdx.x == 1000) __trap();  // keeps the sink"]
               if "stage" in self.ablate else []),
         ]
+        if "empty" in self.ablate:  # the launch alone: the same signature, grid, clusters and shared memory
+            body = []
         return self.emitted(entry, body, a_bytes + 2 * tile_b + 4 * 16 * ldp * 2 + 1024,
                             PUSH_HELPER + (STORE_IF_HELPER if interleave else ""), persistent=True)
