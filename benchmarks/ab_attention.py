@@ -359,7 +359,7 @@ CHECKED_VARIANTS = [
     # Measured (`-session10-9.md`, three runs): no exit barrier 103.3 / 103.3 / 103.2 against 104.5 / 103.8 /
     # 103.7 (again 103.9 / 104.4 / 103.8): -0.5 us; tensor maps prefetched 103.9 / 103.6 / 103.7: no change. The
     # timeline: thread 0's set up and loads take 0.3 us, the block barrier 0.03, the set-up's cluster barrier
-    # 1.1 us (every CTA started within 0.06 us of the others: it is the barrier's own latency); the launch
+    # 1.1 us (every CTA started within 0.06 us of the others, so not a wait for a late peer); the launch
     # alone (an empty body, this kernel's grid, clusters and shared memory) measures 3.7 us.
     # Round 7: that barrier split: arrive after the set up, wait just before the band's first push (round
     # 0's statistics; the only thing that needs every peer's mbarriers), so band 0 computes under it.
