@@ -8,6 +8,7 @@ unusable invocation. ``run``/``compile``/...: 0 success, 2 anything found before
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -314,7 +315,10 @@ def cmd_bench(args) -> int:
     def progress(text: str) -> None:
         print(f"bench: {text}", file=sys.stderr, flush=True)
 
-    bench = Bench(backend, Settings.quick() if args.quick else Settings(), families, log=progress)
+    settings = Settings.quick() if args.quick else Settings()
+    if args.rounds is not None:
+        settings = dataclasses.replace(settings, rounds=args.rounds)
+    bench = Bench(backend, settings, families, log=progress)
     try:
         progress(f"measuring the ceilings ({backend})")
         bench.measure_ceilings(quick=args.quick)
@@ -459,6 +463,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="auto (those on our backend's device; the default), all, none, or a comma list of "
                    "cupy,torch,torch_compile,triton,numpy")
     p.add_argument("--quick", action="store_true", help="a fifth of the timing budget, fewer samples")
+    p.add_argument("--rounds", type=_positive_int, default=None, metavar="N",
+                   help="time a benchmark's GPU contenders in N interleaved rounds, the budget shared among them "
+                        "(default 3; 1: each contender once, in turn)")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("doctor", help="GPU, driver, NVRTC, nvcc, CuPy versions and mismatches")

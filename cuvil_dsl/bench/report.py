@@ -8,9 +8,11 @@ Document shape (``--json``)::
     {date, backend, device: {...}, versions: {...}, method: {...}, ceilings: {...} | null,
      benchmarks: [{name, spec, pipeline, backend, kind, check: {passed, results},
                    floor: {bytes, flops, memory_us, compute_us, floor_us, bound},
-                   contenders: {NAME: {label, device, status, median_us, iqr_us, spread, min_us,
-                                       samples, e2e_p50_us, e2e_samples, clock, check, reason, note}},
-                   ours_over_floor, best_baseline, best_baseline_over_ours}
+                   contenders: {NAME: {label, device, status, median_us, iqm_us, iqr_us, spread, min_us,
+                                       samples, e2e_p50_us, e2e_samples, step_us, rounds_us, clock, check,
+                                       reason, note}},
+                   ours_over_floor, best_baseline, best_baseline_over_ours,
+                   best_baseline_over_ours_rounds}
                   | {name, spec, error}],
      exit_code}
 """
@@ -33,7 +35,8 @@ ORDER = ("ours", "cupy", "torch", "torch_compile", "triton", "numpy")
 METHOD = {
     "device_time": "CUDA events per sample on the contender's stream; a 2x-L2 buffer cleared by memset on that "
                    "stream before each sample, outside the events; samples queued back to back, one wait at the end; "
-                   "median and IQR/median",
+                   "a benchmark's GPU contenders timed in interleaved rounds (ours, then each baseline, per round), "
+                   "samples pooled; median, interquartile mean and IQR/median, each round's median kept",
     "host_time": "perf_counter around each synchronous call after a warm-up; median and IQR/median",
     "e2e": "wall clock of the call plus a device synchronisation, from a flushed idle device; median",
     "floor": "max(input+result bytes / measured copy bandwidth, matmul flops / measured matrix rate)",
@@ -92,12 +95,24 @@ def benchmark_json(result: "BenchResult") -> dict:
         "ours_over_floor": _ratio(ours_us, floor_us),
         "best_baseline": best.name if best else None,
         "best_baseline_over_ours": _ratio(best.median_us if best else None, ours_us),
+        "best_baseline_over_ours_rounds": _round_ratios(best, ours),
     }
     if result.baseline_note:
         out["baseline_note"] = result.baseline_note
     if result.failure:
         out["failure"] = result.failure
     return out
+
+
+def _round_ratios(best, ours) -> list[float | None]:
+    """The best baseline's time over ours in each interleaved round (empty without rounds): a
+    comparison that holds in every round does not depend on the order the contenders ran in."""
+    if best is None or ours is None or ours.measurement is None or best.measurement is None:
+        return []
+    theirs, mine = best.measurement.rounds_us, ours.measurement.rounds_us
+    if len(theirs) != len(mine):
+        return []
+    return [_ratio(t, o) for t, o in zip(theirs, mine)]
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:
@@ -135,6 +150,11 @@ def _us(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value:.3f}" if value < 1 else f"{value:.1f}"
+
+
+def _us2(value: float | None) -> str:
+    """Two decimals: an interquartile mean resolves below the clock's step."""
+    return "-" if value is None else f"{value:.2f}"
 
 
 def _cell(entry: dict | None) -> str:
@@ -175,20 +195,27 @@ def format_table(doc: dict) -> str:
         best = bench.get("best_baseline")
         best_ratio = bench.get("best_baseline_over_ours")
         best_text = f"{best_ratio:.2f} ({contenders[best]['label']})" if best and best_ratio else "-"
+        per_round = [r for r in bench.get("best_baseline_over_ours_rounds") or [] if r]
+        if best_text != "-" and len(per_round) > 1:
+            best_text += f"; rounds {min(per_round):.3f}-{max(per_round):.3f}"
         ratio = bench.get("ours_over_floor")
         lines.append("| " + " | ".join([bench["name"], _cell(contenders.get("ours")),
                                         *[_cell(contenders.get(name)) for name, _ in columns],
                                         _us(floor), "-" if ratio is None else f"{ratio:.2f}", best_text]) + " |")
-    lines += ["", "| benchmark | contender | median us | spread | samples | e2e p50 us | check |",
-              "|---|---|---|---|---|---|---|"]
+    lines += ["", "| benchmark | contender | median us | IQ mean us | rounds (median us) | spread | samples | step us "
+              "| e2e p50 us | check |", "|---|---|---|---|---|---|---|---|---|---|"]
     for bench in doc["benchmarks"]:
         for name, entry in bench.get("contenders", {}).items():
             if entry.get("median_us") is None:
                 continue
             spread = entry.get("spread")
             check = entry.get("check") or {}
+            rounds = " / ".join(_us(r) for r in entry.get("rounds_us") or []) or "-"
+            step = entry.get("step_us")
             lines.append(f"| {bench['name']} | {entry['label']} | {_us(entry['median_us'])} | "
+                         f"{_us2(entry.get('iqm_us'))} | {rounds} | "
                          f"{'-' if spread is None else f'{spread * 100:.1f}%'} | {entry.get('samples')} | "
+                         f"{'-' if step is None else f'{step:.3g}'} | "
                          f"{_us(entry.get('e2e_p50_us'))} | {_check_text(check)} |")
     notes = _notes(doc)
     if notes:

@@ -1,10 +1,14 @@
 """One benchmark, from an opened spec to a :class:`BenchResult`.
 
 Order of work for each spec: the float64 reference (once, shared by every check); our executor,
-its checked run and the comparison of its results; our timing; then each baseline in turn: built
-on the same input values, run once, its output checked against the same reference with the spec's
-tolerances, and only then timed; last the floor from the plan. A baseline that fails to build or
-run is reported with its error, one that computes something else as ``wrong``: neither stops the
+its checked run and the comparison of its results; then each baseline in turn: built on the same
+input values, run once, its output checked against the same reference with the spec's tolerances.
+Host contenders (NumPy, the cpu backend) are timed as soon as they are checked. The GPU contenders
+that passed (ours, also when wrong: flagged) are then timed together in ``Settings.rounds``
+interleaved rounds (ours, then each baseline, per round; see :mod:`cuvil_dsl.bench.timing`), so
+that drift of the device between contenders shows as a spread across rounds instead of as a
+difference between them. Last the floor from the plan. A baseline that fails to build, run or time
+is reported with its error, one that computes something else as ``wrong``: neither stops the
 benchmark. Our own failures decide the exit status (1 when our results are wrong).
 """
 
@@ -20,7 +24,7 @@ import numpy as np
 from cuvil_dsl.bench.baselines import FAMILIES, Family, NotApplicable, check_output, problem_for
 from cuvil_dsl.bench.contender import Contender
 from cuvil_dsl.bench.roofline import Ceilings, Floor, floor_for
-from cuvil_dsl.bench.timing import GpuTimer, HostTimer, Measurement, Settings
+from cuvil_dsl.bench.timing import GpuTimer, HostTimer, Measurement, Settings, merge
 from cuvil_dsl.check import Comparison, compare, tolerances
 from cuvil_dsl.diagnostics import RunFailure
 from cuvil_dsl.driver import Session, kernel_overrides, make_executor
@@ -82,6 +86,15 @@ class BenchResult:
         return next((e for e in self.entries if e.name == name), None)
 
 
+@dataclass
+class _Pending:
+    """A checked GPU contender waiting for its timing rounds; its entry is complete once they are."""
+
+    entry: Entry
+    contender: Contender
+    parts: list[Measurement] = field(default_factory=list)
+
+
 class Bench:
     """Runs benchmarks on one backend with one set of baselines, timers and ceilings."""
 
@@ -95,6 +108,7 @@ class Bench:
         self.host_timer = host_timer or HostTimer(self.settings)
         self._clock_factory = clock_factory
         self._gpu_timer: GpuTimer | None = None
+        self._round_timer: GpuTimer | None = None
         self.ceilings: Ceilings | None = None
         self.log = log
 
@@ -109,6 +123,13 @@ class Bench:
                 clock = self._clock_factory()
             self._gpu_timer = GpuTimer(clock, self.settings)
         return self._gpu_timer
+
+    @property
+    def round_timer(self) -> GpuTimer:
+        """The GPU timer of one interleaved round (the same clock, a round's share of the settings)."""
+        if self._round_timer is None:
+            self._round_timer = GpuTimer(self.gpu_timer.clock, self.settings.per_round())
+        return self._round_timer
 
     def measure_ceilings(self, quick: bool = False) -> Ceilings:
         """The roofline's ceilings on our backend's device, measured now."""
@@ -134,14 +155,44 @@ class Bench:
         result = BenchResult(name, session.loaded.file, session.pipeline.name, session.target.backend)
         expected = self._reference(session)
         executor = make_executor(session)
+        pending: list[_Pending] = []
         try:
-            self._ours(session, executor, expected, result)
-            self._baselines(session, expected, result)
+            self._ours(session, executor, expected, result, pending)
+            self._baselines(session, expected, result, pending)
+            self._time_in_rounds(session, result, pending)
         finally:
+            for waiting in pending:
+                waiting.contender.close()
             executor.close()
             gc.collect()
         result.floor = self._floor(session)
         return result
+
+    def _time_in_rounds(self, session: Session, result: BenchResult, pending: list[_Pending]) -> None:
+        """Every pending GPU contender timed in ``settings.rounds`` interleaved rounds. A contender that
+        fails in a round leaves the later ones: ours as FAILED (the benchmark fails), a baseline as ERROR."""
+        rounds = max(1, self.settings.rounds)
+        for r in range(rounds):
+            for waiting in pending:
+                entry = waiting.entry
+                if entry.status not in (OK, WRONG):
+                    continue
+                self.log(f"{session.pipeline.name}: timing {entry.label}"
+                         + (f" (round {r + 1} of {rounds})" if rounds > 1 else ""))
+                timer = self.round_timer if rounds > 1 else self.gpu_timer
+                contender = waiting.contender
+                try:
+                    waiting.parts.append(timer.measure(contender.launch, contender.stream, contender.call))
+                except RunFailure as exc:  # ours: a fault that only a later execution met
+                    result.failure = str(exc)
+                    entry.status, entry.reason, entry.check = FAILED, str(exc), None
+                except Exception as exc:
+                    if entry.name == "ours":
+                        raise
+                    entry.status, entry.reason = ERROR, _short(exc)
+        for waiting in pending:
+            if waiting.entry.status in (OK, WRONG) and waiting.parts:
+                waiting.entry.measurement = merge(waiting.parts)
 
     def _reference(self, session: Session) -> dict[str, np.ndarray] | None:
         if session.spec.check.reference == "none":
@@ -153,7 +204,7 @@ class Bench:
         check = session.spec.check
         return tolerances(dtype, check.rtol, check.atol, session.target.tf32)
 
-    def _ours(self, session: Session, executor, expected, result: BenchResult) -> None:
+    def _ours(self, session: Session, executor, expected, result: BenchResult, pending: list[_Pending]) -> None:
         from cuvil_dsl.bench.ours import ours
 
         label = "cuvil-dsl" if executor.backend == "cuda" else f"cuvil-dsl ({executor.backend})"
@@ -171,22 +222,24 @@ class Bench:
                                                   rtol, atol))
             result.check_passed = all(c.passed for c in result.comparisons)
         contender = ours(session, executor)
-        try:
-            self.log(f"{session.pipeline.name}: timing {contender.label}")
-            measurement = self.measure(contender)
-        except RunFailure as exc:  # a fault that only a later execution met
-            result.failure = str(exc)
-            result.entries.append(Entry("ours", label, device, FAILED, reason=str(exc)))
-            return
-        finally:
-            contender.close()
         status = OK if result.check_passed is not False else WRONG
         failed = [c for c in result.comparisons if not c.passed]
         check = (failed or result.comparisons or [None])[0]  # the first failure, else the first result
-        result.entries.append(Entry("ours", contender.label, contender.device, status, measurement, check,
-                                    note=contender.note))
+        entry = Entry("ours", contender.label, contender.device, status, None, check, note=contender.note)
+        result.entries.append(entry)
+        if contender.device == "gpu":
+            pending.append(_Pending(entry, contender))
+            return
+        try:
+            self.log(f"{session.pipeline.name}: timing {contender.label}")
+            entry.measurement = self.measure(contender)
+        except RunFailure as exc:  # a fault that only a later execution met
+            result.failure = str(exc)
+            entry.status, entry.reason, entry.check = FAILED, str(exc), None
+        finally:
+            contender.close()
 
-    def _baselines(self, session: Session, expected, result: BenchResult) -> None:
+    def _baselines(self, session: Session, expected, result: BenchResult, pending: list[_Pending]) -> None:
         if not self.families:
             return
         problem, why = problem_for(session)
@@ -195,9 +248,11 @@ class Bench:
             return
         result.kind = problem.kind
         for family in self.families:
-            result.entries.append(self._baseline(family, problem, expected, session))
+            result.entries.append(self._baseline(family, problem, expected, session, pending))
 
-    def _baseline(self, family: Family, problem, expected, session: Session) -> Entry:
+    def _baseline(self, family: Family, problem, expected, session: Session, pending: list[_Pending]) -> Entry:
+        """The baseline built, run once and checked; a host one also timed, a GPU one that passed left
+        in ``pending`` (open) for the rounds."""
         missing = family.missing()
         if missing:
             return Entry(family.name, family.label, family.device, UNAVAILABLE, reason=missing)
@@ -208,6 +263,7 @@ class Bench:
             return Entry(family.name, family.label, family.device, UNAVAILABLE, reason=str(exc))
         except Exception as exc:  # a baseline's own failure is reported, never fatal
             return Entry(family.name, family.label, family.device, ERROR, reason=_short(exc))
+        kept = False
         try:
             try:
                 output = contender.fetch(contender.launch())  # compiles, autotunes, loads: untimed
@@ -220,14 +276,21 @@ class Bench:
                 if not check.passed:
                     return Entry(family.name, contender.label, contender.device, WRONG, check=check,
                                  reason=f"computes something else: {check.describe()}")
+            del output
+            entry = Entry(family.name, contender.label, contender.device, OK, None, check, note=contender.note)
+            if contender.device == "gpu":
+                pending.append(_Pending(entry, contender))
+                kept = True
+                return entry
             try:
-                measurement = self.measure(contender)
+                entry.measurement = self.measure(contender)
             except Exception as exc:
-                return Entry(family.name, contender.label, contender.device, ERROR, check=check, reason=_short(exc))
-            return Entry(family.name, contender.label, contender.device, OK, measurement, check, note=contender.note)
+                entry.status, entry.reason = ERROR, _short(exc)
+            return entry
         finally:
-            contender.close()
-            gc.collect()
+            if not kept:
+                contender.close()
+                gc.collect()
 
     def _floor(self, session: Session) -> Floor:
         from cuvil_dsl.passes import plan_pipeline

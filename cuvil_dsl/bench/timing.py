@@ -10,6 +10,15 @@ The sample count follows a time budget (``Settings.budget_s`` of device time, at
 ``min_samples``), estimated from three synchronised samples after the first call; a warm-up of
 ``warmup_s`` precedes the samples. Reported: the median and the spread (IQR / median).
 
+**Interleaved rounds.** A benchmark's GPU contenders are timed in ``Settings.rounds`` rounds, ours and
+each baseline in turn per round, each round with its share of the budget, samples and warm-up
+(:meth:`Settings.per_round`); the rounds' samples are pooled (:func:`merge`) and each round's median
+kept. Contenders timed one after the other meet the device in different states (clocks, temperature,
+the power cap a GEMM runs into), so a difference of a percent between two of them can be the order
+they ran in; a comparison that holds in every round does not depend on it. Event times are quantised
+(the step between distinct samples is reported), so two medians within a step or two are not told
+apart; the interquartile mean, which averages across the steps, is reported beside the median.
+
 **End-to-end latency** is measured separately: the wall clock from the call to the end of a
 device synchronisation (L2 flushed and device idle before each), median reported. It adds what a
 caller pays and events do not show: Python, launch overhead, allocation of results.
@@ -24,8 +33,9 @@ tested on machines without a GPU with a fake clock.
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -41,11 +51,22 @@ class Settings:
     warmup_s: float = 0.025  # warm-up work before the samples (at least one call)
     host_min_samples: int = 5  # host contenders: a NumPy call on GPU-sized data takes a second
     e2e_samples: int = 50  # end-to-end latency samples (each one synchronises the device)
+    rounds: int = 3  # a benchmark's GPU contenders are timed in this many interleaved rounds
 
     @classmethod
     def quick(cls) -> "Settings":
         """``--quick``: a fifth of the budget and fewer samples, for a first look or a smoke test."""
         return cls(budget_s=0.02, min_samples=5, max_samples=400, warmup_s=0.005, host_min_samples=3, e2e_samples=10)
+
+    def per_round(self) -> "Settings":
+        """One round's share: the budget, the warm-up and the sample bounds divided by ``rounds``
+        (the minimum rounded up, so the rounds together take at least the whole run's, the maximum
+        down, so they take at most its)."""
+        r = max(1, self.rounds)
+        least = math.ceil(self.min_samples / r)
+        return replace(self, budget_s=self.budget_s / r, warmup_s=self.warmup_s / r, min_samples=least,
+                       max_samples=max(least, self.max_samples // r), e2e_samples=math.ceil(self.e2e_samples / r),
+                       rounds=1)
 
     def count(self, estimate_us: float, minimum: int) -> int:
         """Samples that fit the budget at ``estimate_us`` each, within ``[minimum, max_samples]``."""
@@ -63,6 +84,7 @@ class Measurement:
     clock: str  # "cuda-events" | "host"
     samples_us: tuple[float, ...]
     e2e_us: tuple[float, ...] = ()
+    rounds_us: tuple[float, ...] = ()  # each interleaved round's median, in order (empty: one round)
 
     def _quartiles(self) -> tuple[float, float, float]:
         q1, q2, q3 = np.percentile(np.asarray(self.samples_us, dtype=np.float64), [25, 50, 75])
@@ -90,6 +112,23 @@ class Measurement:
         return self.iqr_us / median if median > 0 else float("nan")
 
     @property
+    def iqm_us(self) -> float:
+        """The interquartile mean: the mean of the samples between the quartiles. As robust to
+        outliers as the median, but not stuck on the clock's steps."""
+        if not self.samples_us:
+            return float("nan")
+        q1, _, q3 = self._quartiles()
+        values = np.asarray(self.samples_us, dtype=np.float64)
+        return float(values[(values >= q1) & (values <= q3)].mean())
+
+    @property
+    def step_us(self) -> float:
+        """The smallest difference between two distinct samples: the clock's resolution as these
+        samples show it (NaN with fewer than two distinct values)."""
+        distinct = np.unique(np.asarray(self.samples_us, dtype=np.float64))
+        return float(np.diff(distinct).min()) if distinct.size > 1 else float("nan")
+
+    @property
     def e2e_p50_us(self) -> float:
         return float(np.median(self.e2e_us)) if self.e2e_us else float("nan")
 
@@ -100,13 +139,27 @@ class Measurement:
         return {
             "clock": self.clock,
             "median_us": num(self.median_us),
+            "iqm_us": num(self.iqm_us),
             "iqr_us": num(self.iqr_us),
             "spread": num(self.spread),
             "min_us": num(min(self.samples_us)) if self.samples_us else None,
             "samples": self.samples,
             "e2e_p50_us": num(self.e2e_p50_us),
             "e2e_samples": len(self.e2e_us),
+            "step_us": num(self.step_us),
+            "rounds_us": [num(r) for r in self.rounds_us],
         }
+
+
+def merge(parts: list[Measurement]) -> Measurement:
+    """The rounds of one contender as one measurement: samples and latencies pooled, each round's
+    median kept in order."""
+    if not parts:
+        raise ValueError("no rounds to merge")
+    if len(parts) == 1:
+        return parts[0]
+    return Measurement(parts[0].clock, tuple(v for p in parts for v in p.samples_us),
+                       tuple(v for p in parts for v in p.e2e_us), tuple(p.median_us for p in parts))
 
 
 class CudaClock:

@@ -88,3 +88,12 @@ def test_our_wrong_result_exits_1(small_benchmarks, capsys, monkeypatch):
     assert rc == 1 and "our result is wrong" in err
     doc = json.loads(out)
     assert doc["exit_code"] == 1 and doc["benchmarks"][0]["check"]["passed"] is False
+
+
+def test_rounds_are_a_setting_of_the_run(small_benchmarks, capsys):
+    rc = main(["bench", str(small_benchmarks / "softmax_f32.yaml"), "--backend", "reference", "--quick", "--json",
+               "--baselines", "none", "--rounds", "5"])
+    assert rc == 0 and json.loads(capsys.readouterr().out)["method"]["settings"]["rounds"] == 5
+    with pytest.raises(SystemExit):
+        main(["bench", str(small_benchmarks / "softmax_f32.yaml"), "--rounds", "0"])
+    assert "--rounds" in capsys.readouterr().err

@@ -48,10 +48,14 @@ def test_document_shape(doc):
     assert softmax["name"] == "softmax_f32" and softmax["kind"] == "softmax"
     assert list(softmax["contenders"]) == ["ours", "triton", "numpy", "torch", "cupy"]
     ours = softmax["contenders"]["ours"]
-    for key in ("median_us", "iqr_us", "spread", "samples", "e2e_p50_us", "e2e_samples", "clock", "status"):
+    for key in ("median_us", "iqm_us", "iqr_us", "spread", "samples", "e2e_p50_us", "e2e_samples", "step_us",
+                "rounds_us", "clock", "status"):
         assert key in ours
+    assert ours["rounds_us"] == []  # a host contender: timed once, not in rounds
     torch = softmax["contenders"]["torch"]
     assert torch["status"] == "ok" and torch["median_us"] == 3.0 and torch["clock"] == "fake-events"
+    assert torch["rounds_us"] == [3.0, 3.0, 3.0] and torch["iqm_us"] == 3.0 and torch["step_us"] is None
+    assert softmax["best_baseline_over_ours_rounds"] == []  # ours has no rounds to pair with
     assert torch["check"]["passed"] is True
     assert softmax["contenders"]["cupy"]["status"] == "wrong" and "median_us" not in softmax["contenders"]["cupy"]
     assert softmax["contenders"]["triton"]["status"] == "unavailable"
@@ -78,7 +82,8 @@ def test_table_has_a_column_per_baseline_and_a_row_per_benchmark(doc):
     assert "ceilings measured in this run: copy 10 GB/s" in lines[0]
     assert any(line.startswith("- unavailable (Triton):") for line in lines)
     assert any(line.startswith("- wrong (Cupy): computes something else") for line in lines)
-    assert any("| softmax_f32 | Torch | 3.0 | 0.0% |" in line for line in lines)
+    # median, interquartile mean, each interleaved round's median, the spread
+    assert any("| softmax_f32 | Torch | 3.0 | 3.00 | 3.0 / 3.0 / 3.0 | 0.0% |" in line for line in lines)
 
 
 def test_plot_is_a_png(doc, tmp_path):
@@ -104,3 +109,17 @@ def test_versions_are_read_without_importing():
 
 def test_non_finite_numbers_become_null():
     assert report._finite({"a": [float("inf"), 1.5], "b": {"c": float("nan")}}) == {"a": [None, 1.5], "b": {"c": None}}
+
+
+def test_the_best_baseline_is_compared_with_ours_round_by_round():
+    def entry(rounds):
+        return {"label": "x", "device": "gpu", "status": "ok", "median_us": sorted(rounds)[1], "rounds_us": rounds}
+
+    doc = {"backend": "cuda", "device": {"gpu": "G"}, "ceilings": None, "benchmarks": [{
+        "name": "b", "contenders": {"ours": entry([10.0, 10.2, 10.1]), "torch": {**entry([10.1, 10.0, 10.3]),
+                                                                                   "label": "Torch"}},
+        "floor": None, "best_baseline": "torch", "best_baseline_over_ours": 1.0,
+        "best_baseline_over_ours_rounds": [1.01, 0.9804, 1.02], "ours_over_floor": None}]}
+    row = next(line for line in report.format_table(doc).splitlines() if line.startswith("| b |"))
+    # the order of the two changes between rounds: the table says so
+    assert row.endswith("| 1.00 (Torch); rounds 0.980-1.020 |")

@@ -46,7 +46,9 @@ def test_a_gpu_baseline_is_timed_with_events_on_its_stream(small_benchmarks):
     result = Bench("reference", FAST, [FakeFamily("fakegpu", lambda p: good)], clock_factory=lambda: clock).run(session)
     entry = result.entry("fakegpu")
     assert entry.status == "ok" and entry.measurement.clock == "fake-events"
-    assert entry.median_us == 40.0 and entry.measurement.samples == 50  # 2 ms budget at 40 us
+    # 3 interleaved rounds of 2/3 ms at 40 us: 16 samples each (the cap of 50 split: 16 a round)
+    assert entry.median_us == 40.0 and entry.measurement.samples == 48
+    assert entry.measurement.rounds_us == (40.0, 40.0, 40.0)
     assert "flush" in clock.log
 
 
@@ -142,6 +144,59 @@ def test_the_cuda_path_of_a_benchmark_with_a_fake_executor_and_clock(small_bench
     ours = result.entry("ours")
     assert result.check_passed is True and result.exit_code == 0 and executor.closed
     assert ours.status == "ok" and ours.device == "gpu" and ours.measurement.clock == "fake-events"
-    assert ours.median_us == 25.0 and ours.measurement.samples == FAST.max_samples  # 2 ms at 25 us: capped at 50
+    # 3 rounds of 2/3 ms at 25 us, each capped at 50 // 3 samples
+    assert ours.median_us == 25.0 and ours.measurement.samples == 3 * (FAST.max_samples // 3)
+    assert ours.measurement.rounds_us == (25.0, 25.0, 25.0)
     assert "through the executor" in ours.note and "no GPU" in ours.note
     assert executor.syncs == FAST.e2e_samples and ours.measurement.e2e_p50_us == pytest.approx(5.0)
+
+
+def test_gpu_contenders_are_timed_in_interleaved_rounds(small_benchmarks):
+    """Each GPU contender is checked first; then every round times each of them in turn, so a device
+    that drifts (clocks, temperature, power) affects all of them alike, and each round's median is kept."""
+    session = session_for(small_benchmarks)
+    clock, order = FakeClock(), []
+    want = expected_of(session).astype(np.float32)
+
+    def contender(name, us):
+        c = fake_gpu_contender(clock, name, itertools.repeat(us), want)
+        launch = c.launch
+
+        def logged():
+            order.append(name)
+            return launch()
+
+        c.launch = logged
+        return c
+
+    families = [FakeFamily("a", lambda p: contender("a", 10.0)), FakeFamily("b", lambda p: contender("b", 20.0))]
+    result = Bench("reference", FAST, families, clock_factory=lambda: clock).run(session)
+    runs = [name for i, name in enumerate(order) if i == 0 or order[i - 1] != name]
+    assert runs == ["a", "b"] + ["a", "b"] * FAST.rounds  # the checks, then the rounds
+    a, b = result.entry("a").measurement, result.entry("b").measurement
+    assert a.rounds_us == (10.0,) * FAST.rounds and b.rounds_us == (20.0,) * FAST.rounds
+    assert a.samples == b.samples == FAST.rounds * 16  # 2/3 ms a round, the cap of 50 split in three
+
+
+def test_a_baseline_that_fails_in_a_later_round_is_an_error_and_keeps_no_time(small_benchmarks):
+    session = session_for(small_benchmarks)
+    clock = FakeClock()
+    want = expected_of(session).astype(np.float32)
+    durations = itertools.chain([5.0] * 30, iter(()))  # enough for the check and about one round, then fails
+    flaky = fake_gpu_contender(clock, "flaky", durations, want)
+    closed = []
+    flaky.close = lambda: closed.append(1)
+    result = Bench("reference", FAST, [FakeFamily("flaky", lambda p: flaky)], clock_factory=lambda: clock).run(session)
+    entry = result.entry("flaky")
+    assert entry.status == "error" and entry.measurement is None and "StopIteration" in entry.reason
+    assert closed == [1] and result.exit_code == 0  # closed once; a baseline's failure is not ours
+
+
+def test_one_round_times_as_before(small_benchmarks):
+    session = session_for(small_benchmarks)
+    clock = FakeClock()
+    good = fake_gpu_contender(clock, "g", itertools.repeat(40.0), expected_of(session).astype(np.float32))
+    settings = dataclasses.replace(FAST, rounds=1)
+    result = Bench("reference", settings, [FakeFamily("g", lambda p: good)], clock_factory=lambda: clock).run(session)
+    m = result.entry("g").measurement
+    assert m.samples == 50 and m.rounds_us == ()  # the whole budget, capped at 50; no rounds to report

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from cuvil_dsl.bench.timing import GpuTimer, HostTimer, Measurement, Settings
+from cuvil_dsl.bench.timing import GpuTimer, HostTimer, Measurement, Settings, merge
 from bench_support import FakeClock, FakeStream, fake_gpu_contender
 
 SETTINGS = Settings(budget_s=0.01, min_samples=20, max_samples=2000, warmup_s=0.001, e2e_samples=5)
@@ -78,3 +78,30 @@ def test_quick_settings_are_smaller():
     quick = Settings.quick()
     assert quick.budget_s < Settings().budget_s and quick.min_samples < Settings().min_samples
     assert Settings().count(100.0, 20) == 1000 and Settings().warmups(1e9) == 1
+
+
+def test_a_round_takes_its_share_of_the_settings():
+    whole = Settings(budget_s=0.09, min_samples=20, max_samples=2000, warmup_s=0.03, e2e_samples=50, rounds=3)
+    one = whole.per_round()
+    assert (one.budget_s, one.warmup_s, one.rounds) == pytest.approx((0.03, 0.01, 1))
+    assert one.min_samples == 7 and one.max_samples == 666 and one.e2e_samples == 17  # 3 x 7 >= 20; 3 x 666 <= 2000
+    assert Settings(rounds=1).per_round() == Settings(rounds=1)
+
+
+def test_rounds_merge_into_one_measurement_that_keeps_each_median():
+    parts = [Measurement("c", (1.0, 2.0, 3.0), (7.0,)), Measurement("c", (4.0, 5.0, 6.0), (8.0,))]
+    m = merge(parts)
+    assert m.samples_us == (1.0, 2.0, 3.0, 4.0, 5.0, 6.0) and m.e2e_us == (7.0, 8.0) and m.rounds_us == (2.0, 5.0)
+    assert merge(parts[:1]) is parts[0] and m.to_json()["rounds_us"] == [2.0, 5.0]
+    with pytest.raises(ValueError):
+        merge([])
+
+
+def test_the_interquartile_mean_resolves_below_the_clock_step():
+    """Event times come in steps; two kernels 0.2 us apart give the same median, not the same IQ mean."""
+    step = 0.64
+    fast = Measurement("c", tuple([130.0] * 70 + [130.0 + step] * 30))
+    slow = Measurement("c", tuple([130.0] * 40 + [130.0 + step] * 60))
+    assert fast.step_us == pytest.approx(step) and Measurement("c", (1.0, 1.0)).to_json()["step_us"] is None
+    assert fast.median_us == 130.0 and slow.median_us == 130.0 + step  # the median jumps a whole step
+    assert fast.iqm_us < slow.iqm_us and 130.0 <= fast.iqm_us <= 130.0 + step
