@@ -14,9 +14,9 @@ and to ``$OUT/ab_wgmma.md`` when OUT is set.
 
 The library's own kernel for benchmarks/gemm_gelu_f16.yaml (plan_pipeline + render_cuda, the generic
 epilogue) is built under each of :data:`LIBRARY_MODES` (cuda_wgmma.PAIRED_STORES / LARGE_TILE: the new
-default, 128 x 256 with paired stores, the previous default, and LIBRARY_WS: the warp-specialised
-kernel), checked against float64 on ragged sizes and the timed ones, and timed (first; the
-warp-specialised one last of all). ``--no-library`` skips them; ``--library-modes A,B`` builds only
+default, 128 x 256 with paired stores, the previous default, LIBRARY_WS: the warp-specialised
+kernel, and PINGPONG: its ping-pong variant), checked against float64 on ragged sizes and the timed
+ones, and timed (first; the warp-specialised ones last of all). ``--no-library`` skips them; ``--library-modes A,B`` builds only
 the modes whose labels contain A or B (and the default).
 
 A config is ``BMxBNsSTAGESpPENDING`` plus variant flags of ``cuda_wgmma.TUNING``, joined by ``-``:
@@ -126,6 +126,13 @@ PROBES = {
 # s5p3 343.7-353.8 against 217.1-247.1): with 64-row tiles the kernel waits on B's loads. Removed.
 # Session 8: CTA pairs along M sharing B by TMA multicast (cuda_wgmma.MULTICAST, per mode below; the
 # probe's patch expects one CTA's four B boxes, so it renders unpaired).
+# Ping-pong again, a 128 x 128 tile a consumer warpgroup (cuda_wgmma.PINGPONG, PINGPONG_TILE (128, 128, 6,
+# 1)): two 64-row accumulator sets a warpgroup, two m64n128k16 wgmma a 16-deep slice, so each B tile is read
+# for 128 rows again (session 9's 64 x 256 read it for 64); 6 stages of 32 KiB, 384 threads. Not yet
+# measured. Checked on the LIBRARY_CHECKS size large enough for it (4000 x 3000 x 520) on its grid and on
+# a grid of CHECK_GRIDS blocks (each walks many tiles, both consumers taking many turns), and on 4096^3.
+PINGPONG_MODE = "library ping-pong 128x128 per warpgroup, 6 stages (2 consumer warpgroups taking turns), TMA"
+CHECK_GRIDS = {PINGPONG_MODE: (5,)}  # label -> extra persistent grids its kernel is checked on (not timed)
 MULTICAST_OF = {
     "library plain kernel, B multicast to CTA pairs": True,
     "library warp-specialised persistent 128x256 s4p1, TMA": False,
@@ -139,6 +146,7 @@ LIBRARY_MODES = [
     ("library warp-specialised persistent 128x256 s4p1, TMA", True, (128, 256, 4, 1), True, True),
     ("library warp-specialised persistent 128x256 s4p1, TMA, B multicast to CTA pairs", True, (128, 256, 4, 1), True,
      True),
+    (PINGPONG_MODE, True, (128, 256, 4, 1), True, True),
 ]
 # (Measured and dropped from the list: the session-6 epilogue and the previous gelu (SESSION6_MODES,
 # PREVIOUS_GELU_MODES), warp-specialised s4p0 and with cp.async; numbers in the comments above.)
@@ -278,7 +286,8 @@ def build_library(modes=LIBRARY_MODES) -> dict:
     binding = bind(loaded, pipeline)
     from cuvil_dsl.codegen import cuda as cuda_codegen
 
-    saved = (cuda_wgmma.PAIRED_STORES, cuda_wgmma.LARGE_TILE, cuda_wgmma.LIBRARY_WS, cuda_wgmma.TMA, cuda_wgmma.MULTICAST)
+    saved = (cuda_wgmma.PAIRED_STORES, cuda_wgmma.LARGE_TILE, cuda_wgmma.LIBRARY_WS, cuda_wgmma.TMA, cuda_wgmma.MULTICAST,
+             cuda_wgmma.PINGPONG)
     prelude, unrounded = cuda_codegen.PRELUDE, cuda_codegen.CudaKernel.unrounded
     jobs = []
     try:
@@ -289,6 +298,7 @@ def build_library(modes=LIBRARY_MODES) -> dict:
                                                  if label in PREVIOUS_GELU_MODES | SESSION6_MODES else unrounded)
             cuda_wgmma.PAIRED_STORES, cuda_wgmma.LARGE_TILE, cuda_wgmma.LIBRARY_WS = pairs, tile, ws
             cuda_wgmma.TMA, cuda_wgmma.MULTICAST = tma, MULTICAST_OF.get(label, saved[4])
+            cuda_wgmma.PINGPONG = label == PINGPONG_MODE
             plan, diags = plan_pipeline(pipeline, dict(loaded.spec.kernels), "sm_90")
             assert not [d for d in diags if d.is_error], diags
             for M, N, K in [*TIMED, *LIBRARY_CHECKS]:
@@ -305,7 +315,7 @@ def build_library(modes=LIBRARY_MODES) -> dict:
                 jobs.append(((M, N, K), label, k))
     finally:
         (cuda_wgmma.PAIRED_STORES, cuda_wgmma.LARGE_TILE, cuda_wgmma.LIBRARY_WS, cuda_wgmma.TMA,
-         cuda_wgmma.MULTICAST) = saved
+         cuda_wgmma.MULTICAST, cuda_wgmma.PINGPONG) = saved
         cuda_codegen.PRELUDE, cuda_codegen.CudaKernel.unrounded = prelude, unrounded
     units = [CompileUnit(f"ab_wgmma_lib_{i}", k.source, (k.entry,), k.options) for i, (_s, _l, k) in enumerate(jobs)]
     built = compile_units(units, "sm_90", fallback="none", workers=min(16, os.cpu_count() or 2))
@@ -505,6 +515,14 @@ def main() -> int:
             what = (f"{label} ({k.block[0]} threads, {regs} regs, {k.shared_bytes // 1024} KiB)")
             if not ok or sizes not in TIMED:
                 rows.append(f"| {M} x {N} x {K} | {what} | | | | {cell} |")
+                for grid in CHECK_GRIDS.get(label, ()) if ok else ():
+                    y.fill(float("nan"))  # the persistent kernel on a smaller grid: each block walks more tiles
+                    library_launch(replace(k, grid=(grid, 1, 1)), u, a, b, bias, y)()
+                    cp.cuda.runtime.deviceSynchronize()
+                    g_ok, g_err, g_rel = bench.check(y, ref)
+                    failed |= not g_ok
+                    rows.append(f"| {M} x {N} x {K} | {what}, grid {grid} | | | | "
+                                f"{'ok' if g_ok else 'FAIL'} ({g_err:.2g}, {g_rel:.2g}) |")
                 continue
             us = bench.time(launch)
             rows.append(f"| {M} x {N} x {K} | {what} | {us:.1f} | {flop / us / 1e6:.0f} | | {cell} |")

@@ -708,3 +708,328 @@ def test_batched_operands_keep_cp_async():
     }"""
     k = _library_gemm(text, {"B": 4, "M": 1024, "N": 1024, "K": 256})
     assert "cvl_cp_async16s(" in k.source and not any(a.kind == "tensormap" for a in k.args)
+
+
+# -- the ping-pong kernel (cuda_wgmma.PINGPONG, off by default) ------------------------------------
+# Two consumer warpgroups taking turns, each owning a whole 128 x 128 tile as two 64-row accumulator sets
+# (WgmmaEngine row_sets 2); tests/gpu does not run it: benchmarks/ab_wgmma.py checks it on the H200.
+
+def _pingpong_engine(stages: int = 6, pending: int = 1, b_k_major: bool = False) -> WgmmaEngine:
+    a = WgmmaOperand("a", "a", DType.F16, 4096, 4096, True, 4096, 1)
+    b = (WgmmaOperand("b", "b", DType.F16, 4096, 4096, True, 4096, 1) if b_k_major
+         else WgmmaOperand("b", "b", DType.F16, 4096, 4096, False, 1, 4096))
+    eng = WgmmaEngine(a, b, bm=128, bn=128, stages=stages, pending=pending, row_sets=2)
+    eng.maps = {"a": "tma_a", "b": "tma_b"}  # as use_tma leaves them (the kernel loads by TMA only)
+    eng.specialised = eng.pingpong = True
+    return eng
+
+
+def test_pingpong_is_off_by_default():
+    from cuvil_dsl.codegen import cuda_wgmma
+
+    assert cuda_wgmma.PINGPONG is False and cuda_wgmma.PINGPONG_TILE == (128, 128, 6, 1)
+    k = _library_gemm(GELU, {"M": 4096, "N": 4096, "K": 4096})
+    assert k.block == (256, 1, 1) and "setmaxnreg" not in k.source and "rs * 64" not in k.source
+
+
+def test_pingpong_engine_shape():
+    """One warpgroup (128 threads; 256 for the two consumers) owns 128 rows: 2 x 64 accumulators, a 32 KiB
+    stage (A 128 x 64, B 64 x 128), and per 16-deep slice one wgmma per row set, set r into
+    ``acc + 64 r`` with A's descriptor ``r * group_bytes`` further (test_writes_match_descriptor_reads:
+    there lie rows 64 r ..)."""
+    import re
+
+    for b_k_major in (False, True):
+        eng = _pingpong_engine(b_k_major=b_k_major)
+        assert (eng.groups, eng.threads, eng.consumer_threads, eng.regs, eng.acc_count) == (1, 128, 256, 64, 128)
+        assert eng.stage_bytes == 32 * 1024 and eng.slots == 4
+        assert eng.instruction().startswith("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16")
+        text = "\n".join(eng.compute("stage"))
+        calls = re.findall(r"cvl_wgmma\(\*reinterpret_cast<float \(\*\)\[64\]>\((acc(?: \+ \d+)?)\), (da(?: \+ \d+)?), db\);",
+                           text)
+        assert calls == [("acc", "da"), ("acc + 64", f"da + {eng.group_bytes(eng.a) >> 4}")], text
+        assert "for (int kk = 0; kk < 4; ++kk)" in text and text.count("cvl_wgmma_commit();") == 1
+        assert "float acc[128];" in eng.setup() and "cvl_wgmma_pin(float (&d)[128])" in eng.helpers()
+        assert "void cvl_wgmma(float (&d)[64]," in eng.helpers()
+    with pytest.raises(ValueError):
+        WgmmaEngine(eng.a, eng.b, bm=64, bn=128, row_sets=2)
+
+
+@pytest.mark.parametrize("walk", ["elements", "pairs"])
+def test_pingpong_elements_cover_the_tile_once(walk):
+    """elements() / pairs() with two row sets: every (m, n) of the 128 x 128 tile exactly once, each from
+    the accumulator the wgmma D fragment puts it in (set r = acc[64 r ..], the m64nNk16 layout within)."""
+    eng = _pingpong_engine()
+    lines = getattr(eng, walk)("0", "0", ["BODY"])
+    text = "\n".join(lines)
+    assert "for (int rs = 0; rs < 2; ++rs)" in text
+
+    def expr(prefix: str) -> str:
+        line = next(x for x in lines if x.strip().startswith(prefix))
+        return line.split("=", 1)[1].strip().rstrip(";").replace("/", "//")
+
+    m_expr, n_expr = expr("const int m ="), expr("const int n =")
+    slot_expr = expr("const int slot =")
+    accs = ([(expr("float& ACC ="), 0)] if walk == "elements"
+            else [(expr("float& ACC0 ="), 0), (expr("float& ACC1 ="), 1)])
+    seen: dict = {}
+    for t in range(eng.threads):
+        lane, wl = t % 32, (t // 32) % 4
+        per_thread = set()
+        for rs, ni, h, q in itertools.product(range(2), range(eng.bn // 8), range(2), range(2 if walk == "elements" else 1)):
+            env = dict(lane=lane, wg=0, wl=wl, rs=rs, ni=ni, h=h, q=q)
+            m = _c_eval(m_expr, **env)
+            n0 = _c_eval(n_expr, **env)
+            assert _c_eval(slot_expr, **env) == rs * 2 + h
+            for acc, dq in accs:
+                idx = _c_eval(acc.removeprefix("acc[").removesuffix("]"), **env)
+                n = n0 + dq
+                j = idx % 64  # D fragment of set idx // 64: row wl * 16 + lane / 4 + 8 * (j % 4 / 2)
+                assert m == idx // 64 * 64 + wl * 16 + lane // 4 + 8 * (j % 4 // 2), (t, rs, ni, h, q)
+                assert n == j // 4 * 8 + lane % 4 * 2 + j % 2, (t, rs, ni, h, q)
+                per_thread.add(idx)
+                seen[(m, n)] = seen.get((m, n), 0) + 1
+        assert per_thread == set(range(eng.acc_count))
+    assert len(seen) == eng.bm * eng.bn and set(seen.values()) == {1}
+
+
+@pytest.mark.parametrize("stages,pending,kt,tiles",
+                         [(6, 1, 9, 6), (6, 1, 9, 5), (6, 1, 64, 3), (6, 1, 1, 9), (6, 1, 6, 4), (6, 1, 4, 7),
+                          (6, 1, 9, 1), (6, 1, 9, 2), (4, 2, 3, 6), (3, 0, 2, 5), (6, 2, 1, 5)])
+def test_pingpong_pipeline_model(stages, pending, kt, tiles):
+    """Random interleavings of the ping-pong protocol as generated (barrier counts, parities, released
+    stages and the order barriers read off the kernel text; TMA copies landing in any order, wgmma groups
+    retiring early): no deadlock, no phase aliasing (a parity wait succeeds only on the phase meant), a
+    stage is never rewritten while a wgmma that reads it is in flight, every wgmma reads its own k step,
+    consumer c runs the CTA's tiles c, c + 2, ..., and a tile's main loop starts only after the other
+    consumer issued the previous tile's last wgmma."""
+    import random
+    import re
+
+    from cuvil_dsl.codegen.cuda_wgmma import _specialised
+
+    eng = _pingpong_engine(stages, pending)
+    text = "\n".join(_specialised(eng, kt, tiles, ["EPILOGUE;"]))
+    py = lambda e: e.replace("/", "//")  # noqa: E731 - the generated C integer arithmetic, in Python
+    S = stages
+    assert f"for (int s = 0; s < {S}; ++s) cvl_mbar_init(full0 + s * 8, 1);" in text  # full: the TMA's arrival
+    assert f"for (int i = 0; i < {S}; ++i) cvl_mbar_init(bars + 8 * i, 128u);" in text  # empty: one warpgroup
+    assert f"cvl_mbar_init(bars + {8 * S}, 128u);" in text and f"cvl_mbar_init(bars + {8 * S} + 8, 128u);" in text
+    assert "for (int i = c; i < my_tiles; i += 2) {" in text
+    assert "    if (i > 0) {  // the other consumer has issued its last wgmma of tile i - 1" in text
+    assert "const int c = (int)(threadIdx.x / 128) - 1;" in text and f"const int stage = g % {S};" in text
+    pw = re.search(r"if \(g >= (\d+)\) cvl_mbar_wait\(bars \+ 8 \* stage, (.+)\);  // its last use released", text)
+    assert pw and int(pw[1]) == S
+    prod_parity = py(pw[2])
+    cons_parity = py(re.search(r"cvl_mbar_wait\(full0 \+ 8 \* stage, (.+)\);", text)[1])
+    rel = re.search(r"if \(k >= (\d+)\) cvl_mbar_arrive\(bars \+ 8 \* \((.+)\)\);  // its wgmma retired", text)
+    rel_from, rel_stage = (int(rel[1]), py(rel[2])) if rel else (0, "stage")
+    assert rel_from == pending and (rel or "cvl_mbar_arrive(bars + 8 * stage);  // its wgmma retired" in text)
+    assert f"        cvl_wgmma_wait<{pending}>();" in text  # the model's wait_group W after each step
+    tail = [py(x) for x in re.findall(r"\n\s*cvl_mbar_arrive\(bars \+ 8 \* \((\(i \* \d+ \+ \d+\) % \d+)\)\);", text)]
+    assert len(tail) == min(pending, kt)
+    ow = re.search(rf"cvl_mbar_wait\(bars \+ {8 * S} \+ 8 \* c, (.+)\);", text)
+    order_parity = py(ow[1])
+    assert f"cvl_mbar_arrive(bars + {8 * S} + 8 * (1 - c));  // the other consumer's turn" in text
+    # the order of a tile's end in the text: order arrive, wait_group 0, the tail releases, the epilogue
+    end = text.index("the other consumer's turn")
+    assert end < text.index("cvl_wgmma_wait<0>();", end) < text.index("EPILOGUE;", end)
+    total = kt * tiles  # one CTA owning every tile
+
+    for seed in range(60):
+        rng = random.Random(seed)
+
+        def barrier(need):
+            return dict(need=need, got=0, done=0)
+
+        full = [barrier(1) for _ in range(S)]
+        empty = [barrier(128) for _ in range(S)]
+        order = [barrier(128) for _ in range(2)]
+        data: list[int | None] = [None] * S
+
+        def arrive(bar, n):
+            bar["got"] += n
+            assert bar["got"] <= bar["need"], "more arrivals than the barrier's count"
+            if bar["got"] == bar["need"]:
+                bar["got"], bar["done"] = 0, bar["done"] + 1
+
+        def ready(bar, parity, phase):
+            ok = (bar["done"] & 1) != parity
+            if ok:
+                assert bar["done"] == phase + 1, "parity aliasing"
+            return ok
+
+        prod = dict(g=0, landing=[])  # issued copies not yet landed: (step, stage)
+        cons = [dict(i=c, k=0, state="start", flight=[], turns=0, steps=[]) for c in range(2)]
+        issued_last: set[int] = set()  # tiles whose last wgmma was issued
+        for _tick in range(200000):
+            moves: list = []
+            g = prod["g"]
+            if g < total and (g < S or ready(empty[g % S], eval(prod_parity, {}, {"g": g}), g // S - 1)):
+                moves.append("issue")
+            if prod["landing"]:
+                moves.append("land")
+            for c, st in enumerate(cons):
+                if st["flight"]:
+                    moves.append(("retire", c))
+                if st["state"] == "start" and st["i"] < tiles:
+                    if st["i"] == 0 or ready(order[c], eval(order_parity, {}, {"turns": st["turns"]}), st["turns"]):
+                        moves.append(("start", c))
+                elif st["state"] == "steps":
+                    cg = st["i"] * kt + st["k"]
+                    if ready(full[cg % S], eval(cons_parity, {}, {"g": cg}), cg // S):
+                        moves.append(("step", c))
+                elif st["state"] in ("turn", "drain"):
+                    moves.append((st["state"], c))
+            if not moves:
+                break
+            mv = rng.choice(moves)
+            if mv == "issue":
+                st_ = g % S
+                for c in cons:
+                    assert all(s != st_ for _, s in c["flight"]), "stage overwritten under a wgmma"
+                data[st_] = None  # being written
+                prod["landing"].append((g, st_))
+                prod["g"] += 1
+            elif mv == "land":  # tensor copies of different stages complete in any order
+                step, st_ = prod["landing"].pop(rng.randrange(len(prod["landing"])))
+                data[st_] = step
+                arrive(full[st_], 1)
+            else:
+                what, c = mv
+                st = cons[c]
+                if what == "retire":  # a wgmma group retires early (in order)
+                    st["flight"].pop(0)
+                elif what == "start":
+                    if st["i"] > 0:
+                        st["turns"] += 1
+                    st["state"], st["k"] = "steps", 0
+                elif what == "step":
+                    i, k = st["i"], st["k"]
+                    cg = i * kt + k
+                    if k == 0 and i > 0:
+                        assert i - 1 in issued_last, "main loops overlap"
+                    stage = cg % S
+                    assert data[stage] == cg, "wgmma would read another step's tile"
+                    st["flight"].append((cg, stage))
+                    st["steps"].append(cg)
+                    while len(st["flight"]) > pending:  # wgmma.wait_group W
+                        st["flight"].pop(0)
+                    if k >= rel_from:
+                        arrive(empty[eval(rel_stage, {}, {"g": cg, "stage": stage})], 128)
+                    st["k"] += 1
+                    if st["k"] == kt:
+                        issued_last.add(i)
+                        st["state"] = "turn"
+                elif what == "turn":  # the other consumer's turn, wgmma of this tile maybe still in flight
+                    arrive(order[1 - c], 128)
+                    st["state"] = "drain"
+                else:  # wait_group 0, the tile's last steps released, the epilogue
+                    st["flight"].clear()
+                    for e in tail:
+                        arrive(empty[eval(e, {}, {"i": st["i"]})], 128)
+                    st["i"] += 2
+                    st["state"] = "start"
+        assert prod["g"] == total and not prod["landing"], "producer stuck"
+        for c, st in enumerate(cons):
+            assert st["i"] >= tiles and st["state"] == "start", ("consumer stuck", c, st)
+            assert st["steps"] == [i * kt + k for i in range(c, tiles, 2) for k in range(kt)]
+        assert all(b["got"] == 0 for b in empty) and [b["done"] for b in empty] == [
+            len(range(s, total, S)) for s in range(S)]  # every step released once
+
+
+def _pingpong_library(monkeypatch) -> dict:
+    """{name: RenderedKernel} of the library with cuda_wgmma.PINGPONG on: benchmarks/gemm_gelu_f16.yaml
+    (4096^3) and gelu(A @ B + bias) at 4000 x 3000 x 520 (ragged M and N, 768 tiles of 128 x 128), B
+    stored [K, N] and [N, K], and with N = 3001 (odd: one store per element)."""
+    from codegen_cases import ROOT, load_case
+
+    from cuvil_dsl.codegen import cuda_wgmma, render_cuda
+
+    monkeypatch.setattr(cuda_wgmma, "PINGPONG", True)
+    case = load_case(ROOT / "benchmarks" / "gemm_gelu_f16.yaml")
+    (bench,) = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")
+    b_t = GELU.replace("b: f16[K, N]", "b: f16[N, K]").replace("a @ b", "a @ b.T")
+    sizes = {"M": 4000, "N": 3000, "K": 520}
+    return {"gemm_gelu_f16": bench, "ragged": _library_gemm(GELU, sizes), "ragged_b_t": _library_gemm(b_t, sizes),
+            "odd_n": _library_gemm(b_t, {**sizes, "N": 3001})}
+
+
+def test_pingpong_library_kernels(monkeypatch, tmp_path):
+    """cuda_wgmma.PINGPONG on: GEMMs on LARGE_TILE with TMA loads get the ping-pong kernel: 384 threads (the
+    producer warpgroup and two consumers), a persistent grid of one block per SM, setmaxnreg 56 / 224 inside
+    the block's pool; it compiles for sm_90a without spills, stack, serialised or compiler-waited wgmma, and
+    each consumer issues two m64n128k16 wgmma per 16-deep slice (8 HGMMA.64x128x16 per k step, no other
+    shape); the epilogue covers rows 0-127 with edge tests only where the tiles do not divide M / N."""
+    from cuvil_dsl.codegen.cuda_wgmma import ws_entry_regs, ws_regs
+
+    kernels = _pingpong_library(monkeypatch)
+    prod, cons = ws_regs(256)
+    assert (prod, cons) == (56, 224) and 128 * prod + 256 * cons <= ws_entry_regs(384) * 384
+    for name, k in kernels.items():
+        body = k.source.split('extern "C"')[1]
+        assert k.block == (384, 1, 1) and k.grid == (132, 1, 1), name
+        assert k.shared_bytes == 6 * 32 * 1024 + 1024 + 16 * 6 <= 227 * 1024
+        assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" in k.source
+        assert "setmaxnreg.dec.sync.aligned.u32 56;" in body and "setmaxnreg.inc.sync.aligned.u32 224;" in body
+        assert body.count("cvl_wgmma(*reinterpret_cast<float (*)[64]>(acc") == 2
+        assert "const int wg = 0;" in body and "for (int rs = 0; rs < 2; ++rs)" in body
+        paired = name != "odd_n"  # paired stores or one per element, both row sets
+        assert ("float& ACC0 = acc[rs * 64 + ni * 4 + h * 2];" in body) == paired
+        assert ("float& ACC = acc[rs * 64 + ni * 4 + h * 2 + q];" in body) == (not paired)
+        assert "const int m = em0 + wg * 128 + rs * 64 + wl * 16 + lane / 4 + h * 8;" in body
+        assert "cvl_mbar_expect_tx(bar, 32768u);" in body and "__cluster_dims__" not in body
+        assert "cvl_cp_async16s" not in body
+    maps = {n: {a.name: a.tensor_map for a in k.args if a.kind == "tensormap"} for n, k in kernels.items()}
+    assert maps["ragged"]["tma_a"].box == (64, 128) and maps["ragged"]["tma_b"].box == (64, 64)
+    assert maps["ragged_b_t"]["tma_b"].box == (64, 128)
+    assert "if (m < 4096" not in kernels["gemm_gelu_f16"].source
+    assert "if (m < 4000 && n < 3000) {" in kernels["ragged"].source
+    assert "if (m < 4000 && n < 3001) {" in kernels["odd_n"].source
+    assert "const int mt = tile_ / 24 % 32;" in kernels["ragged"].source  # 32 x 24 tiles of 128 x 128
+
+    _nvrtc_or_skip()
+    from cuvil_dsl.compile import CompileUnit, SassUnavailable, compile_units, count_instructions, disassemble, find_cuobjdump
+    from cuvil_dsl.compile.sass import instructions
+
+    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
+    units = compile_units([CompileUnit(f"pp_{n}", k.source, (k.entry,), k.options) for n, k in kernels.items()],
+                          "sm_90", fallback="none")
+    for (name, k), u in zip(kernels.items(), units):
+        r = u.resources[k.entry]
+        assert u.arch == "sm_90a"
+        assert r.spill_bytes == 0 and r.stack_bytes == 0, (name, r)
+        assert r.registers == ws_entry_regs(384), (name, r)
+        log = u.log.lower()
+        assert "serializ" not in log and "c7508" not in log and "c7517" not in log, u.log
+        if find_cuobjdump() is None:
+            continue
+        try:
+            sass = disassemble(u.cubin)
+        except SassUnavailable:
+            continue
+        assert count_instructions(sass, r"HGMMA\.64x128x16\.F32") == 8, name  # 2 row sets x 4 slices
+        assert count_instructions(sass, "HGMMA") == 8, name
+        assert count_instructions(sass, "LDL|STL") == 0 and count_instructions(sass, "LDGSTS") == 0
+        assert count_instructions(sass, "USETMAXREG") == 2 and count_instructions(sass, "UTMALDG") > 0
+        if name == "gemm_gelu_f16":  # 128 x 128 / 128 threads = 128 elements, stored as 64 pairs
+            assert sum(op == "STG.E" for op in instructions(sass)) == 64
+
+
+def test_pingpong_only_where_it_applies(monkeypatch):
+    """PINGPONG changes only the kernels of LARGE_TILE launches loading by TMA: a launch too small for
+    LARGE_TILE, batched operands (cp.async) and TMA off render as without it."""
+    from cuvil_dsl.codegen import cuda_wgmma
+
+    batched = """pipeline g(a: f16[B, M, K], b: f16[B, K, N]) -> y: f16[B, M, N] {
+        y = a @ b
+    }"""
+    cases = [(GELU, {"M": 1000, "N": 1000, "K": 520}, True), (batched, {"B": 4, "M": 4096, "N": 4096, "K": 256}, True),
+             (GELU, {"M": 4096, "N": 4096, "K": 4096}, False)]
+    for text, sizes, tma in cases:
+        monkeypatch.setattr(cuda_wgmma, "TMA", tma)
+        monkeypatch.setattr(cuda_wgmma, "PINGPONG", False)
+        off = _library_gemm(text, sizes)
+        monkeypatch.setattr(cuda_wgmma, "PINGPONG", True)
+        on = _library_gemm(text, sizes)
+        assert on.source == off.source and on.block == off.block and "setmaxnreg" not in on.source, sizes
