@@ -206,7 +206,7 @@ class _GemmKernel:
             wgmma = cuda_wgmma.plain_engine(k, self.a, self.b, self.blocks) if self.softmax is None else None
             if wgmma is not None:  # Hopper: sm_90a's wgmma (see cuda_wgmma.plain_engine for the rule)
                 k.config = replace(k.config, tile_m=wgmma.bm, tile_n=wgmma.bn, tile_k=wgmma.bk,
-                                   block=wgmma.consumer_threads + (128 if wgmma.specialised else 0))
+                                   block=wgmma.threads + (128 if wgmma.specialised else 0))
                 if cuda_wgmma.tma_loads(self.a, self.b):
                     wgmma.use_tma(k, {"a": self.a.buffer, "b": self.b.buffer},
                                   cuda_wgmma.pairs(wgmma, -(-self.M // wgmma.bm)))
@@ -403,7 +403,7 @@ class _GemmKernel:
         pair = getattr(eng, "pair", False)  # tiles walked by clusters of 2, a pair tile at a time
         body = cuda_wgmma._specialised(eng, self.kt, tiles // 2 if pair else tiles, epilogue, decode=self.tile_decode,
                                        bases=("pa", "pb"))
-        threads = eng.consumer_threads + 128
+        threads = eng.threads + 128
         lines = [*self.k.signature(entry, threads), *indent(body), "}"]
         grid = 2 * min(tiles // 2, self.k.sm_count // 2) if pair else min(tiles, self.k.sm_count)
         return Emitted(self.in_pairs(lines) if pair else lines, (grid, 1, 1), (threads, 1, 1), eng.shared_bytes + 16 * eng.stages,

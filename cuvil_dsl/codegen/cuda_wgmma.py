@@ -39,10 +39,6 @@ one's wgmma before the barrier), then ``wgmma.fence``, 4 wgmma, ``commit_group``
 ``ni * 8 + lane % 4 * 2 + q`` (the m16n8 layout of ``mma.sync``, repeated over the N/8
 column groups, one 16-row band per warp). :meth:`WgmmaEngine.elements` walks them with the
 same ``m``, ``n``, ``ACC``, ``slot`` names as :class:`~cuvil_dsl.codegen.cuda_gemm.MmaEngine`.
-With ``row_sets`` R > 1 (the ping-pong kernel's 128 rows a warpgroup: R = 2) a warpgroup owns 64 R
-rows as R sets of 64: ``acc[R * BN / 2]``, set ``rs`` in ``acc[rs * BN / 2 ..]`` with the layout above
-for rows ``wg * 64 R + rs * 64 ..``, one wgmma per set and 16-deep slice (A's descriptor ``rs`` 64-row
-groups further).
 
 Restrictions: f16/bf16 only; BK = 64; BM in (64, 128, 192, 256) (one warpgroup per 64 rows);
 BN a multiple of 64 up to 256; operand rows 16-byte aligned (contiguous extent % 8 == 0).
@@ -104,21 +100,11 @@ ARCH = "sm_90a"  # what such a kernel is compiled for (wgmma is an arch-specific
 #       against 205.0-234.8 unpaired (bimodal between rounds, as this GEMM often is). So L2 traffic is
 #       not what holds the GEMM back; the probe's gain is likely its half-constant B operand (less
 #       switching power under the H200's power cap), not its traffic. Off by default (False).
-#   PINGPONG: GEMMs on LARGE_TILE whose operands load by TMA run the warp-specialised persistent kernel with
-#       two consumer warpgroups that take turns (:func:`_pingpong`, 384 threads): each owns a whole
-#       PINGPONG_TILE tile, one's epilogue runs under the other's main loop, so the tensor cores need not
-#       idle through an epilogue. PINGPONG_TILE (128, 128, 6, 1): one warpgroup owns 128 rows as two
-#       64-row sets of accumulators (WgmmaEngine row_sets 2: 128 f32 a thread, two m64n128k16 wgmma per
-#       16-deep slice), 6 stages of 32 KiB (A 128 x 64, B 64 x 128), one wgmma group in flight. A
-#       64 x 256 tile a warpgroup (session 9, commit 17c96a1) was correct but 27% slower than the default
-#       (B read for every 64 rows only); this 128-row variant is not yet measured. False (the default) never.
 PAIRED_STORES = True
 LARGE_TILE = (128, 256, 4, 1)
 LIBRARY_WS: bool | str = False
 TMA = True
 MULTICAST: bool | str = False
-PINGPONG = False
-PINGPONG_TILE = (128, 128, 6, 1)  # (BM, BN of one consumer warpgroup's tile, stages, pending): 32 KiB a stage
 # spec `kernels:` keys that keep a GEMM on the mma.sync template (whose tiles they describe)
 _OVERRIDES = frozenset(("tile", "block", "launch_bounds", "max_registers"))
 
@@ -168,8 +154,7 @@ def pairs(eng: "WgmmaEngine", m_tiles: int) -> bool:
     row tiles (every CTA has its partner) and B tiles that split in two (two 64-column boxes each of an
     MN-major B; half the rows of a K-major one)."""
     kernels = {True: (False, True), "plain": (False,), "ws": (True,)}.get(MULTICAST, ())
-    return (eng.specialised in kernels and not eng.pingpong
-            and (eng.bm, eng.bn, eng.stages, eng.pending) == tuple(LARGE_TILE)
+    return (eng.specialised in kernels and (eng.bm, eng.bn, eng.stages, eng.pending) == tuple(LARGE_TILE)
             and m_tiles % 2 == 0 and (eng.b.k_major or eng.bn // 64 % 2 == 0))
 
 
@@ -181,8 +166,7 @@ def plain_engine(k, a, b, blocks: Callable[[int, int], int]) -> "WgmmaEngine | N
     alignment (:func:`supported`), and no spec override of the tile, block, launch bounds or
     registers (those describe the mma.sync template and are checked against it). Tile:
     :data:`LARGE_TILE` (128 x 256, 4 stages, one wgmma group in flight) when the
-    launch gives at least two blocks per SM (warp-specialised when :data:`LIBRARY_WS`; the ping-pong
-    kernel on :data:`PINGPONG_TILE` when :data:`PINGPONG` and the operands load by TMA); else
+    launch gives at least two blocks per SM (warp-specialised when :data:`LIBRARY_WS`); else
     128 x 128, with 3 stages and none in flight (99 KiB: two blocks resident per SM) when
     there is more than one wave, or 4 stages and one in flight when one wave covers the launch
     (H200, gelu(A @ B + bias) f16: 4096^3 253 us for 128x256 vs 274/307 us for 128x128 s3/s4
@@ -200,13 +184,6 @@ def plain_engine(k, a, b, blocks: Callable[[int, int], int]) -> "WgmmaEngine | N
         bm, bn, stages, pending = 128, 128, 4, 1
     if supported(a, b, bm, bn) is not None:
         return None
-    if (PINGPONG and (bm, bn, stages, pending) == tuple(LARGE_TILE) and tma_loads(a, b)
-            and supported(a, b, PINGPONG_TILE[0], PINGPONG_TILE[1]) is None):
-        pbm, pbn, pstages, ppending = PINGPONG_TILE
-        eng = WgmmaEngine(a, b, bm=pbm, bn=pbn, stages=pstages, pending=ppending, index_t=k.index_t,
-                          row_sets=pbm // 64)
-        eng.specialised = eng.pingpong = True
-        return eng
     eng = WgmmaEngine(a, b, bm=bm, bn=bn, stages=stages, pending=pending, index_t=k.index_t)
     ws = LIBRARY_WS is True or (LIBRARY_WS == "tma" and tma_loads(a, b))
     eng.specialised = ws and (bm, bn, stages, pending) == tuple(LARGE_TILE)
@@ -288,18 +265,15 @@ __device__ __forceinline__ void cvl_pair_sync() {
 
 
 class WgmmaEngine:
-    """wgmma tiles; warpgroup ``wg`` owns rows ``wg * 64 ..`` of the BM x BN tile (with ``row_sets`` R > 1:
-    rows ``wg * 64 R ..``, as R sets of 64 rows, each its own ``BN / 2`` accumulators and wgmma)."""
+    """wgmma tiles; warpgroup ``wg`` owns rows ``wg * 64 ..`` of the BM x BN tile."""
 
     def __init__(self, a, b, *, bm: int = 128, bn: int = 256, bk: int = 64, stages: int = 4, pending: int = 1,
-                 index_t: str = "long long", swap_mn_offsets: bool = False, row_sets: int = 1):
+                 index_t: str = "long long", swap_mn_offsets: bool = False):
         why = supported(a, b, bm, bn, bk)
         if why:
             raise ValueError(why)
         if not 0 <= pending < stages - 1:
             raise ValueError("need 0 <= pending < stages - 1")
-        if row_sets < 1 or bm % (64 * row_sets):
-            raise ValueError("row_sets: BM must be a multiple of 64 * row_sets")
         self.a, self.b = a, b
         self.bm, self.bn, self.bk = bm, bn, bk
         self.stages, self.pending = stages, pending
@@ -309,28 +283,16 @@ class WgmmaEngine:
         self.dtype = a.dtype
         self.item = 2
         self.storage = "__half" if a.dtype is DType.F16 else "__nv_bfloat16"
-        self.row_sets = row_sets  # sets of 64 rows a warpgroup owns (one wgmma each per 16-deep slice)
-        self.groups = bm // (64 * row_sets)  # consumer warpgroups
+        self.groups = bm // 64  # consumer warpgroups
         self.threads = 128 * self.groups
-        self.regs = bn // 2  # f32 accumulators per thread of one row set (acc holds row_sets of them)
-        self.slots = 2 * row_sets  # row slots per thread (set, h)
+        self.regs = bn // 2  # f32 accumulators per thread
+        self.slots = 2  # row slots per thread (h)
         self.row_lanes = 4  # lanes that share a row
         self.warps_n = 1  # a warp owns whole rows of the tile
         self.options = (f"-arch={ARCH}",)  # compiler options a kernel with this engine needs
         self.specialised = False  # the library renders the warp-specialised kernel (LIBRARY_WS)
         self.maps: dict[str, str] | None = None  # role -> the TMA descriptor parameter (use_tma)
         self.pair = False  # CTAs in clusters of 2 along M sharing each B tile by multicast (use_tma)
-        self.pingpong = False  # two consumer warpgroups taking turns, a whole tile each (_pingpong)
-
-    @property
-    def consumer_threads(self) -> int:
-        """Threads of the consumer warpgroups: one set of ``threads`` for the tile, or two taking turns."""
-        return 2 * self.threads if self.pingpong else self.threads
-
-    @property
-    def acc_count(self) -> int:
-        """f32 accumulators per thread: ``regs`` for each of the ``row_sets``."""
-        return self.regs * self.row_sets
 
     def use_tma(self, k, buffers: dict[str, str], pair: bool = False) -> None:
         """Load both operands with TMA: one descriptor parameter per operand, asked of kernel ``k``
@@ -374,7 +336,7 @@ class WgmmaEngine:
         return 32 if o.k_major else 16 * 128
 
     def group_bytes(self, o) -> int:
-        """Offset of warpgroup 1's 64 rows of A (one MN step of 64; with row_sets, of the next row set)."""
+        """Offset of warpgroup 1's 64 rows of A (one MN step of 64)."""
         return 64 * 128 if o.k_major else self.bk * 128
 
     def helpers(self) -> str:
@@ -386,7 +348,7 @@ class WgmmaEngine:
         return f"wgmma.mma_async.sync.aligned.m64n{self.bn}k16.f32.{t}.{t}"
 
     def _mma_helper(self) -> str:
-        n = self.acc_count
+        n = self.regs
         return self._wgmma_function("cvl_wgmma", accumulate=True) + f"""// Pins the accumulators between wgmma's asynchronous writes and ordinary reads or writes.
 __device__ __forceinline__ void cvl_wgmma_pin(float (&d)[{n}]) {{
 #pragma unroll
@@ -427,10 +389,9 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], unsigned long long da, u
             "const int lane = threadIdx.x % 32;",
             "const int wg = threadIdx.x / 128;",
             "const int wl = (threadIdx.x / 32) % 4;",
-            f"const unsigned long long desc_a = cvl_wgmma_desc(sa + wg * {self.group_bytes(a) * self.row_sets}u, "
-            f"{la}u, {sa_}u);",
+            f"const unsigned long long desc_a = cvl_wgmma_desc(sa + wg * {self.group_bytes(a)}u, {la}u, {sa_}u);",
             f"const unsigned long long desc_b = cvl_wgmma_desc(sb, {lb}u, {sb_}u);",
-            f"float acc[{self.acc_count}];",
+            f"float acc[{self.regs}];",
             *self._tma_setup(),
         ]
 
@@ -489,7 +450,7 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], unsigned long long da, u
         return lines + ["}"]
 
     def zero(self) -> list[str]:
-        return ["#pragma unroll", f"for (int i = 0; i < {self.acc_count}; ++i) acc[i] = 0.0f;"]
+        return ["#pragma unroll", f"for (int i = 0; i < {self.regs}; ++i) acc[i] = 0.0f;"]
 
     # ------------------------------------------------------------------ loads
     def _offset(self, o, mn: str, k: str, low3: str | None = None) -> str:
@@ -548,23 +509,10 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], unsigned long long da, u
             f"for (int kk = 0; kk < {self.bk // 16}; ++kk) {{",
             f"    const unsigned long long da = desc_a + ({da});",
             f"    const unsigned long long db = desc_b + ({db});",
-            *self._issue_sets(),
+            "    cvl_wgmma(acc, da, db);",
             "}",
             "cvl_wgmma_commit();",
         ]
-
-    def _issue_sets(self) -> list[str]:
-        """One 16-deep slice's wgmma (``da``, ``db`` its descriptors): one for the warpgroup's 64 rows, or
-        with ``row_sets`` one per set of 64 rows, each into its ``regs`` accumulators (``acc + set * regs``
-        seen as an array of ``regs``: constant offsets, so ptxas keeps them in registers) and A's
-        descriptor ``set * group_bytes`` further (the next 64 rows of the stage's A tile)."""
-        if self.row_sets == 1:
-            return ["    cvl_wgmma(acc, da, db);"]
-        n, step = self.regs, self.group_bytes(self.a) >> 4
-        return [f"    cvl_wgmma(*reinterpret_cast<float (*)[{n}]>(acc + {r * n}), da + {r * step}, db);  "
-                f"// rows {r * 64}-{r * 64 + 63}" if r else
-                f"    cvl_wgmma(*reinterpret_cast<float (*)[{n}]>(acc), da, db);  // rows 0-63"
-                for r in range(self.row_sets)]
 
     def main_loop(self, steps: int, k0: StepExpr, n0: StepExpr, m0: str, bases: tuple[str, str],
                   after_step: Sequence[str]) -> list[str]:
@@ -627,44 +575,32 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], unsigned long long da, u
         return out
 
     def slot_row(self, slot: str) -> str:
-        if self.row_sets > 1:  # slot = set * 2 + h
-            return f"(wg * {64 * self.row_sets} + (({slot}) / 2) * 64 + wl * 16 + (({slot}) % 2) * 8 + lane / 4)"
         return f"(wg * 64 + wl * 16 + ({slot}) * 8 + lane / 4)"
 
     def column_warp(self) -> str:
         return "0"
 
     # ------------------------------------------------------------------ accumulator elements
-    def _row_sets(self) -> tuple[list[str], str, str, str]:
-        """With ``row_sets`` > 1: (the loop over the sets ``rs``, the row's offset in the warpgroup's rows,
-        the accumulator index's offset, the slot); else nothing added (``h`` is the slot)."""
-        if self.row_sets == 1:
-            return [], "", "", "h"
-        return (["#pragma unroll", f"for (int rs = 0; rs < {self.row_sets}; ++rs)"], " + rs * 64",
-                f"rs * {self.regs} + ", "rs * 2 + h")
-
     def elements(self, m0: str, n0: str, body: Sequence[str]) -> list[str]:
         """``body`` once per accumulator element, with ``m``, ``n``, ``ACC`` and ``slot`` defined."""
-        sets, row, at, slot = self._row_sets()
-        return [*sets, "#pragma unroll", f"for (int ni = 0; ni < {self.bn // 8}; ++ni)",
+        return ["#pragma unroll", f"for (int ni = 0; ni < {self.bn // 8}; ++ni)",
                 "#pragma unroll", "for (int h = 0; h < 2; ++h)",
                 "#pragma unroll", "for (int q = 0; q < 2; ++q) {",
-                f"    const int m = {m0} + wg * {64 * self.row_sets}{row} + wl * 16 + lane / 4 + h * 8;",
+                f"    const int m = {m0} + wg * 64 + wl * 16 + lane / 4 + h * 8;",
                 f"    const int n = {n0} + ni * 8 + lane % 4 * 2 + q;",
-                f"    const int slot = {slot};", f"    float& ACC = acc[{at}ni * 4 + h * 2 + q];",
+                "    const int slot = h;", "    float& ACC = acc[ni * 4 + h * 2 + q];",
                 *_indent(body), "}"]
 
 
     def pairs(self, m0: str, n0: str, body: Sequence[str]) -> list[str]:
         """``body`` once per pair of adjacent accumulator columns (n, n + 1), n even: ``m``, ``n``
         (the even column), ``slot``, and ``ACC0`` / ``ACC1`` (columns n and n + 1) defined."""
-        sets, row, at, slot = self._row_sets()
-        return [*sets, "#pragma unroll", f"for (int ni = 0; ni < {self.bn // 8}; ++ni)",
+        return ["#pragma unroll", f"for (int ni = 0; ni < {self.bn // 8}; ++ni)",
                 "#pragma unroll", "for (int h = 0; h < 2; ++h) {",
-                f"    const int m = {m0} + wg * {64 * self.row_sets}{row} + wl * 16 + lane / 4 + h * 8;",
+                f"    const int m = {m0} + wg * 64 + wl * 16 + lane / 4 + h * 8;",
                 f"    const int n = {n0} + ni * 8 + lane % 4 * 2;",
-                f"    const int slot = {slot};", "    (void)slot;",
-                f"    float& ACC0 = acc[{at}ni * 4 + h * 2];", f"    float& ACC1 = acc[{at}ni * 4 + h * 2 + 1];",
+                "    const int slot = h;", "    (void)slot;",
+                "    float& ACC0 = acc[ni * 4 + h * 2];", "    float& ACC1 = acc[ni * 4 + h * 2 + 1];",
                 *_indent(body), "}"]
 
 
@@ -923,8 +859,6 @@ def _specialised(eng: WgmmaEngine, kt: int, tiles: int, epilogue: Sequence[str],
     their registers are given back."""
     import copy
 
-    if eng.pingpong:
-        return _pingpong(eng, kt, tiles, epilogue, decode)
     s, w = eng.stages, eng.pending
     tma = bool(eng.maps)
     regs = ws_regs(eng.threads)
@@ -1001,82 +935,3 @@ def _specialised(eng: WgmmaEngine, kt: int, tiles: int, epilogue: Sequence[str],
     return out + ["if (threadIdx.x < 128) {", *_indent(producer), "} else {", *_indent(consumer), "}",
                   *(["cvl_pair_sync();  // no CTA leaves while its partner may still arrive on its barriers"]
                     if pair else [])]
-
-
-def _pingpong(eng: WgmmaEngine, kt: int, tiles: int, epilogue: Sequence[str],
-              decode: Callable[[str, str, str], list[str]]) -> list[str]:
-    """The warp-specialised kernel with two consumer warpgroups taking turns (:data:`PINGPONG`): the
-    CTA's tiles ``blockIdx.x + i * gridDim.x`` go to consumer ``i % 2``, each a whole BM x BN tile (the
-    engine's one warpgroup: with ``row_sets`` 2, 128 rows as two sets of 64), so one consumer's epilogue
-    runs under the other's main loop.
-
-    The producer (one thread, TMA) loads the CTA's k steps in order, step g (tile g / kt) into stage
-    g % S: its n-th use (n = g / S) completes phase n of the engine's ``full[stage]`` (one arrival, the
-    stage's bytes); the consumer that owns the step releases it on ``empty[stage]`` (128 arrivals: one
-    warpgroup) once its wgmma retired, completing phase n there, and the producer refills the stage for
-    step g + S after waiting for that phase (parity n & 1). A consumer starts tile i's main loop only when
-    the other has issued its last wgmma of tile i - 1 (``order[c]``, 128 arrivals a turn, its phase j
-    completing for c's j-th tile after its first): then every earlier step's ``full`` phase has completed
-    (each consumer waited for those of its own tiles, in order), so the phase a consumer waits for is the
-    barrier's current one or the one just completed (its parity wait cannot alias), ``order[c]`` is never
-    two phases ahead of c, and the two main loops do not split the tensor cores."""
-    s, w = eng.stages, eng.pending
-    assert eng.maps, "the ping-pong kernel loads by TMA"
-    assert eng.groups == 1, "a ping-pong consumer is one warpgroup owning the whole tile"
-    regs = ws_regs(eng.consumer_threads)
-    setup = [line.replace("const int wg = threadIdx.x / 128;", "const int wg = 0;  // a consumer owns its whole tile")
-             for line in eng.setup()]
-    assert any("const int wg = 0;" in line for line in setup)
-    order = f"bars + {8 * s}"
-    out = setup + [
-        f"const unsigned bars = smem0 + {s * eng.stage_bytes}u;  // empty[s]: +8 s; order[c]: +8 (S + c)",
-        _my_tiles(tiles),
-        f"const int total = my_tiles * {kt};",
-        "if (threadIdx.x == 0) {",
-        f"    for (int i = 0; i < {s}; ++i) cvl_mbar_init(bars + 8 * i, 128u);",
-        f"    cvl_mbar_init({order}, 128u);", f"    cvl_mbar_init({order} + 8, 128u);",
-        "    asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");",
-        "}",
-        "__syncthreads();",
-    ]
-    load = ["const int lt = g / " + str(kt) + ";", f"const int lk = (g - lt * {kt}) * {eng.bk};",
-            *decode("(int)blockIdx.x + lt * (int)gridDim.x", "lm0", "ln0"),
-            *eng.tma_load("stage", {"a": "lm0", "b": "ln0"}, "lk")]
-    producer = [
-        f"asm volatile(\"setmaxnreg.dec.sync.aligned.u32 {regs[0]};\\n\" ::: \"memory\");",
-        "if (threadIdx.x == 0) {  // the copies of every step, in order",
-        "#pragma unroll 1", "    for (int g = 0; g < total; ++g) {", f"        const int stage = g % {s};",
-        f"        if (g >= {s}) cvl_mbar_wait(bars + 8 * stage, ((g / {s}) - 1) & 1);  // its last use released",
-        *_indent(load, "        "), "    }", "}",
-    ]
-    # the tile's last min(W, kt) steps, released once every wgmma retired (the main loop released the others)
-    releases = [f"    cvl_mbar_arrive(bars + 8 * ((i * {kt} + {kt - j}) % {s}));" for j in range(min(w, kt), 0, -1)]
-    consumer = [
-        f"asm volatile(\"setmaxnreg.inc.sync.aligned.u32 {regs[1]};\\n\" ::: \"memory\");",
-        "const int c = (int)(threadIdx.x / 128) - 1;  // this consumer: the CTA's tiles c, c + 2, ...",
-        "unsigned turns = 0;  // phases of order[c] waited for",
-        *eng.zero(),
-        "cvl_wgmma_pin(acc);",
-        "#pragma unroll 1",
-        "for (int i = c; i < my_tiles; i += 2) {",
-        "    if (i > 0) {  // the other consumer has issued its last wgmma of tile i - 1",
-        f"        cvl_mbar_wait({order} + 8 * c, turns & 1);", "        ++turns;", "    }",
-        "#pragma unroll 1",
-        f"    for (int k = 0; k < {kt}; ++k) {{",
-        f"        const int g = i * {kt} + k;", f"        const int stage = g % {s};",
-        f"        cvl_mbar_wait(full0 + 8 * stage, (g / {s}) & 1);",
-        *_indent(eng.compute("stage"), "        "),
-        f"        cvl_wgmma_wait<{w}>();",
-        *([f"        if (k >= {w}) cvl_mbar_arrive(bars + 8 * ((g - {w}) % {s}));  // its wgmma retired"] if w else
-          ["        cvl_mbar_arrive(bars + 8 * stage);  // its wgmma retired"]),
-        "    }",
-        f"    cvl_mbar_arrive({order} + 8 * (1 - c));  // the other consumer's turn",
-        "    cvl_wgmma_wait<0>();",
-        *releases,
-        "    cvl_wgmma_pin(acc);",
-        *_indent(decode("(int)blockIdx.x + i * (int)gridDim.x", "em0", "en0")),
-        *_indent(list(epilogue)), *_indent(eng.zero()), "    cvl_wgmma_pin(acc);",
-        "}",
-        "cvl_wgmma_wait<0>();",
-    ]
-    return out + ["if (threadIdx.x < 128) {", *_indent(producer), "} else {", *_indent(consumer), "}"]
