@@ -37,6 +37,20 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 from ab_stream import N, SOURCE  # noqa: E402
 from raw_gpu import open_gpu  # noqa: E402
 
+# the replica with plain 16-byte loads (ld.global, as Triton emits them) instead of the read-only path
+# (LDG.CONSTANT, which ptxas picks for the `const __restrict__` input of the library's kernel and of vec2)
+PLAIN_SOURCE = SOURCE + r'''
+extern "C" __global__ void __launch_bounds__(128, 1) vec2_plain(const float4* x, float4* y) {
+    const int c = blockIdx.x * 256 + threadIdx.x;
+    float4 a, b;
+    asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(a.x), "=f"(a.y), "=f"(a.z), "=f"(a.w) : "l"(x + c));
+    asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(b.x), "=f"(b.y), "=f"(b.z), "=f"(b.w) : "l"(x + c + 128));
+    y[c] = op4(a);
+    y[c + 128] = op4(b);
+}
+'''
+
 BYTES = N * 4
 ARENA_X = 256  # runtime.layout.ArenaLayout: guard band of 256 bytes, then x; its after-band; a guard; y
 ARENA_Y = 256 + BYTES + 512
@@ -53,6 +67,35 @@ PLACED = [
 ]
 
 
+library_stream = None
+
+
+def library_runs(cp, host_x) -> dict:
+    """The library's own kernel for benchmarks/elementwise_f32.yaml, through its executor (its arena, its
+    stream): replayed from the spec's graph, as ``cuvil-dsl bench`` times it, and launched directly."""
+    global library_stream
+    import numpy as np
+
+    from cuvil_dsl.driver import make_executor, open_spec
+    from cuvil_dsl.reference.executor import HostHooks
+    from cuvil_dsl.runtime.graphs import GraphRunner
+
+    session = open_spec(ROOT / "benchmarks" / "elementwise_f32.yaml", backend="cuda")
+    session.inputs["x"] = cp.asnumpy(host_x).astype(np.float32)
+    executor = make_executor(session)
+    executor.run(session.inputs, session.binding.params, HostHooks())  # checked, graph captured
+    (kernel,) = [k for step in executor._steps for k in (step.kernels if isinstance(step, GraphRunner) else [step])]
+    library_stream = executor.stream
+    x, y = executor.arena.view("x"), executor.arena.view("y")
+    work = executor._work
+    _keep.append(executor)
+    return {"library kernel, the spec's graph replayed (what the bench times)": (lambda: executor.execute(None), x, y),
+            "library kernel, launched directly": (lambda: kernel.launch(work.ptr), x, y)}
+
+
+_keep: list = []
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
@@ -62,8 +105,9 @@ def main() -> int:
         return 2
     cp, name, _sms, timer = gpu
     stream = cp.cuda.Stream.null
-    module = cp.RawModule(code=SOURCE, options=("-std=c++17",))
+    module = cp.RawModule(code=PLAIN_SOURCE, options=("-std=c++17",))
     vec2 = module.get_function("vec2")
+    vec2_plain = module.get_function("vec2_plain")
     rs = cp.random.RandomState(int.from_bytes(os.urandom(4), "little"))
     host_x = rs.standard_normal(N, dtype=cp.float32)
     want = cp.maximum(host_x.astype(cp.float64) * 1.5 + 0.25, 0.0) * 2.0 - 0.5
@@ -77,6 +121,9 @@ def main() -> int:
         x = big[ox:ox + BYTES].view(cp.float32)
         y = big[oy:oy + BYTES].view(cp.float32)
         runs[label] = (launcher(x, y), x, y)
+    ax, ay = big[ARENA_X:ARENA_X + BYTES].view(cp.float32), big[ARENA_Y:ARENA_Y + BYTES].view(cp.float32)
+    runs["arena layout, plain loads (ld.global, not the read-only path)"] = (
+        lambda: vec2_plain((N // 1024,), (128,), (ax, ay), stream=stream), ax, ay)
     sep_x, sep_y = cp.empty(N, cp.float32), cp.empty(N, cp.float32)
     runs["two CuPy allocations"] = (launcher(sep_x, sep_y), sep_x, sep_y)
     # the arena's layout from a one-node graph, as `ours` replays it
@@ -89,6 +136,8 @@ def main() -> int:
         graph = capture.end_capture()
     graph.upload(stream)
     runs["arena layout, one-node graph replay"] = (lambda: graph.launch(stream), gx, gy)
+    library = library_runs(cp, host_x)
+    runs.update(library)
     try:
         import torch
 
@@ -125,7 +174,8 @@ def main() -> int:
     for r in range(args.rounds):
         for label, (fn, _x, _y) in runs.items():
             if checks[label] <= 1.0:
-                times[label].append(timer.measure(fn, stream).median_us)
+                on = library_stream if label in library else stream
+                times[label].append(timer.measure(fn, on).median_us)
         print(f"round {r + 1}: " + ", ".join(f"{k[:24]} {v[-1]:.1f}" for k, v in times.items() if v), flush=True)
     base = sorted(times["arena layout (x +256, y = x + 2^28 + 512)"])[len(times["arena layout (x +256, y = x + 2^28 + 512)"]) // 2]
     lines = [f"# ab_layout on {name}\n",

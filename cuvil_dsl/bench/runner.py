@@ -5,7 +5,8 @@ its checked run and the comparison of its results; then each baseline in turn: b
 input values, run once, its output checked against the same reference with the spec's tolerances.
 Host contenders (NumPy, the cpu backend) are timed as soon as they are checked. The GPU contenders
 that passed (ours, also when wrong: flagged) are then timed together in ``Settings.rounds``
-interleaved rounds (ours, then each baseline, per round; see :mod:`cuvil_dsl.bench.timing`), so
+interleaved rounds (each contender once a round, the order rotated by one each round; see
+:mod:`cuvil_dsl.bench.timing`), so
 that drift of the device between contenders shows as a spread across rounds instead of as a
 difference between them. Last the floor from the plan. A baseline that fails to build, run or time
 is reported with its error, one that computes something else as ``wrong``: neither stops the
@@ -173,7 +174,10 @@ class Bench:
         fails in a round leaves the later ones: ours as FAILED (the benchmark fails), a baseline as ERROR."""
         rounds = max(1, self.settings.rounds)
         for r in range(rounds):
-            for waiting in pending:
+            # each round starts one contender later, so none always runs first (after a pause) or
+            # always after the same neighbour
+            shift = r % len(pending) if pending else 0
+            for waiting in pending[shift:] + pending[:shift]:
                 entry = waiting.entry
                 if entry.status not in (OK, WRONG):
                     continue

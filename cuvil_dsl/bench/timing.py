@@ -11,13 +11,14 @@ The sample count follows a time budget (``Settings.budget_s`` of device time, at
 ``warmup_s`` precedes the samples. Reported: the median and the spread (IQR / median).
 
 **Interleaved rounds.** A benchmark's GPU contenders are timed in ``Settings.rounds`` rounds, ours and
-each baseline in turn per round, each round with its share of the budget, samples and warm-up
+each baseline in turn per round (each round starting one contender later), each round with its
+share of the budget, samples and warm-up
 (:meth:`Settings.per_round`); the rounds' samples are pooled (:func:`merge`) and each round's median
 kept. Contenders timed one after the other meet the device in different states (clocks, temperature,
 the power cap a GEMM runs into), so a difference of a percent between two of them can be the order
-they ran in; a comparison that holds in every round does not depend on it. Event times are quantised
-(the step between distinct samples is reported), so two medians within a step or two are not told
-apart; the interquartile mean, which averages across the steps, is reported beside the median.
+they ran in; a comparison that holds in every round does not depend on it. Also reported: the
+interquartile mean (robust like the median, and not stuck on a clock's steps) and the smallest step
+between distinct samples (the clock's resolution as seen: 0.032 us for CUDA events on an H200).
 
 **End-to-end latency** is measured separately: the wall clock from the call to the end of a
 device synchronisation (L2 flushed and device idle before each), median reported. It adds what a

@@ -169,10 +169,12 @@ def test_gpu_contenders_are_timed_in_interleaved_rounds(small_benchmarks):
         c.launch = logged
         return c
 
-    families = [FakeFamily("a", lambda p: contender("a", 10.0)), FakeFamily("b", lambda p: contender("b", 20.0))]
+    families = [FakeFamily(n, lambda p, n=n, us=us: contender(n, us)) for n, us in (("a", 10.0), ("b", 20.0),
+                                                                                  ("c", 30.0))]
     result = Bench("reference", FAST, families, clock_factory=lambda: clock).run(session)
     runs = [name for i, name in enumerate(order) if i == 0 or order[i - 1] != name]
-    assert runs == ["a", "b"] + ["a", "b"] * FAST.rounds  # the checks, then the rounds
+    # the checks, then 3 rounds, each starting one contender later: none always first or after the same one
+    assert "".join(runs) == "abc" + "abc" + "bca" + "cab"
     a, b = result.entry("a").measurement, result.entry("b").measurement
     assert a.rounds_us == (10.0,) * FAST.rounds and b.rounds_us == (20.0,) * FAST.rounds
     assert a.samples == b.samples == FAST.rounds * 16  # 2/3 ms a round, the cap of 50 split in three
