@@ -543,8 +543,13 @@ class Built:
 
         sizes = binding.sizes
         tuning = dict(tuning or {})
-        carveout = tuning.pop("carveout", None)  # a loader setting, not the template's: see CARVEOUT_VARIANTS
+        carveout = tuning.pop("carveout", None)  # a loader setting, not the template's: see CHECKED_VARIANTS
+        patch = tuning.pop("source_patch", None)  # a probe's edit of the rendered source (pdl_filler.py)
         plan, rendered = render(loaded, pipeline, binding, row_band, arch, tuning)
+        if patch is not None:
+            from dataclasses import replace
+
+            rendered = [replace(k, source=patch(k.source)) for k in rendered]
         units = compile_units([CompileUnit(k.entry, k.source, (k.entry,), k.options) for k in rendered], arch)
         self.pipeline, self.dtypes = pipeline, {}
 
