@@ -14,10 +14,17 @@ flushed before each sample, median):
 * a replica of the library's kernel (``ab_stream.SOURCE``'s ``vec2``: 128 threads, two 16-byte
   vectors a thread, a block's 1024 elements contiguous) on the same torch tensors;
 * the replica with x and y at chosen offsets inside one allocation: the arena's, adjacent, and
-  y moved on by 4 KiB ... 2 MiB; on two separate CuPy allocations; and the arena's layout replayed
-  from a CUDA graph of one kernel node.
+  y moved on by 4 KiB ... 2 MiB; on two separate CuPy allocations; the arena's layout replayed
+  from a CUDA graph of one kernel node; the replica with plain loads (``ld.global``, as Triton
+  emits them) instead of the read-only path;
+* the library's own kernel through its executor: the spec's graph replayed (what the bench times)
+  and the kernel launched directly.
 
 Every configuration is checked against float64 before it is timed.
+
+Measured (H200, 2026-11-30, `benchmarks/results/2026-11-30-h200-ab_layout-session11{,-2}.md`): every
+configuration between 130.4 and 131.7 us; the library's graph replay 131.2-131.3 in all five rounds of
+the second call, torch.compile 131.0-131.7: no placement, load path or graph stands out of the noise.
 
     python3 benchmarks/ab_layout.py [--rounds 3]   # writes $OUT/ab_layout.md when OUT is set
 
@@ -96,10 +103,10 @@ def library_runs(cp, host_x) -> dict:
 _keep: list = []
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     gpu = open_gpu("ab_layout")
     if gpu is None:
         return 2

@@ -35,7 +35,8 @@ ORDER = ("ours", "cupy", "torch", "torch_compile", "triton", "numpy")
 METHOD = {
     "device_time": "CUDA events per sample on the contender's stream; a 2x-L2 buffer cleared by memset on that "
                    "stream before each sample, outside the events; samples queued back to back, one wait at the end; "
-                   "a benchmark's GPU contenders timed in interleaved rounds (ours, then each baseline, per round), "
+                   "a benchmark's GPU contenders timed in interleaved rounds (each once a round, the order rotated by one "
+                   "each round), "
                    "samples pooled; median, interquartile mean and IQR/median, each round's median kept",
     "host_time": "perf_counter around each synchronous call after a warm-up; median and IQR/median",
     "e2e": "wall clock of the call plus a device synchronisation, from a flushed idle device; median",
