@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 from ab_stream import N, SOURCE  # noqa: E402
-from raw_gpu import open_gpu  # noqa: E402
+from raw_gpu import emit, open_gpu  # noqa: E402
 
 # the replica with plain 16-byte loads (ld.global, as Triton emits them) instead of the read-only path
 # (LDG.CONSTANT, which ptxas picks for the `const __restrict__` input of the library's kernel and of vec2)
@@ -184,21 +184,20 @@ def main(argv: list[str] | None = None) -> int:
                 on = library_stream if label in library else stream
                 times[label].append(timer.measure(fn, on).median_us)
         print(f"round {r + 1}: " + ", ".join(f"{k[:24]} {v[-1]:.1f}" for k, v in times.items() if v), flush=True)
-    base = sorted(times["arena layout (x +256, y = x + 2^28 + 512)"])[len(times["arena layout (x +256, y = x + 2^28 + 512)"]) // 2]
+    def median(ts: list[float]) -> float:
+        return sorted(ts)[len(ts) // 2] if ts else float("nan")
+
+    base = median(times[PLACED[0][0]])
     lines = [f"# ab_layout on {name}\n",
              f"y = relu(x*1.5 + 0.25)*2 - 0.5, f32 2^26; GpuTimer (L2 flushed), median of each round; "
              f"{args.rounds} interleaved rounds\n",
              "| configuration | rounds (us) | median | vs arena layout | check (error / tolerance) |",
              "|---|---|---|---|---|"]
     for label, ts in times.items():
-        med = sorted(ts)[len(ts) // 2] if ts else float("nan")
+        med = median(ts)
         lines.append(f"| {label} | {' / '.join(f'{t:.1f}' for t in ts)} | {med:.1f} | {med / base:.4f} | "
                      f"{'ok' if checks[label] <= 1.0 else 'WRONG'} ({checks[label]:.2g}) |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    out = os.environ.get("OUT")
-    if out:
-        Path(out, "ab_layout.md").write_text(text)
+    emit("\n".join(lines) + "\n", "ab_layout.md")
     return 0 if ok else 1
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
-from raw_gpu import open_gpu  # noqa: E402
+from raw_gpu import emit, open_gpu  # noqa: E402
 
 N = 1 << 26
 SOURCE = r"""
@@ -193,11 +193,7 @@ def main() -> int:
     for label, us, good, err in rows:
         lines.append(f"| {label} | {us:.1f} | {moved / us / 1e6:.2f} | {us / base:.3f} | "
                      f"{'ok' if good else 'WRONG'} ({err:.2g}) |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    out = os.environ.get("OUT")
-    if out:
-        Path(out, "ab_stream.md").write_text(text)
+    emit("\n".join(lines) + "\n", "ab_stream.md")
     return 0 if ok else 1
 
 

@@ -38,7 +38,6 @@ take attention_f16 from about 103.5 to about 101.5 us.
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
 import time
 from pathlib import Path
@@ -47,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 import ab_attention  # noqa: E402
+from raw_gpu import emit  # noqa: E402
 from cuvil_dsl.bench.timing import CudaClock, GpuTimer, Settings  # noqa: E402
 from cuvil_dsl.runtime.clusters import LaunchConfig  # noqa: E402
 
@@ -208,10 +208,7 @@ def main() -> int:
         us = " / ".join(f"{t:.1f}" for t in results[label])
         where = spots.get(label)
         lines.append(f"| {label} | {us} | {where[0] if where else '-'} | {f'{where[1]:.1f}' if where else '-'} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "pdl_filler.md").write_text(text)
+    emit("\n".join(lines) + "\n", "pdl_filler.md")
     return 0
 
 

@@ -27,3 +27,15 @@ def open_gpu(tool: str):
     name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
     timer = GpuTimer(CudaClock(), Settings(budget_s=0.05, min_samples=100, max_samples=400))
     return cp, name, int(props["multiProcessorCount"]), timer
+
+
+def emit(text: str, filename: str) -> None:
+    """Print a script's report and write it to ``$OUT/filename`` when OUT is set (the device tool
+    brings back what is under $OUT)."""
+    import os
+    from pathlib import Path
+
+    print(text)
+    out = os.environ.get("OUT")
+    if out:
+        Path(out, filename).write_text(text)
