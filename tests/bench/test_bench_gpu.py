@@ -82,6 +82,9 @@ def test_every_benchmark_against_the_eager_and_triton_baselines(gpu_benchmarks, 
         ours = bench["contenders"]["ours"]
         assert ours["status"] == "ok" and ours["clock"] == "cuda-events" and ours["e2e_p50_us"] > 0
         assert "Python API" in ours["note"]
+        assert len(ours["rounds_us"]) == 3 and ours["iqm_us"] > 0 and ours["step_us"] < 1  # interleaved rounds
+        if bench["best_baseline"] not in (None, "numpy"):  # a GPU baseline: paired with ours round by round
+            assert len(bench["best_baseline_over_ours_rounds"]) == 3
         assert bench["floor"]["floor_us"] > 0
         if bench["kind"] == "gemm_bias_gelu":
             assert bench["floor"]["flops"] == 2 * 256**3
