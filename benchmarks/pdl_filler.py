@@ -10,29 +10,28 @@ the clusters left over run as a second wave): programmatic dependent launch, the
 ``griddepcontrol.launch_dependents`` first thing and the filler launched with
 ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION``.
 
-This times (``GpuTimer``, L2 flushed, median), with a *spinning* filler in place of the real one (its
-CTAs note their multiprocessor and spin for a set time, with about a cluster CTA's shared memory):
+This times (``GpuTimer``, L2 flushed, median):
 
 * the band kernel as the library renders it, and with the trigger added (same time expected);
 * the band kernel walking 990 bands instead of 1024 (results wrong for the last 34: a probe);
-* that plus the filler (24 or 44 CTAs spinning 60-90 us) launched dependent, and not dependent;
-* the whole band kernel plus a dependent filler (does the filler disturb the clusters?).
-
-If "990 + dependent filler" measures about the "990" time while the filler's CTAs spin on the empty
-multiprocessors, a real filler (an existing single-CTA band engine given the last bands) is worth
-building; if the filler waits for the clusters or slows them, it is not.
+* that plus a *spinning* filler (24 or 44 CTAs noting their multiprocessor and spinning 60-90 us, with
+  about a cluster CTA's shared memory), launched dependent and not dependent;
+* that plus a *real* filler: the library's two-pass band engines (wgmma and mma.sync, 128 rows a CTA)
+  with a band offset, walking the last 34 bands (17 CTAs), checked against float64 on that tail
+  first; and each real filler alone;
+* the whole band kernel plus a dependent spinning filler (does the filler disturb the clusters?).
 
     python3 benchmarks/pdl_filler.py   # writes $OUT/pdl_filler.md when OUT is set
 
-Measured (H200, 2026-11-30, `benchmarks/results/2026-11-30-h200-pdl_filler-session11.md`): the library
-kernel 103.6-105.3 us, with the trigger 103.6-104.8; 990 bands 101.0-101.7; 990 bands with 24 dependent
-CTAs spinning 80 or 90 us 101.0-102.1 (the 24 ran at once on 8 multiprocessors, 3 each: the empty ones);
-44 CTAs 165.4 (20 of them waited for the clusters); all bands with 24 spinning 60 us 104.0-104.2; the
-mechanism alone (8 triggering CTAs spinning 50 us, 24 dependent ones spinning 50 us) 54.5 against 105.7
-not dependent. So a filler of up to 24 CTAs (64 KiB each) runs for free beside the clusters, and the
-band kernel is about 2 us faster with 34 bands fewer: a filler that does those 34 bands within about
-90 us (an existing single-CTA band engine needs about 18 SM-us a band: 34 bands on 8 SMs fit) would
-take attention_f16 from about 103.5 to about 101.5 us.
+Measured (H200, 2026-11-30, `benchmarks/results/2026-11-30-h200-pdl_filler-session11.md`, two calls):
+the library kernel 103.6-105.3 us; 990 bands 101.0-102.6; 990 bands with 24 dependent CTAs spinning 80
+or 90 us 101.0-103.5 (the 24 ran at once on the 8 empty multiprocessors, 3 each, and cost the clusters
+nothing); 44 such CTAs 165.4 (20 waited for the clusters). But the real fillers, correct on the tail,
+made it slower: with the wgmma band 109.7-110.3, with the mma.sync band 118.4-118.6 (alone, on an idle
+GPU, they take 48.8-49.4 and 69.2-70.4 us: one CTA a multiprocessor; on 8 multiprocessors their 17 CTAs
+share, and the wgmma band's registers allow 2 a multiprocessor, so one waits). A filler pays only if the
+tail's bands fit the 8 multiprocessors within about 90 us, which these engines' CTAs, 49 us each alone,
+do not.
 """
 
 from __future__ import annotations
@@ -41,6 +40,8 @@ import ctypes
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
@@ -102,6 +103,23 @@ def patch(bands: int | None):
     return edit
 
 
+# A real filler: a single-CTA band engine (cuda_matmul's two-pass bands, 128 rows a CTA, grid 512 for
+# attention_f16) walking only the last bands: its CTA b takes band OFFSET + b, launched with the tail's CTAs.
+TAIL_FROM = 495  # 128-row bands: 990 64-row bands = 495 of them; the tail is 17
+ENGINES = {"wgmma band (two-pass, 256 threads)": {"wgmma": (64, 4, 2)},
+           "mma.sync band (two-pass, 128 threads)": {"mma": True}}
+
+
+def offset_patch(offset: int):
+    """A two-pass band kernel's source whose CTA b computes 128-row band ``offset + b``."""
+    def edit(src: str) -> str:
+        for old in ("const int mt = blockIdx.x % 16;", "const int bz = blockIdx.x / 16;"):
+            assert src.count(old) == 1, "the band engine's band index moved"
+            src = src.replace(old, old.replace("blockIdx.x", f"((int)blockIdx.x + {offset})"))
+        return src
+    return edit
+
+
 def main() -> int:
     try:
         import cupy as cp
@@ -136,6 +154,26 @@ def main() -> int:
         got = built.results()[pipeline.results[0].name][:first]
         ok, err = ab_attention.matches(got, want[pipeline.results[0].name], rtol, atol)
         lines.append(f"- {label}: check {'ok' if ok else 'differs'} (error {err:.3g} x tolerance); "
+                     + "; ".join(built.resources))
+    # the real fillers, checked on the tail they compute (batches 30 and 31: their own float64 reference)
+    tail_host = {n: (a[30:32] if a.ndim == 3 and a.shape[0] == 32 else a) for n, a in host.items()}
+    want_tail, _ = ab_attention.reference(pipeline, tail_host, binding.params, 2)
+    name = pipeline.results[0].name
+    engines = {}
+    for label, tuning in ENGINES.items():
+        built = ab_attention.Built(loaded, pipeline, binding, host, True, arch,
+                                   {**tuning, "source_patch": offset_patch(TAIL_FROM)})
+        (lk, _timed), = built.launches
+        engines[label] = (built, lk)
+        built.repoison()
+        launch_tail(lk, 512 - TAIL_FROM, cp.cuda.get_current_stream().ptr, launch_ex, dependent=False)
+        got = built.results()[name]
+        # 128-row band 495 is batch 30, rows 1920..2047; bands 496..511 are batch 31
+        ok1, e1 = ab_attention.matches(got[30:31, 1920:], want_tail[name][0:1, 1920:], rtol, atol)
+        ok2, e2 = ab_attention.matches(got[31:32], want_tail[name][1:2], rtol, atol)
+        untouched = bool(np.isnan(got[:30].astype(np.float32)).all() and np.isnan(got[30, :1920].astype(np.float32)).all())
+        lines.append(f"- filler {label}, bands {TAIL_FROM}..511 only: tail check {'ok' if ok1 and ok2 else 'differs'} "
+                     f"(error {max(e1, e2):.3g} x tolerance), rows before the tail untouched: {untouched}; "
                      + "; ".join(built.resources))
     module = cp.RawModule(code=SPIN)
     spin = module.get_function("spin")
@@ -173,6 +211,10 @@ def main() -> int:
             primary_spin((8,), (128,), (cp.int64(50_000), psmid, pt0), stream=stream, shared_mem=SPIN_SMEM)
 
     kernels["spin primary"] = SpinPrimary
+
+    def engine_filler(label: str, dependent: bool):
+        lk = engines[label][1]
+        return lambda: launch_tail(lk, 512 - TAIL_FROM, stream.ptr, launch_ex, dependent)
     runs = [("8 CTAs spinning 50 us (trigger) + 24 CTAs spinning 50 us, dependent", "spin primary",
              (24, 50_000, True)),
             ("8 CTAs spinning 50 us (trigger) + 24 CTAs spinning 50 us, not dependent", "spin primary",
@@ -184,23 +226,29 @@ def main() -> int:
             ("990 bands + 24 CTAs spinning 90 us, dependent", "990 bands, trigger", (24, 90_000, True)),
             ("990 bands + 24 CTAs spinning 80 us, not dependent", "990 bands, trigger", (24, 80_000, False)),
             ("all bands + 24 CTAs spinning 60 us, dependent", "with the trigger", (24, 60_000, True)),
+            *((f"990 bands + {label} on the last 34, dependent", "990 bands, trigger", (label, True))
+              for label in ENGINES),
+            *((f"990 bands + {label} on the last 34, not dependent", "990 bands, trigger", (label, False))
+              for label in ENGINES),
+            *((f"{label} on the last 34 alone", None, (label, False)) for label in ENGINES),
             ("the library kernel again", "library kernel", None)]
     lines += ["", "| launch | us (3 rounds) | filler CTAs' SMs (distinct) | filler start spread us |", "|---|---|---|---|"]
     results = {label: [] for label, _k, _f in runs}
     spots = {}
     for _round in range(3):
         for label, key, fill in runs:
-            built = kernels[key]
-            extra = filler(*fill) if fill else None
+            built = kernels[key] if key else None
+            extra = (engine_filler(*fill) if fill and fill[0] in ENGINES else filler(*fill)) if fill else None
 
             def both(built=built, extra=extra):
-                built.run(only_timed=True)
+                if built is not None:
+                    built.run(only_timed=True)
                 if extra is not None:
                     extra()
             both()
             cp.cuda.runtime.deviceSynchronize()
             results[label].append(timer.measure(both, stream).median_us)
-            if fill:
+            if fill and fill[0] not in ENGINES:
                 ids, starts = cp.asnumpy(smid[:fill[0]]), cp.asnumpy(t0[:fill[0]])
                 spots[label] = (len(set(ids.tolist())), (starts.max() - starts.min()) / 1e3)
         print(f"round {_round + 1} done", flush=True)
@@ -210,6 +258,19 @@ def main() -> int:
         lines.append(f"| {label} | {us} | {where[0] if where else '-'} | {f'{where[1]:.1f}' if where else '-'} |")
     emit("\n".join(lines) + "\n", "pdl_filler.md")
     return 0
+
+
+def launch_tail(lk, ctas: int, stream_ptr: int, launch_ex, dependent: bool) -> None:
+    """Launch loaded kernel ``lk`` (its parameter array, block and shared memory) on ``ctas`` CTAs through
+    ``cuLaunchKernelEx``, as a programmatic dependent of the stream's previous kernel when ``dependent``."""
+    attr = LaunchAttribute(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, b"", 1)
+    config = LaunchConfig(ctas, 1, 1, *lk.kernel.block, lk.kernel.shared_bytes, ctypes.c_void_p(stream_ptr),
+                          ctypes.cast(ctypes.pointer(attr), ctypes.c_void_p) if dependent else None,
+                          1 if dependent else 0)
+    params = ctypes.cast(lk.parameter_array, ctypes.POINTER(ctypes.c_void_p))
+    rc = launch_ex(ctypes.byref(config), ctypes.c_void_p(lk.function_handle), params, None)
+    if rc:
+        raise RuntimeError(f"cuLaunchKernelEx: CUresult {rc}")
 
 
 if __name__ == "__main__":

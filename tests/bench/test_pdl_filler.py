@@ -40,6 +40,28 @@ def test_the_probes_edit_applies_to_the_band_kernel_and_keeps_its_resources(tmp_
         s.patch(990)(kernel.source.replace("< 1024", "< 2048"))
 
 
+def test_the_real_fillers_edit_moves_each_engines_band_index(tmp_path):
+    """The two-pass engines the probe uses as fillers take their band from blockIdx.x in exactly two places;
+    the edit offsets both, and the kernel still compiles with at most 8 more bytes of spills."""
+    from cuvil_dsl.codegen import cuda_matmul
+
+    s = load_script("pdl_filler")
+    for label, tuning in s.ENGINES.items():
+        cuda_matmul.ROW_BAND_TUNING.update(tuning)
+        try:
+            kernel = attention_kernel()
+        finally:
+            cuda_matmul.ROW_BAND_TUNING.clear()
+        assert kernel.grid[0] == 512, label  # 128 rows a CTA: the tail of 34 64-row bands is 512 - 495 CTAs
+        edited = s.offset_patch(s.TAIL_FROM)(kernel.source)
+        assert edited.count(f"((int)blockIdx.x + {s.TAIL_FROM})") == 2 and "= blockIdx.x" not in edited, label
+        before = build_for_sm_90(kernel.source, (kernel.entry,), tmp_path / f"b{len(label)}", kernel.options)
+        after = build_for_sm_90(edited, (kernel.entry,), tmp_path / f"a{len(label)}", kernel.options)
+        # the offset costs the mma.sync band, at its 128-register bound, one spilled word pair (8 bytes, as on
+        # the H200); more would make the probe's filler a different kernel from the engine it stands for
+        assert after.resources[kernel.entry].spill_bytes <= before.resources[kernel.entry].spill_bytes + 8, label
+
+
 def test_the_launch_attribute_has_cuda_h_layout():
     from cuvil_dsl.compile.nvrtc import header_dir
 
