@@ -23,6 +23,9 @@ This times (``GpuTimer``, L2 flushed, median):
 
     python3 benchmarks/pdl_filler.py   # writes $OUT/pdl_filler.md when OUT is set
 
+Exit status: 0 when every kernel's check passed (the band kernels on the first batches, the fillers on
+the tail, leaving the rest untouched), 1 when one did not, 2 without a GPU.
+
 Measured (H200, 2026-11-30, `benchmarks/results/2026-11-30-h200-pdl_filler-session11.md`, two calls):
 the library kernel 103.6-105.3 us; 990 bands 101.0-102.6; 990 bands with 24 dependent CTAs spinning 80
 or 90 us 101.0-103.5 (the 24 ran at once on the 8 empty multiprocessors, 3 each, and cost the clusters
@@ -149,10 +152,12 @@ def main() -> int:
                                                  {"source_patch": patch(990)}),
     }
     lines = [f"# pdl_filler on {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}", ""]
+    checked = []
     for label, built in kernels.items():
         built.run()
         got = built.results()[pipeline.results[0].name][:first]
         ok, err = ab_attention.matches(got, want[pipeline.results[0].name], rtol, atol)
+        checked.append(ok)
         lines.append(f"- {label}: check {'ok' if ok else 'differs'} (error {err:.3g} x tolerance); "
                      + "; ".join(built.resources))
     # the real fillers, checked on the tail they compute (batches 30 and 31: their own float64 reference)
@@ -172,6 +177,7 @@ def main() -> int:
         ok1, e1 = ab_attention.matches(got[30:31, 1920:], want_tail[name][0:1, 1920:], rtol, atol)
         ok2, e2 = ab_attention.matches(got[31:32], want_tail[name][1:2], rtol, atol)
         untouched = bool(np.isnan(got[:30].astype(np.float32)).all() and np.isnan(got[30, :1920].astype(np.float32)).all())
+        checked.append(ok1 and ok2 and untouched)
         lines.append(f"- filler {label}, bands {TAIL_FROM}..511 only: tail check {'ok' if ok1 and ok2 else 'differs'} "
                      f"(error {max(e1, e2):.3g} x tolerance), rows before the tail untouched: {untouched}; "
                      + "; ".join(built.resources))
@@ -257,7 +263,7 @@ def main() -> int:
         where = spots.get(label)
         lines.append(f"| {label} | {us} | {where[0] if where else '-'} | {f'{where[1]:.1f}' if where else '-'} |")
     emit("\n".join(lines) + "\n", "pdl_filler.md")
-    return 0
+    return 0 if all(checked) else 1
 
 
 def launch_tail(lk, ctas: int, stream_ptr: int, launch_ex, dependent: bool) -> None:
