@@ -10,10 +10,10 @@ the SM clock, the power draw and the temperature every 50 ms, and reports the me
 taken in the second half of each run, with the time per call over that half.
 
 Contenders: the library's kernel for benchmarks/gemm_gelu_f16.yaml (``gelu(a @ b + bias)``, the
-default mode of ``ab_wgmma.py``), ``cupy.matmul`` (cuBLAS, no epilogue) and, when PyTorch is
+default mode of ``ab_wgmma.py``, and with ``--modes`` others of its LIBRARY_MODES), ``cupy.matmul`` (cuBLAS, no epilogue) and, when PyTorch is
 installed, ``F.gelu(torch.addmm(bias, a, b))`` (cuBLASLt with its epilogue).
 
-    python3 benchmarks/gemm_power.py [--seconds 3]   # writes $OUT/gemm_power.md when OUT is set
+    python3 benchmarks/gemm_power.py [--seconds 3] [--modes multicast,warp-specialised]   # $OUT/gemm_power.md
 
 Exit status 2 when there is no GPU.
 """
@@ -63,6 +63,8 @@ def sampled(cp, fn, seconds: float) -> tuple[float, list[list[float]]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--modes", default="", help="also the ab_wgmma LIBRARY_MODES whose labels contain one of "
+                                                   "these comma-separated texts (the default always)")
     args = parser.parse_args(argv)
     gpu = open_gpu("gemm_power")
     if gpu is None:
@@ -72,16 +74,20 @@ def main(argv: list[str] | None = None) -> int:
 
     import ab_wgmma
 
-    default = ab_wgmma.LIBRARY_MODES[0]
-    library = ab_wgmma.build_library([default])
-    k, u = library[((SIZE, SIZE, SIZE), default[0])]
+    wanted = [w.strip() for w in args.modes.split(",") if w.strip()]
+    modes = [m for i, m in enumerate(ab_wgmma.LIBRARY_MODES)
+             if i == 0 or (any(w in m[0] for w in wanted) and "probe" not in m[0])]
+    library = ab_wgmma.build_library(modes)
     rs = cp.random.RandomState(1234)
     a = (rs.standard_normal((SIZE, SIZE), dtype=cp.float32) * 0.05).astype(cp.float16)
     b = (rs.standard_normal((SIZE, SIZE), dtype=cp.float32) * 0.05).astype(cp.float16)
     bias = (rs.standard_normal((SIZE,), dtype=cp.float32) * 0.1).astype(cp.float16)
     y = cp.empty((SIZE, SIZE), cp.float16)
-    runs = {"cuvil-dsl (library default)": ab_wgmma.library_launch(k, u, a, b, bias, y),
-            "cupy.matmul (cuBLAS, no epilogue)": lambda: cp.matmul(a, b)}
+    runs = {}
+    for label, *_switches in modes:
+        k, u = library[((SIZE, SIZE, SIZE), label)]
+        runs[f"cuvil-dsl: {label}"] = ab_wgmma.library_launch(k, u, a, b, bias, y)
+    runs["cupy.matmul (cuBLAS, no epilogue)"] = lambda: cp.matmul(a, b)
     try:
         import torch
         import torch.nn.functional as F
