@@ -414,10 +414,18 @@ def main() -> int:
     ap.add_argument("--library-modes", default="",
                     help="comma-separated parts of LIBRARY_MODES labels: build only the modes whose label has one "
                          "(the first mode, the default, always)")
+    ap.add_argument("--timed", default="", metavar="MxNxK,...",
+                    help="time these sizes instead of TIMED (the first is also where the SASS is read); session 11 "
+                         "timed multicast at five sizes this way: level or slightly slower at each")
     ap.add_argument("--rounds", type=int, default=0,
                     help="after everything, time the library's correct kernels and cuBLAS at each timed size "
                          "this many more times, round-robin (order and clock drift cancel out)")
     args = ap.parse_args()
+    if args.timed:
+        global TIMED
+        TIMED = [tuple(int(v) for v in size.split("x")) for size in args.timed.split(",")]
+        if any(len(size) != 3 for size in TIMED):
+            raise SystemExit(f"--timed {args.timed!r}: sizes are MxNxK, comma-separated")
     configs = parse_configs(args.configs)
     started = time.perf_counter()
     built = build_all(configs, swap=False, sass=not args.no_sass)
