@@ -378,7 +378,7 @@ CHECKED_VARIANTS = [
     # change its split between launches. Predicted: 0-1 us, if the split is reconfigured per launch.
     # Measured (`-session11-1.md`, two runs): 104.0 / 103.4 against 105.0 / 103.6 and identical rows 102.9 /
     # 104.0; the empty launch 4.2 / 3.6 against 3.7 / 4.1: no effect. The driver's own choice already fits.
-    ("carveout preference 100 (all cases)", {"carveout": 100}),
+    # Not kept (the "carveout" key of Built, and this variant and its ablation, are at commit da33d8a).
 ]
 # Timing-only ablations of the lagged band on the first case (--ablations): parts of the work left out, so
 # the results are wrong and not counted as failures; they bound what removing each part could gain. They
@@ -401,7 +401,6 @@ ABLATIONS = [
     # what the events measure of a launch of this shape. Measured (`-session10-9.md`): thread 0's set up and
     # loads 0.3 us, the block barrier 0.03, the cluster barrier 1.1; the empty launch 3.7 us.
     ("ablation: the launch alone (empty body)", {"ablate": ("empty",)}),
-    ("ablation: the launch alone, carveout preference 100", {"ablate": ("empty",), "carveout": 100}),
     ("ablation: no stores of P", {"ablate": ("store",)}),
     ("ablation: numerators by FFMA, no MUFU exp2", {"ablate": ("exp",)}),
     ("ablation: neither", {"ablate": ("store", "exp")}),
@@ -543,7 +542,6 @@ class Built:
 
         sizes = binding.sizes
         tuning = dict(tuning or {})
-        carveout = tuning.pop("carveout", None)  # a loader setting, not the template's: see CHECKED_VARIANTS
         patch = tuning.pop("source_patch", None)  # a probe's edit of the rendered source (pdl_filler.py)
         plan, rendered = render(loaded, pipeline, binding, row_band, arch, tuning)
         if patch is not None:
@@ -580,12 +578,6 @@ class Built:
         for name, array in self.buffers.items():
             self.cells.set_pointer(name, array.data.ptr)
         loaded_kernels = load_kernels(rendered, units, self.cells, max_dynamic_shared_bytes())
-        if carveout is not None:
-            from cupy_backends.cuda.api import driver
-
-            for lk in loaded_kernels.values():
-                driver.funcSetAttribute(lk.function.ptr, driver.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-                                        carveout)
         self.cells.set_uniforms(env)
         by_name = {k.name: (k, u) for k, u in zip(rendered, units)}
         self.launches, self.resources = [], []
@@ -656,7 +648,8 @@ def timeline_summary(built: "Built", label: str, event_us: float) -> str:
             f"{notes[:, 7].min()}-{notes[:, 7].max()} rounds; us, median [min, max]; CUDA events {event_us:.1f}): "
             f"start {spread(t[:, 0])}; loads issued {spread(t[:, 6] - t[:, 0])}; block barrier {spread(t[:, 7] - t[:, 6])}; "
             f"cluster barrier {spread(t[:, 1] - t[:, 7])}; set up {spread(t[:, 1] - t[:, 0])}; round 0 {spread(t[:, 2] - t[:, 1])}; "
-            f"loop ends {spread(t[:, 3])}; last write {spread(t[:, 4] - t[:, 3])}; exit barrier {spread(t[:, 5] - t[:, 4])}; "
+            f"loop ends {spread(t[:, 3])}; last write {spread(t[:, 4] - t[:, 3])}; "
+            f"to exit (the exit barrier, when EXIT_SYNC) {spread(t[:, 5] - t[:, 4])}; "
             f"exit {spread(t[:, 5])}; span {t[:, 5].max():.2f}")
 
 
