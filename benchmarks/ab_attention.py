@@ -379,6 +379,19 @@ CHECKED_VARIANTS = [
     # Measured (`-session11-1.md`, two runs): 104.0 / 103.4 against 105.0 / 103.6 and identical rows 102.9 /
     # 104.0; the empty launch 4.2 / 3.6 against 3.7 / 4.1: no effect. The driver's own choice already fits.
     # Not kept (the "carveout" key of Built, and this variant and its ablation, are at commit da33d8a).
+    # session 12: a writer warp (cuda_band_cluster.WRITER). The ablations of session 7 put the write's store
+    # instructions at 16-21 us of the band's time on its own warps (87 us without them), though the
+    # multiprocessor's units are each under 70% busy: the cost is the warpgroup issuing them between its
+    # phases. A fifth warp per CTA (160 threads, 127 registers: still 3 CTAs a multiprocessor) now does the
+    # whole write of the last band: it waits for the band's staging (an mbarrier the 128 threads arrive
+    # on) and for the cluster's statistics, merges them for its 64 rows, fills the factor table (the tile
+    # bases come in the 16 bytes of padding after each staged row), then per column tile loads its 16
+    # chunks a lane, scales them and stores them, and hands the columns back (an mbarrier per tile that the
+    # warpgroup waits for before staging the next band's tile there). The warpgroup keeps the exps, the
+    # staging and the pushes, and syncs on a named barrier of its own 128 threads. Predicted 90-97 us if the
+    # stores overlap the compute as a separate warp; no gain if their cost is the units they share.
+    ("lagged, a writer warp (all cases)", {"writer": True}),
+    ("lagged, a writer warp, tile 0 staged after tile 1 (all cases)", {"writer": True, "writer_late0": True}),
 ]
 # Timing-only ablations of the lagged band on the first case (--ablations): parts of the work left out, so
 # the results are wrong and not counted as failures; they bound what removing each part could gain. They
@@ -430,6 +443,8 @@ ABLATIONS = [
     # bytes written (stmatrix moves them about 6 times faster).
     ("ablation: no staging (stmatrix) of the numerators", {"ablate": ("stage",)}),
     ("ablation: no staging, no stores", {"ablate": ("stage", "store")}),
+    # session 12: the writer warp (CHECKED_VARIANTS) without its stores
+    ("ablation: writer warp, no stores", {"writer": True, "ablate": ("store",)}),
 ]
 
 
