@@ -83,7 +83,6 @@ INTERLEAVE0 = True  # (lagged band, interleave) the first piece's chunks in tile
 PART_PAD = 8  # (lagged band) floats after each sender's rows of statistics (a row's four lanes read 4 banks, not 1)
 OUT_BASE = True  # (lagged band) one output pointer a band for the write pieces; chunks at constant offsets
 EXIT_SYNC = False  # (lagged band) a cluster barrier before leaving (not needed: the last write waits for every push)
-WRITER = False  # (lagged band) a fifth warp writes the last band from the staged numerators (the warpgroup never does)
 
 CLUSTER_HELPERS = r"""
 // the CTAs of a cluster: the two halves of its barrier, and a float2 in another CTA's shared memory
@@ -217,12 +216,6 @@ class _ClusterBand:
         g.mt, g.nt = -(-g.M // self.bm), self.ctas * self.tiles
         g.fold = g.band_fold() if columns == g.N else None  # no masked column
         self.lag = lag and self.ctas > 1 and groups == 1 and fill > 0
-        from cuvil_dsl.codegen.cuda_matmul import ROW_BAND_TUNING
-        # a fifth warp writes the last band while the warpgroup computes (the spread write's work off its warps)
-        self.writer = bool(ROW_BAND_TUNING.get("writer", WRITER)) and self.lag and store_scaled and spread
-        if self.writer:
-            self.threads += 32
-        self.writer_late0 = self.writer and bool(ROW_BAND_TUNING.get("writer_late0", False))
         if min_blocks is None:  # at fewer registers these spill
             min_blocks = (3 if g.fold is not None else 2) if self.lag else (4 if g.fold is not None else 3)
         k.config = replace(k.config, block=self.threads, max_threads=self.threads, min_blocks=min_blocks)
@@ -247,6 +240,7 @@ class _ClusterBand:
                                 else ("__nv_bfloat162", "__floats2bfloat162_rn"))
         self.target = f"{k.names[staged.value]}[{k.offset(staged.value, staged.map, g.coord)}]"
         self.scaled = store_scaled
+        from cuvil_dsl.codegen.cuda_matmul import ROW_BAND_TUNING
         # tiles after the first without their maximum: the lagged band (in the barrier variant at 4 CTAs
         # a multiprocessor the slow path's registers spill, and small grids did not gain)
         self.lazy = bool(ROW_BAND_TUNING.get("lazy", LAZY)) and self.lag
@@ -265,7 +259,6 @@ class _ClusterBand:
         # into 16 u64 a CTA at the output's start, at its exit; "empty" renders the kernel's launch alone (no body)
         self.ablate = frozenset(ROW_BAND_TUNING.get("ablate", ())) if self.lag else frozenset()
         self.interleave = bool(ROW_BAND_TUNING.get("interleave", INTERLEAVE)) and self.lag and not (self.ablate - {"timeline"})
-        self.interleave = self.interleave and not self.writer
         self.interleave0 = bool(ROW_BAND_TUNING.get("interleave0", INTERLEAVE0)) and self.interleave and self.tiles > 1
         self.spread, self.stcs = spread and store_scaled and self.lag, stcs
         # the pieces' stores from one pointer a band (the last band's row m0 + warp_row + pr, column
@@ -368,18 +361,6 @@ class _ClusterBand:
                 "    unsigned r[4];  // matrix j: pair j / 2 of the lane's two in those columns, row half j % 2",
                 "#pragma unroll", f"    for (int j = 0; j < 4; ++j) r[j] = {scaled};",
                 f"    cvl_stsm_x4({at} + q * 32, r[0], r[1], r[2], r[3]);", "}"]
-
-    def scale_chunk(self, factor: str) -> list[str]:
-        """The 16-byte chunk ``v`` of staged numerators times its factor (the bits ``factor``: an f16 pair for
-        an f16 output, else an f32), rounded to the output type in place."""
-        if self.half:
-            return [f"const unsigned f = {factor};",
-                    "v.x = cvl_hmul2_bits(v.x, f);", "v.y = cvl_hmul2_bits(v.y, f);",
-                    "v.z = cvl_hmul2_bits(v.z, f);", "v.w = cvl_hmul2_bits(v.w, f);"]
-        return [f"const float f = __uint_as_float({factor});",
-                "unsigned* const w = &v.x;", "#pragma unroll", "for (int e = 0; e < 4; ++e) {",
-                "    const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&w[e]));",
-                f"    w[e] = cvl_pack_bits({self.pack}(x.x * f, x.y * f));", "}"]
 
     @staticmethod
     def stsm_lane(ld: int) -> str:
@@ -573,9 +554,6 @@ class _ClusterBand:
 
         prefetch = self.prefetch
         timeline = "timeline" in self.ablate
-        writer = self.writer
-        # the warpgroup's barrier: with the writer warp (never at it) a named barrier of the 128 threads
-        sync = 'asm volatile("bar.sync 1, 128;\\n" ::: "memory");' if writer else "__syncthreads();"
 
         def load(band: str, what: list[int], a: str | None) -> list[str]:
             """Thread 0: B tiles ``what`` of ``band``, and its A band when ``a`` (into A buffer ``a``
@@ -594,11 +572,11 @@ class _ClusterBand:
 
         def refill(t: int) -> list[str]:
             if t + 2 < tiles:  # tile t's slot takes tile t + 2
-                return [f"{sync}  // the warpgroup is past tile t's wgmma",
+                return ["__syncthreads();  // the warpgroup is past tile t's wgmma",
                         "if (threadIdx.x == 0) {", *indent(load("band", [t + 2], None)), "}"]
             if prefetch:  # slot t % 2 is done with this band: the next band's tile t % 2; after the last
                 # tile this band's A buffer takes the A band two rounds on
-                lines = [f"{sync}  // the warpgroup is past tile t's wgmma",
+                lines = ["__syncthreads();  // the warpgroup is past tile t's wgmma",
                          f"if (threadIdx.x == 0 && band + clusters < {self.bands}) {{",
                          *indent(load("band + clusters", [t % 2], None)), "}"]
                 if t + 1 == tiles:
@@ -606,7 +584,7 @@ class _ClusterBand:
                               *indent(load("band + 2 * clusters", [], "round & 1")), "}"]
                 return lines
             if t + 1 == tiles:  # the A band and both slots take the next band's first tiles
-                return [f"{sync}  // the warpgroup is past the band's last wgmma",
+                return ["__syncthreads();  // the warpgroup is past the band's last wgmma",
                         f"if (threadIdx.x == 0 && band + clusters < {self.bands}) {{",
                         *indent(load("band + clusters", list(range(min(2, tiles))), "0")), "}"]
             return []
@@ -640,7 +618,15 @@ class _ClusterBand:
                 staged = f"pw_rd + (({lo} + j) * {4 * ldp} + {tile * 64}) * 2"
                 if self.out_base:  # 16-byte steps from the band's pointer: rows 4j on, tile's columns on
                     at = f"out_prev + ({lo} + j) * {4 * self.row_stride // 8} + {tile * 8}"
-            store = self.scale_chunk(factor)
+            if self.half:
+                store = [f"const unsigned f = {factor};",
+                         "v.x = cvl_hmul2_bits(v.x, f);", "v.y = cvl_hmul2_bits(v.y, f);",
+                         "v.z = cvl_hmul2_bits(v.z, f);", "v.w = cvl_hmul2_bits(v.w, f);"]
+            else:
+                store = [f"const float f = __uint_as_float({factor});",
+                         "unsigned* const w = &v.x;", "#pragma unroll", "for (int e = 0; e < 4; ++e) {",
+                         "    const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&w[e]));",
+                         f"    w[e] = cvl_pack_bits({self.pack}(x.x * f, x.y * f));", "}"]
             put = f"__stcs({at}, v);" if self.stcs else f"*({at}) = v;"
             if "store" in self.ablate:
                 put = "(void)v;"
@@ -759,16 +745,7 @@ class _ClusterBand:
 
         def after(t: int) -> list[str]:
             """Piece t of the last band's write (tile t's columns), then tile t's numerators staged in
-            them: a tile's numerators leave the registers as soon as its statistics are done. With the
-            writer warp: its write of those columns waited for instead."""
-            if writer:
-                def handed(u: int) -> list[str]:
-                    return [f"if (round > 0) cvl_mbar_wait(wbar0 + {8 + 8 * u}, (round - 1) & 1);  "
-                            f"// the writer is done with the last band's tile {u}", *stage(u)]
-
-                if self.writer_late0 and tiles > 1:  # tile 0's numerators wait in registers a tile longer
-                    return [] if t == 0 else [*handed(0), *handed(1)] if t == 1 else handed(t)
-                return handed(t)
+            them: a tile's numerators leave the registers as soon as its statistics are done."""
             if first and t == 0:  # the statistics and the factor table now, the chunks in tile 1's pass
                 lines = [*write_head("band - clusters", "round - 1"), *factors()]
                 return ["if (round > 0) {", *indent(lines), "}"]
@@ -793,15 +770,6 @@ class _ClusterBand:
                     "{", *indent([*self.band_coords("(band - clusters)"), "const int m = m0 + warp_row + pr;",
                                   "const int n = n_cta + pq * 8;", f"out_prev = reinterpret_cast<uint4*>(&{self.target});"]),
                     "}"] if self.out_base else []
-        if writer:  # the pieces, the factors and the last band's statistics are the writer's
-            out_prev = []
-        # with the writer warp: the rows' tile bases in the padding after their staged numerators (a row has
-        # 8 halves of it: 4 floats), then this thread's part of the band is staged
-        handoff = ["if (lane % 4 == 0) {  // the tile bases of the thread's two rows, for the writer",
-                   f"    float* const tb0 = reinterpret_cast<float*>(pw + (lane / 4) * {ldp} + {tiles * 64});",
-                   f"    float* const tb1 = reinterpret_cast<float*>(pw + (lane / 4 + 8) * {ldp} + {tiles * 64});",
-                   "#pragma unroll", f"    for (int t = 0; t < {tiles}; ++t) tb0[t] = tile_base[t][0], tb1[t] = tile_base[t][1];",
-                   "}", "cvl_mbar_arrive(wbar0);  // this thread's part of the band is staged"] if writer else []
         band_body = [
             *self.band_coords("band"), *out_prev,
             f"if (threadIdx.x == 0) cvl_mbar_expect_tx(stats0 + (round & 1) * 8, {ctas * bm * 4}u);",
@@ -812,70 +780,15 @@ class _ClusterBand:
             *(self.band_tiles(issue, refill, after, chunk if interleave else lambda t: []) if self.spread
               else self.band_tiles(issue, refill)),
             *self.merge_quad(),
-            *(push if writer else []), *handoff,
             *([] if self.spread else ["if (round > 0)", *indent(write("band - clusters", "round - 1"))]),
             *([] if self.spread else [line for t in range(tiles) for line in stage(t)] if self.scaled else
               ["#pragma unroll", f"for (int t = 0; t < {tiles}; ++t)", "#pragma unroll", "for (int ni = 0; ni < 8; ++ni)",
                "#pragma unroll", "for (int h = 0; h < 2; ++h)",
                f"    *reinterpret_cast<__half2*>(pw + (lane / 4 + h * 8) * {ldp} + t * 64 + ni * 8 + lane % 4 * 2) = pv[t][ni * 2 + h];"]),
-            *([] if writer else ["#pragma unroll", f"for (int t = 0; t < {tiles}; ++t) prev_base[t][0] = tile_base[t][0], "
-                                 "prev_base[t][1] = tile_base[t][1];", *push]),
+            "#pragma unroll", f"for (int t = 0; t < {tiles}; ++t) prev_base[t][0] = tile_base[t][0], prev_base[t][1] = tile_base[t][1];",
+            *push,
             *(["if (round == 0) cvl_note(2);"] if timeline else []),
         ]
-        def writer_loop() -> list[str]:
-            """The writer warp (threads 128-159): round r's band, once the warpgroup has staged it and the
-            cluster's statistics of it are in: each row's base and sum over the cluster, its factors (one a
-            tile) into the table, then tile by tile the staged numerators times their factors, stored as
-            16-byte streaming stores (rows 4j + pr, chunk pq of the tile's 8), each tile's columns handed
-            back to the warpgroup as soon as they are out."""
-            factor = "cvl_half2_bits" if self.half else "__float_as_uint"
-            stores = []
-            for t in range(tiles):
-                guard = ([f"const int m = m0 + j * 4 + pr;", f"const int n = n_cta + ({t * 8} + pq) * 8;"]
-                         if self.guard else [])
-                stores += ["{", *indent([
-                    "uint4 vs[16];  // all of the lane's chunks of the tile loaded first, then scaled and stored",
-                    "unsigned fs[16];", "#pragma unroll", "for (int j = 0; j < 16; ++j) {",
-                    f"    vs[j] = cvl_lds128(st0 + (j * {4 * ldp} + {t * 64}) * 2);",
-                    f"    fs[j] = cvl_lds32(sf0 + j * 64 + {t * 4});", "}",
-                    "#pragma unroll", "for (int j = 0; j < 16; ++j) {",
-                    *indent([*guard, "uint4 v = vs[j];", *self.scale_chunk("fs[j]"),
-                             *self.guarded(["(void)v;" if "store" in self.ablate else
-                                            f"__stcs(out0 + j * {4 * self.row_stride // 8} + {t * 8}, v);"])]),
-                    "}", f"cvl_mbar_arrive(wbar0 + {8 + 8 * t});  // tile {t}'s staged columns are free"]), "}"]
-            merge = [
-                "#pragma unroll", "for (int h = 0; h < 2; ++h) {  // rows lane, lane + 32",
-                "    const int row = lane + 32 * h;",
-                f"    const float* const got = cvl_part + (round & 1) * {ctas * prow} + row;",
-                f"    float top = {neg_inf};",
-                "#pragma unroll", f"    for (int q = 0; q < {ctas}; ++q) top = fmaxf(top, got[q * {prow}]);",
-                "    float total = 0.0f;", "#pragma unroll", f"    for (int q = 0; q < {ctas}; ++q) {{",
-                f"        const float w = got[q * {prow}];", "        total += w == top ? 1.0f : cvl_ex2(w - top);", "    }",
-                "    const float inv = 1.0f / total;",
-                f"    const float* const tb = reinterpret_cast<const float*>(pw0 + row * {ldp} + {tiles * 64});",
-                "#pragma unroll",
-                f"    for (int t = 0; t < {tiles}; ++t) (&cvl_factor[0][0])[row * 4 + t] = {factor}(cvl_ex2(tb[t] - top) * inv);",
-                "}", "__syncwarp();  // the band's factors are in"]
-            return [
-                "if (threadIdx.x >= 128) {  // the writer warp",
-                *indent([
-                    f"const unsigned st0 = cvl_smem_addr(pw0) + (pr * {ldp} + pq * 8) * 2;  // row pr, chunk pq of the staged band",
-                    "const unsigned sf0 = cvl_smem_addr(cvl_factor) + pr * 16;  // factors [row][tile] of row pr",
-                    "#pragma unroll 1",
-                    f"for (int band = blockIdx.x / {ctas}, round = 0; band < {self.bands}; band += clusters, ++round) {{",
-                    *indent([
-                        *self.band_coords("band"),
-                        "cvl_mbar_wait(wbar0, round & 1);  // the warpgroup has staged the band",
-                        "cvl_mbar_wait(stats0 + (round & 1) * 8, (round >> 1) & 1);  // the cluster's statistics of it",
-                        *merge,
-                        "uint4* out0;  // row m0 + pr, column n_cta + 8 pq",
-                        "{", *indent(["const int m = m0 + pr;", "const int n = n_cta + pq * 8;",
-                                      f"out0 = reinterpret_cast<uint4*>(&{self.target});"]), "}",
-                        *stores,
-                        "__syncwarp();  // the factors are read before the next band's"]),
-                    "}", "return;"]),
-                "}"]
-
         body = [
             *(["__shared__ unsigned long long cvl_tl[16];  // ablation: the timeline",
                "#define cvl_note(i) do { if (threadIdx.x == 0) asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(cvl_tl[i]) :: \"memory\"); } while (0)",
@@ -883,10 +796,6 @@ class _ClusterBand:
             *self.common_head("a ring of 2 B tiles of 64 rows", 2 if prefetch else 1),
             f"__half* const pw = reinterpret_cast<__half*>(cvl_smem + (smem0 - cvl_smem_addr(cvl_smem)) + {a_bytes + 2 * tile_b})"
             f" + (threadIdx.x / 32) * {16 * ldp};  // this warp's 16 rows of numerators, then of output",
-            *([f"__half* const pw0 = reinterpret_cast<__half*>(cvl_smem + (smem0 - cvl_smem_addr(cvl_smem)) + "
-               f"{a_bytes + 2 * tile_b});  // the staged band (the writer's view)",
-               f"__shared__ __align__(8) unsigned long long cvl_wbar[{1 + tiles}];  // the band staged, then each tile written",
-               "const unsigned wbar0 = cvl_smem_addr(cvl_wbar);"] if writer else []),
             "const int lane = threadIdx.x % 32;", "const int wg = 0;", "const int wl = threadIdx.x / 32;",
             "const int warp_row = wl * 16;  // the warp's first row in the band",
             "const int row0 = warp_row + lane / 4;  // the thread's first row",
@@ -913,8 +822,6 @@ class _ClusterBand:
             "if (threadIdx.x == 0) {",
             f"    for (int s = 0; s < {bars}; ++s) cvl_mbar_init(full0 + s * 8, 1);",
             "    cvl_mbar_init(stats0, 1);", "    cvl_mbar_init(stats0 + 8, 1);",
-            *([f"    cvl_mbar_init(wbar0, 128);", f"    for (int t = 1; t <= {tiles}; ++t) cvl_mbar_init(wbar0 + t * 8, 32);"]
-              if writer else []),
             "    asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");",
             *indent(load(f"blockIdx.x / {ctas}", list(range(min(2, tiles))), "0")),
             *([f"    if (blockIdx.x / {ctas} + clusters < {self.bands})",
@@ -925,13 +832,12 @@ class _ClusterBand:
             *(["cvl_note(9);"] if timeline else []),
             "cvl_cluster_arrive();", "cvl_cluster_wait();  // every CTA's mbarriers are set up before any push",
             *(["cvl_note(1);"] if timeline else []),
-            *(writer_loop() if writer else []),
             *(["unsigned cvl_sink = 0u;  // ablation: the unstaged numerators' bits"] if "stage" in self.ablate else []),
             "int round = 0;", "int band = blockIdx.x / " + str(ctas) + ";",
             "#pragma unroll 1",
             f"for (; band < {self.bands}; band += clusters, ++round) {{", *indent(band_body), "}",
             *(["cvl_note(3);"] if timeline else []),
-            *([] if writer else write("band - clusters", "round - 1")),
+            *write("band - clusters", "round - 1"),
             *(["cvl_note(4);"] if timeline else []),
             # no cluster barrier before leaving (EXIT_SYNC): the last write waited for the last band's statistics,
             # so every push into this CTA has landed, and no CTA pushes after its loop
