@@ -383,6 +383,9 @@ def format_cache_info(info: dict) -> str:
         f"cache dir   {info['dir']} ({state})",
         f"entries     {info['entries']} ({info['bytes'] / 1e6:.1f} MB), failed sources kept: {info['failed_sources']}",
     ]
+    if info.get("orphaned_temp_files"):
+        lines.append(f"temp files  {info['orphaned_temp_files']} left by killed writers "
+                     "(removed by the next compile that stores an entry, or `cuvil-dsl cache clear`)")
     counters = info.get("counters") or {}
     scalar = {k: v for k, v in counters.items() if isinstance(v, (int, float))}
     if scalar:

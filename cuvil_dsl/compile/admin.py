@@ -5,7 +5,7 @@ from __future__ import annotations
 from cuvil_dsl import knobs
 from cuvil_dsl.compile import log as clog
 from cuvil_dsl.compile.breaker import BREAKER
-from cuvil_dsl.compile.cache import MEMORY, disk_cache, refusal
+from cuvil_dsl.compile.cache import MEMORY, disk_cache, orphans, refusal
 
 
 def cache_info() -> dict:
@@ -38,6 +38,7 @@ def cache_info() -> dict:
         "bytes": size,
         "failed_sources": failed,
         "memory_entries": len(MEMORY),
+        "orphaned_temp_files": orphans(root, remove=False) if disk is not None else 0,
         "counters": clog.read_persisted(root) if disk is not None else clog.export_counters(),
         "process_counters": clog.export_counters(),
         "breaker": BREAKER.state(),
@@ -46,7 +47,8 @@ def cache_info() -> dict:
 
 def cache_clear(*, memory: bool = True, disk: bool = True) -> dict:
     """Drop the in-memory layer and/or the disk entries (with lock files and saved failures),
-    the CPU backend's generated modules and numba's cache of them, and the parser tables."""
+    the CPU backend's generated modules and numba's cache of them, the checked programs (``ir/``),
+    the parser tables, and the temporary files killed writers left (``cache.orphans``)."""
     removed_memory = MEMORY.clear() if memory else 0
     removed_disk = 0
     if disk:
@@ -54,7 +56,8 @@ def cache_clear(*, memory: bool = True, disk: bool = True) -> dict:
         removed_disk = cache.clear() if cache else 0
         root = knobs.values.cache_dir
         if cache is not None:  # only a directory that passed the ownership checks
-            removed_disk += _remove_tree(root / "numba")
+            removed_disk += orphans(root, remove=True)
+            removed_disk += _remove_tree(root / "numba") + _remove_tree(root / "ir")
             parser_tables = root / "lark-cuvil.cache"
             if parser_tables.exists():
                 parser_tables.unlink(missing_ok=True)

@@ -10,7 +10,9 @@ Entry file: ``MAGIC | format | payload length | sha256(payload) | payload`` wher
 payload is a JSON metadata block followed by the CUBIN. A truncated, corrupt or foreign
 file is a miss and is removed; it can never crash a compile or hand back a bad binary.
 Files are written to a temporary name in the same folder, fsynced, then ``os.replace``d,
-so a reader in another process sees either the old complete file or the new one.
+so a reader in another process sees either the old complete file or the new one. A writer
+killed between the two leaves its temporary file; the first store of a later process removes
+those untouched for an hour (``orphans``), as does ``cuvil-dsl cache clear``.
 
 A directory owned by someone else, or writable by group/others, is refused (anyone who can
 write there could plant a binary we would run on the GPU): the service then compiles
@@ -189,6 +191,42 @@ def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+ORPHAN_AGE_S = 3600.0  # a temporary file untouched this long was left by a writer that died (writes take ms)
+TEMP_FOLDERS = ("", "cubin", "numba", "ir")  # where atomic_write writes under a cache root (none nested)
+_SWEPT: set[Path] = set()  # cache roots this process has swept (once each, at its first store)
+_SWEPT_LOCK = threading.Lock()
+
+
+def orphans(root: Path, *, remove: bool, max_age_s: float = ORPHAN_AGE_S, now: float | None = None) -> int:
+    """The temporary files (``.NAME.XXXX.tmp``, see :func:`atomic_write`) that writers killed between
+    their write and their rename left in the cache's folders (``TEMP_FOLDERS`` under ``root``, not
+    below them): regular files of this user untouched for ``max_age_s``. Counted, or with ``remove``
+    deleted (how many). A link, a file of another user or a young file (a writer may still be at
+    work) is left alone.
+    """
+    now = time.time() if now is None else now
+    uid, found = os.getuid(), 0
+    for sub in TEMP_FOLDERS:
+        try:
+            names = os.listdir(root / sub)
+        except OSError:  # not made yet, or not a folder
+            continue
+        for name in names:
+            if not (name.startswith(".") and name.endswith(".tmp")):
+                continue
+            path = root / sub / name
+            try:
+                info = os.lstat(path)
+                if not stat.S_ISREG(info.st_mode) or info.st_uid != uid or now - info.st_mtime < max_age_s:
+                    continue
+                if remove:
+                    os.unlink(path)
+            except OSError:  # gone meanwhile (its writer finished, or another sweep)
+                continue
+            found += 1
+    return found
 
 
 class MemoryCache:
@@ -386,7 +424,6 @@ class DiskCache:
         try:
             self.entries_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             atomic_write(self.path_for(key), encode_entry(key, artifact))
-            return True
         except OSError as exc:
             if not self._warned_write:
                 self._warned_write = True
@@ -395,6 +432,14 @@ class DiskCache:
                     "cuvil-dsl: cannot write the compile cache in %s (%s); compiling without it", self.root, reason
                 )
             return False
+        with _SWEPT_LOCK:  # the first store of a process also clears what killed writers left behind
+            first = self.root not in _SWEPT
+            _SWEPT.add(self.root)
+        if first:
+            removed = orphans(self.root, remove=True)
+            if removed:
+                logger.info("cuvil-dsl: removed %d temporary file(s) left in %s by killed writers", removed, self.root)
+        return True
 
     @contextlib.contextmanager
     def key_lock(self, key: str, timeout: float) -> Iterator[bool]:

@@ -263,3 +263,44 @@ def test_counters_info_clear_and_prometheus(cache_dir):
     assert cache_clear() == {"memory": 2, "disk": 2}
     assert cache_info()["entries"] == 0
     assert compile_units([u], "sm_90")[0].cache == "miss"
+
+
+def test_temp_files_of_killed_writers_are_swept(cache_dir, monkeypatch):
+    """A writer killed between its write and its rename leaves ``.NAME.XXXX.tmp`` behind. The first store
+    of a later process removes those untouched for an hour in the cache's folders; a younger one (its
+    writer may still be at work), a symlink and anything nested deeper stay. ``cache info`` counts them,
+    ``cache clear`` removes them."""
+    from cuvil_dsl.cli import format_cache_info
+
+    compile_units([unit("o1")], "sm_90")  # the folders exist now; this process has swept its root
+    old = time.time() - 2 * cache_mod.ORPHAN_AGE_S
+
+    def temp(path, age=old):
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        path.write_bytes(b"half an entry")
+        os.utime(path, (age, age))
+        return path
+
+    stale = [temp(cache_dir / "cubin" / ".k.entry.a1b2.tmp"), temp(cache_dir / ".counters.json.c3.tmp"),
+             temp(cache_dir / "ir" / ".e5.pickle.d4.tmp")]
+    young = temp(cache_dir / "cubin" / ".k.entry.f6.tmp", age=time.time() - 60)
+    nested = temp(cache_dir / "cubin" / "deeper" / ".k.entry.g7.tmp")
+    target = temp(cache_dir / "kept.bin")
+    link = cache_dir / "cubin" / ".k.entry.h8.tmp"
+    link.symlink_to(target)
+    os.utime(link, (old, old), follow_symlinks=False)
+    info = cache_info()
+    assert info["orphaned_temp_files"] == 3
+    assert "temp files  3 left by killed writers" in format_cache_info(info)
+
+    compile_units([unit("o2")], "sm_90")  # swept once per process: nothing happens at this store
+    assert all(p.exists() for p in stale)
+    monkeypatch.setattr(cache_mod, "_SWEPT", set())  # a later process
+    compile_units([unit("o3")], "sm_90")
+    assert not any(p.exists() for p in stale)
+    assert young.exists() and nested.exists() and link.is_symlink() and target.read_bytes() == b"half an entry"
+    assert cache_info()["orphaned_temp_files"] == 0 and "temp files" not in format_cache_info(cache_info())
+
+    late = temp(cache_dir / ".durations.json.i9.tmp")
+    cache_clear()
+    assert not late.exists() and target.exists()
