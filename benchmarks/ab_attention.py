@@ -397,6 +397,18 @@ CHECKED_VARIANTS = [
     # interleaved among the exps (17.0), and the hand-off costs 9 more: their cost is the units they use
     # (the L1/shared data path the wgmma operands, stmatrix and the staged loads share), not the issue
     # slots of the warps that run them. Not kept (the WRITER switch and the variants are at commit 01fba7f).
+    # session 12, next: if the L1/shared data path is what binds, fewer bytes through it should pay. A CTA's
+    # band moves about 160 KB through it: the wgmma's A reads (32 KB: each tile's wgmma reads the whole A
+    # band), B reads (32), stmatrix staging (32), the write's staged loads (32) and its stores (32). With A
+    # from registers (wgmma's RS form; each warp's 16 rows loaded once a band by 4 ldmatrix x4, 8 KB a band),
+    # 24 KB fewer (15%). Session 6 measured A in registers at no gain, on an older kernel at 4 CTAs a
+    # multiprocessor; here 164 registers (162 without INTERLEAVE0), still 3 CTAs a multiprocessor.
+    # Predicted 2-6% faster if the data path binds, no change if not.
+    # Measured (`-session12-3-1.md`, `-3-2.md`, one device call): A from registers 102.9 / 102.7 us against
+    # 104.4 / 105.0 for the default and 103.9 / 104.7 for its identical row (-1.7% on average); without
+    # INTERLEAVE0 103.3 / 103.8 against 105.5 / 105.5. Correct on every case. At the low end of the
+    # prediction: the data path is part of what binds. The default now (cuda_band_cluster.A_REGS).
+    ("lagged, A from shared memory (previous) (all cases)", {"a_regs": False}),
 ]
 # Timing-only ablations of the lagged band on the first case (--ablations): parts of the work left out, so
 # the results are wrong and not counted as failures; they bound what removing each part could gain. They

@@ -44,7 +44,11 @@ done with it. The pieces of the write go out in four chunks among the lazy exps 
 stores predicated rather than branched around, so that the scheduler spreads them (``INTERLEAVE``):
 piece t in tile t's pass, and piece 0 (whose statistics are waited for after tile 0) in tile 1's
 too, tile 0's numerators staged after tile 1 (``INTERLEAVE0``). Every store of a band's pieces goes
-through one output pointer at constant offsets (``OUT_BASE``). A cluster barrier after the set up
+through one output pointer at constant offsets (``OUT_BASE``). The wgmma take A from registers
+(``A_REGS``): each warp loads its 16 rows of the A band once a band (4 ``ldmatrix`` x4 of the
+swizzled tile TMA wrote) instead of every tile's wgmma reading the band from shared memory, 24 of the
+about 160 KB a CTA's band moves through the multiprocessor's L1/shared data path, which the write's
+staging, loads and stores share. A cluster barrier after the set up
 keeps every push from a peer's uninitialised mbarrier; none is needed before leaving (``EXIT_SYNC``):
 a CTA's last write waits for the last band's statistics, so every push into it has landed, and no
 CTA pushes after its loop.
@@ -70,7 +74,7 @@ from dataclasses import replace
 
 from cuvil_dsl.codegen import cuda_wgmma
 from cuvil_dsl.codegen.cuda import Emitted, element_count, indent
-from cuvil_dsl.codegen.cuda_matmul import BAND_HELPERS, LOG2E, STSM_HELPER, STSM_PACK
+from cuvil_dsl.codegen.cuda_matmul import BAND_HELPERS, BAND_STREAM_HELPER, LOG2E, STSM_HELPER, STSM_PACK
 from cuvil_dsl.types import DType
 
 MAX_CLUSTER = 8  # CTAs: the portable cluster size on sm_90
@@ -83,6 +87,7 @@ INTERLEAVE0 = True  # (lagged band, interleave) the first piece's chunks in tile
 PART_PAD = 8  # (lagged band) floats after each sender's rows of statistics (a row's four lanes read 4 banks, not 1)
 OUT_BASE = True  # (lagged band) one output pointer a band for the write pieces; chunks at constant offsets
 EXIT_SYNC = False  # (lagged band) a cluster barrier before leaving (not needed: the last write waits for every push)
+A_REGS = True  # (lagged band) wgmma with A from registers: each warp's rows of the A band loaded once a band by ldmatrix
 
 CLUSTER_HELPERS = r"""
 // the CTAs of a cluster: the two halves of its barrier, and a float2 in another CTA's shared memory
@@ -267,6 +272,9 @@ class _ClusterBand:
         self.row_stride = next((st for d, st, size in zip(staged.map, g.p.strides(staged.value), g.p.shape(staged.value))
                                 if d == len(g.p.domain) - 2 and size > 1), 0)  # elements from row m to m + 1
         self.half = store_scaled and self.pair == "__half2"  # the numerators scaled in f16 pairs
+        # (lagged band) wgmma with A from registers: each warp's fragments of the A band loaded once a band
+        # by ldmatrix, instead of every tile's wgmma reading the A band from shared memory
+        self.a_regs = bool(ROW_BAND_TUNING.get("a_regs", A_REGS)) and self.lag
 
     # ------------------------------------------------------------------ shared pieces
     def guarded(self, body: list[str]) -> list[str]:
@@ -275,11 +283,45 @@ class _ClusterBand:
     def wgmma(self, acc: str, wait: str, stage_bytes: int) -> list[str]:
         """A tile's wgmma into ``acc`` once ``wait`` (its B tile's mbarrier) is done; the tile at ``stage_bytes``."""
         db = f"desc_b + (({stage_bytes} + kk * 32) >> 4)"
+        if self.a_regs:  # A from the band's fragments in registers
+            return [wait, "cvl_wgmma_fence();",
+                    "{", "    const int kk = 0;", f"    cvl_wgmma_rs_set({acc}, afr[0], {db});", "}",
+                    "#pragma unroll", f"for (int kk = 1; kk < {self.ks}; ++kk)",
+                    f"    cvl_wgmma_rs({acc}, afr[kk], {db});",
+                    "cvl_wgmma_commit();"]
         return [wait, "cvl_wgmma_fence();",
                 "{", "    const int kk = 0;", f"    cvl_wgmma_set({acc}, desc_a, {db});", "}",
                 "#pragma unroll", f"for (int kk = 1; kk < {self.ks}; ++kk)",
                 f"    cvl_wgmma({acc}, desc_a + ((kk * 32) >> 4), {db});",
                 "cvl_wgmma_commit();"]
+
+    def a_fragments(self, at: str) -> list[str]:
+        """The warp's 16 rows of the A band at shared address ``at`` (TMA's 128-byte swizzle: 16-byte chunk
+        c of row r at chunk c ^ (r % 8)) into ``afr``, one mma A fragment a k step (ldmatrix x4: rows 0-7 and
+        8-15 of the step's two chunks)."""
+        return ["#pragma unroll", f"for (int kk = 0; kk < {self.ks}; ++kk) {{",
+                "    const unsigned r = wl * 16 + lane / 8 % 2 * 8 + lane % 8, c = kk * 2 + lane / 16;",
+                f"    cvl_ldsm_x4_at(afr[kk], {at} + r * 128u + ((c ^ (r % 8)) * 16u));", "}"]
+
+    def rs_helpers(self) -> str:
+        """``cvl_wgmma_rs`` / ``cvl_wgmma_rs_set``: the tile's wgmma with A from four registers a thread."""
+        eng = self.eng
+        n = eng.regs
+        regs = ", ".join(f"%{i}" for i in range(n))
+        outs = ", ".join(f'"+f"(d[{i}])' for i in range(n))
+        tb = int(not eng.b.k_major)
+        out = BAND_STREAM_HELPER  # cvl_ldsm_x4_at
+        for name, accumulate in (("cvl_wgmma_rs", 1), ("cvl_wgmma_rs_set", 0)):
+            out += f"""
+// D (64 x {eng.bn}, f32) {'+=' if accumulate else '='} A (64 x 16, the warp's mma fragment in registers) * B (descriptor)
+__device__ __forceinline__ void {name}(float (&d)[{n}], const unsigned (&a)[4], unsigned long long db) {{
+    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{n + 5}, 0;\\n"
+                 "{eng.instruction()} {{{regs}}}, {{%{n}, %{n + 1}, %{n + 2}, %{n + 3}}}, %{n + 4}, p, 1, 1, {tb};\\n}}\\n"
+                 : {outs}
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"({accumulate}));
+}}
+"""
+        return out
 
     def statistics(self, t: int, during: list[str] = ()) -> list[str]:
         """Tile t: the running statistics, and its numerators into pv[t] (acc is the tile's); the lazy
@@ -775,8 +817,10 @@ class _ClusterBand:
             f"if (threadIdx.x == 0) cvl_mbar_expect_tx(stats0 + (round & 1) * 8, {ctas * bm * 4}u);",
             *g.band_state(neg_inf),
             *(["cvl_mbar_wait(full0 + 16 + (round & 1) * 8, (round >> 1) & 1);  // the A band is in",
+               *(self.a_fragments("sa + (round & 1) * " + str(tile_a) + "u") if self.a_regs else []),
                f"const unsigned long long desc_a = desc_a0 + (unsigned long long)((round & 1) * {tile_a >> 4});"]
-              if prefetch else ["cvl_mbar_wait(full0 + 16, round & 1);  // the A band is in"]),
+              if prefetch else ["cvl_mbar_wait(full0 + 16, round & 1);  // the A band is in",
+                                *(self.a_fragments("sa") if self.a_regs else [])]),
             *(self.band_tiles(issue, refill, after, chunk if interleave else lambda t: []) if self.spread
               else self.band_tiles(issue, refill)),
             *self.merge_quad(),
@@ -809,6 +853,8 @@ class _ClusterBand:
             f"const unsigned long long desc_a{'0' if prefetch else ''} = cvl_wgmma_desc(sa, 16u, 1024u);",
             "const unsigned long long desc_b = cvl_wgmma_desc(sb, 16u, 1024u);",
             f"float acc_even[{eng.regs}], acc_odd[{eng.regs}];  // even and odd column tiles",
+            *([f"unsigned afr[{self.ks}][4];  // the A band's mma fragments of the warp's rows, a k step each"]
+              if self.a_regs else []),
             f"__half2 pv[{tiles}][{eng.regs // 2}];  // the numerators of each tile, rounded to f16",
             f"float tile_base[{tiles}][2], prev_base[{tiles}][2];  // the thread's bases after each tile (this band, the last)",
             f"__shared__ __align__(8) unsigned long long cvl_full[{bars}];  // the 2 B slots, then A" + (" (2 buffers)" if prefetch else ""),
@@ -854,4 +900,5 @@ class _ClusterBand:
         if "empty" in self.ablate:  # the launch alone: the same signature, grid, clusters and shared memory
             body = []
         return self.emitted(entry, body, a_bytes + 2 * tile_b + 4 * 16 * ldp * 2 + 1024,
-                            PUSH_HELPER + (STORE_IF_HELPER if interleave else ""), persistent=True)
+                            PUSH_HELPER + (STORE_IF_HELPER if interleave else "") + (self.rs_helpers() if self.a_regs else ""),
+                            persistent=True)

@@ -467,6 +467,9 @@ def test_lagged_cluster_band_builds_without_spills(sizes, grid, per_sm, tmp_path
     tiles = 4 if sizes["N"] == 2048 else 3
     assert k.shared_bytes == 2 * 8192 + 2 * 8192 + 4 * 16 * (tiles * 64 + 8) * 2 + 1024
     assert "cvl_full[4];" in body and "cvl_mbar_wait(full0 + 16 + (round & 1) * 8, (round >> 1) & 1);" in body
+    # A_REGS: every wgmma takes A from the warp's fragments, loaded once a band from the A buffer TMA filled
+    assert "cvl_wgmma_rs_set(acc_even, afr[0]" in body and "cvl_wgmma_set(" not in body
+    assert body.count("cvl_ldsm_x4_at(afr[kk], sa + (round & 1) * 8192u") == 1
     r, _ = _compile_sass(k)
     assert r.spill_bytes == 0 and r.stack_bytes == 0 and r.registers <= 65536 // (128 * per_sm), r
     # per_sm CTAs fit a multiprocessor's 228 KB, each with the 1 KB the system reserves

@@ -278,7 +278,7 @@ def test_persistent_cluster_kernels_match_on_fewer_clusters(fit, monkeypatch):
 
 @pytest.mark.parametrize("tuning", [{"lazy": True}, {"lazy": False}, {"quad_merge": True}, {"quad_merge": False},
                                     {"prefetch": False}, {"interleave": False}, {"interleave0": False},
-                                    {"out_base": False}, {"part_pad": 0}], ids=str)
+                                    {"out_base": False}, {"part_pad": 0}, {"a_regs": False}], ids=str)
 @pytest.mark.parametrize("stem", ["attention_lazy", "attention_cluster", "attention_f16"])
 def test_cluster_band_switches_match_reference(stem, tuning, monkeypatch):
     """The lagged cluster band with and without lazy bases (cuda_band_cluster.LAZY; attention_lazy's
@@ -288,8 +288,8 @@ def test_cluster_band_switches_match_reference(stem, tuning, monkeypatch):
     buffer and the next band's loads after its last tile (PREFETCH off), and with the write pieces
     after the tiles' exps instead of among them (INTERLEAVE off; attention_lazy's slow path redoes a
     tile whose piece has already gone out among its first pass's exps), with the first piece after tile
-    0 instead of in tile 1's pass (INTERLEAVE0 off), and with each piece's addresses from the band's
-    coordinates (OUT_BASE off)."""
+    0 instead of in tile 1's pass (INTERLEAVE0 off), with each piece's addresses from the band's
+    coordinates (OUT_BASE off), and with every wgmma reading the A band from shared memory (A_REGS off)."""
     from cuvil_dsl.codegen import cuda_matmul
 
     monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", tuning)
@@ -300,7 +300,7 @@ def test_cluster_band_switches_match_reference(stem, tuning, monkeypatch):
         assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
 
 
-@pytest.mark.parametrize("tuning", [{}, {"prefetch": False}, {"interleave0": False}], ids=str)
+@pytest.mark.parametrize("tuning", [{}, {"prefetch": False}, {"interleave0": False}, {"a_regs": False}], ids=str)
 @pytest.mark.parametrize("n", [384, 448])
 def test_lagged_band_odd_tile_counts_match_reference(n, tuning, tmp_path, monkeypatch):
     """The lagged band asked for on clusters of 2 CTAs (its default needs 4): N = 384 gives each CTA 3
