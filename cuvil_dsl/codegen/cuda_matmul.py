@@ -295,14 +295,15 @@ class _GemmKernel:
         return all(st % 2 == 0 for d, st, size in zip(m, self.p.strides(value), self.p.shape(value))
                    if d is not None and d != n_axis and size > 1)
 
-    def paired_body(self) -> list[str] | None:
+    def paired_body(self, stage: tuple[str, int] | None = None) -> list[str] | None:
         """The epilogue of one accumulator pair (:meth:`WgmmaEngine.pairs`: columns n and n + 1, n even)
         with one 32-bit store per output, or None where that does not apply (then every element is
         stored alone): :data:`cuda_wgmma.PAIRED_STORES`, the wgmma engine, N even (a pair is all in or
         all out), and every output 16-bit and contiguous along N. Each element's values come from its
         own walk (the per-element code, ``ACC0`` / ``ACC1``, coordinate ``n`` / ``n + 1``), so the
         arithmetic and its rounding are the per-element epilogue's; 16-bit operands contiguous along N
-        (a bias row) are loaded once per pair."""
+        (a bias row) are loaded once per pair. ``stage`` (a shared array and its row length): each pair
+        goes there, at the tile's row ``m - m0`` and column ``n - n0``, instead (:meth:`staged_epilogue`)."""
         k = self.k
         if not (cuda_wgmma.PAIRED_STORES and isinstance(self.eng, cuda_wgmma.WgmmaEngine) and self.N % 2 == 0):
             return None
@@ -336,11 +337,51 @@ class _GemmKernel:
             dt = k.dtype(s.value)
             x0, x1 = k.unrounded(lines, x0, s.value), k.unrounded(lines, x1, s.value)
             t, join = PAIR[dt]
-            line = (f"*reinterpret_cast<{t}*>(&{k.names[s.value]}[{k.offset(s.value, s.map, self.coord)}]) = "
-                    f"{join}({k.lang.store(x0, dt)}, {k.lang.store(x1, dt)});")
+            at = (f"{stage[0]}[(m - m0) * {stage[1]} + (n - n0)]" if stage is not None
+                  else f"{k.names[s.value]}[{k.offset(s.value, s.map, self.coord)}]")
+            line = f"*reinterpret_cast<{t}*>(&{at}) = {join}({k.lang.store(x0, dt)}, {k.lang.store(x1, dt)});"
+
             cond = k.guard(s, self.coord)
             lines.append(f"if ({cond}) {line}" if cond else line)
         return self.edge_guarded(lines)
+
+    def staged_epilogue(self) -> list[str] | None:
+        """The plain kernel's epilogue through shared memory (:data:`cuda_wgmma.STAGED_STORES`), or None
+        where it does not apply: one 16-bit output, paired (:meth:`paired_body`), written at every point
+        (no store guard), N and every other stride of it multiples of 8 (so 16-byte chunks are all in
+        or all out, and aligned), the tile within the pipeline's shared memory. Once every warpgroup is
+        past its last wgmma (a block barrier: the stages are free), each pair goes into the tile's
+        staging rows (``BN + 8`` elements a row: a warp's 8 rows x 16 bytes hit 32 banks), then each
+        warpgroup copies its 64 rows out in 16-byte chunks, a row's ``2 BN`` bytes a warp instruction.
+        The values are the paired epilogue's, bit for bit."""
+        k, eng = self.k, self.eng
+        if not (cuda_wgmma.STAGED_STORES and isinstance(eng, cuda_wgmma.WgmmaEngine) and len(self.p.stores) == 1):
+            return None
+        (s,) = self.p.stores
+        n_axis = len(self.p.domain) - 1
+        ld = eng.bn + 8
+        if self.N % 8 or k.guard(s, self.coord) or eng.bm * ld * 2 > eng.shared_bytes:
+            return None
+        if any(st % 8 for d, st, size in zip(s.map, self.p.strides(s.value), self.p.shape(s.value))
+               if d is not None and d != n_axis and size > 1):
+            return None
+        body = self.paired_body(stage=("cvl_stage", ld))
+        if body is None:
+            return None
+        scalar = {DType.F16: "__half", DType.BF16: "__nv_bfloat16"}[k.dtype(s.value)]
+        per_row = eng.bn // 8  # 16-byte chunks of a staged row
+        copy = (f"*reinterpret_cast<uint4*>(&{k.names[s.value]}[{k.offset(s.value, s.map, self.coord)}]) = "
+                f"*reinterpret_cast<const uint4*>(&cvl_stage[r * {ld} + (n - n0)]);")
+        return [
+            f"{scalar}* const cvl_stage = reinterpret_cast<{scalar}*>(cvl_smem + (smem0 - cvl_smem_addr(cvl_smem)));"
+            f"  // the tile's outputs, {ld} a row",
+            "__syncthreads();  // every warpgroup is past its last wgmma: the stages are free",
+            *eng.pairs("m0", "n0", body),
+            'asm volatile("bar.sync %0, 128;\\n" :: "r"(1 + wg) : "memory");  // the warpgroup\'s 64 rows are staged',
+            "#pragma unroll", f"for (int i = 0; i < {64 * per_row // 128}; ++i) {{",
+            "    const int c = i * 128 + threadIdx.x % 128;", f"    const int r = wg * 64 + c / {per_row};",
+            "    const int m = m0 + r;", f"    const int n = n0 + c % {per_row} * 8;",
+            *indent(self.edge_guarded([copy])), "}"]
 
     # ------------------------------------------------------------------ skeleton
     def batch_coords(self) -> list[str]:
@@ -420,8 +461,10 @@ class _GemmKernel:
             decode = ["const int pair_ = blockIdx.x / 2;", *self.pair_indices("pair_")]
         body = self.prologue(decode) + [f"const int n0 = nt * {eng.bn};"]
         body += eng.main_loop(self.kt, lambda s: f"({s}) * {eng.bk}", lambda s: "n0", "m0", ("pa", "pb"), [])
-        paired = self.paired_body()
-        body += eng.pairs("m0", "n0", paired) if paired is not None else eng.elements("m0", "n0", self.store_body(None))
+        staged = self.staged_epilogue()
+        paired = self.paired_body() if staged is None else None
+        body += (staged if staged is not None else eng.pairs("m0", "n0", paired) if paired is not None
+                 else eng.elements("m0", "n0", self.store_body(None)))
         lines = [*self.k.signature(entry, eng.threads), *indent(body), "}"]
         return Emitted(self.in_pairs(lines) if pair else lines, (self.batch * self.mt * self.nt, 1, 1), (eng.threads, 1, 1), eng.shared_bytes,
                        eng.helpers(), eng.options)

@@ -101,6 +101,12 @@ ARCH = "sm_90a"  # what such a kernel is compiled for (wgmma is an arch-specific
 #       not what holds the GEMM back; the probe's gain is likely its half-constant B operand (less
 #       switching power under the H200's power cap), not its traffic. Off by default (False).
 PAIRED_STORES = True
+# Session 12: a plain kernel's 16-bit output through shared memory. Paired 4-byte stores write 8 rows of
+# 16 bytes a warp instruction: 8 transactions of the L1 data path (and half-filled 32-byte sectors) for
+# every 128 bytes, in an epilogue that the tensor cores idle through. Staged (each pair a conflict-free
+# 4-byte shared store, then each warpgroup's 64 rows copied out as 16-byte loads and stores, a row's 512
+# bytes a warp instruction) it is 3 transactions for 128 bytes, in whole sectors.
+STAGED_STORES = True
 LARGE_TILE = (128, 256, 4, 1)
 LIBRARY_WS: bool | str = False
 TMA = True

@@ -506,11 +506,13 @@ def _sass(u) -> str:
         pytest.skip(str(exc))
 
 
-def _stores(sass: str) -> tuple[int, int]:
-    """(32-bit, 16-bit) global stores."""
+def _stores(sass: str, width: str = "") -> tuple[int, int]:
+    """(32-bit, 16-bit) global stores; with ``width`` ("128"), (stores of that width, every other one)."""
     from cuvil_dsl.compile.sass import instructions
 
-    ops = list(instructions(sass))
+    ops = [op for op in instructions(sass) if op.startswith("STG.E")]
+    if width:
+        return sum(op == f"STG.E.{width}" for op in ops), sum(op != f"STG.E.{width}" for op in ops)
     return sum(op == "STG.E" for op in ops), sum(op.startswith("STG.E.U16") for op in ops)
 
 
@@ -531,7 +533,14 @@ def test_library_pairs_where_they_apply(library, name):
             sass = _sass(u)
             assert u.arch == "sm_90a" and "HGMMA" in sass
             wide, narrow = _stores(sass)
-            if paired:
+            # STAGED_STORES: one 16-bit output with N and its strides multiples of 8 goes out through shared
+            # memory, in 16-byte stores only
+            staged = "cvl_stage[" in body
+            assert staged == (paired and name == "wg_batched_pairs"), (name, mode)
+            if staged:
+                chunks, other = _stores(sass, "128")
+                assert chunks > 0 and other == 0, (name, chunks, other)
+            elif paired:
                 assert wide > 0 and narrow == 0, (name, wide, narrow)
             elif name != "wg_mixed_outputs":  # its f32 result uses 32-bit stores too
                 assert wide == 0 and narrow > 0, (name, mode, wide, narrow)
@@ -549,8 +558,9 @@ def test_library_pair_reads_and_guards(library):
 
 
 def test_library_gemm_gelu_f16(library):
-    """benchmarks/gemm_gelu_f16.yaml: 256 x 128 tiles (512 threads), paired stores and bias loads,
-    no edge tests (the tiles divide 4096), half the store instructions of the previous default."""
+    """benchmarks/gemm_gelu_f16.yaml: 256 x 128 tiles (512 threads), paired bias loads, the output staged
+    in shared memory and stored in 16-byte chunks (STAGED_STORES), no edge tests (the tiles divide 4096):
+    an eighth of the store instructions of the paired epilogue, a sixteenth of the per-element one."""
     (new, un), = library[("gemm_gelu_f16", NEW)]
     (old, uo), = library[("gemm_gelu_f16", OLD)]
     assert new.block == (512, 1, 1) and new.grid == (512, 1, 1) and old.block == (256, 1, 1)
@@ -563,9 +573,9 @@ def test_library_gemm_gelu_f16(library):
     sn, so = _sass(un), _sass(uo)
     assert count_instructions(sn, r"HGMMA\.64x128x16\.F32") == 4
     assert count_instructions(so, r"HGMMA\.64x256x16\.F32") == 4
-    (wide_new, narrow_new), (wide_old, narrow_old) = _stores(sn), _stores(so)
-    # per thread: 256 x 128 / 512 = 64 elements (32 pairs) against 128 x 256 / 256 = 128 elements
-    assert (wide_new, narrow_new) == (32, 0) and (wide_old, narrow_old) == (0, 128)
+    # per thread: 256 x 128 / 512 = 64 elements (8 chunks of 16 bytes) against 128 x 256 / 256 = 128 elements
+    assert _stores(sn, "128") == (8, 0) and _stores(so) == (0, 128)
+    assert "cvl_stage[" in new.source and "cvl_stage[" not in old.source
 
 
 def test_library_warp_specialised(library):
