@@ -151,10 +151,14 @@ MULTICAST_OF = {
 # and half-filled sectors for every 128 bytes, in an epilogue the tensor cores idle through). The mode below
 # is the previous epilogue; the probes patch the paired stores, so they render without staging.
 PREVIOUS_STORES = "library plain kernel, paired 4-byte stores (previous, no staging)"
-STAGED_OF = {PREVIOUS_STORES: False, **{label: False for label in PROBES}}
+# the staged boxes written by TMA (STAGED_STORES "tma": one thread's cp.async.bulk.tensor stores instead of
+# the warpgroup's 16-byte loads and stores)
+TMA_STORES = "library plain kernel, staged stores written by TMA"
+STAGED_OF = {PREVIOUS_STORES: False, TMA_STORES: "tma", **{label: False for label in PROBES}}
 LIBRARY_MODES = [
     ("library default (128x256 s4p1, staged 16-byte stores, TMA loads)", True, (128, 256, 4, 1), False, True),
     (PREVIOUS_STORES, True, (128, 256, 4, 1), False, True),
+    (TMA_STORES, True, (128, 256, 4, 1), False, True),
     ("library plain kernel, B multicast to CTA pairs", True, (128, 256, 4, 1), False, True),
     *((label, True, (128, 256, 4, 1), False, True) for label in PROBES),
     ("library warp-specialised persistent 128x256 s4p1, TMA", True, (128, 256, 4, 1), True, True),
