@@ -295,15 +295,15 @@ class _GemmKernel:
         return all(st % 2 == 0 for d, st, size in zip(m, self.p.strides(value), self.p.shape(value))
                    if d is not None and d != n_axis and size > 1)
 
-    def paired_body(self, stage: str | None = None) -> list[str] | None:
+    def paired_body(self, stage: tuple[str, int] | None = None) -> list[str] | None:
         """The epilogue of one accumulator pair (:meth:`WgmmaEngine.pairs`: columns n and n + 1, n even)
         with one 32-bit store per output, or None where that does not apply (then every element is
         stored alone): :data:`cuda_wgmma.PAIRED_STORES`, the wgmma engine, N even (a pair is all in or
         all out), and every output 16-bit and contiguous along N. Each element's values come from its
         own walk (the per-element code, ``ACC0`` / ``ACC1``, coordinate ``n`` / ``n + 1``), so the
         arithmetic and its rounding are the per-element epilogue's; 16-bit operands contiguous along N
-        (a bias row) are loaded once per pair. ``stage``: each pair goes to that address in shared memory
-        instead (a C expression of ``m - m0`` and ``n - n0``: :meth:`staged_epilogue`)."""
+        (a bias row) are loaded once per pair. ``stage`` (a shared array and its row length): each pair
+        goes there, at the tile's row ``m - m0`` and column ``n - n0``, instead (:meth:`staged_epilogue`)."""
         k = self.k
         if not (cuda_wgmma.PAIRED_STORES and isinstance(self.eng, cuda_wgmma.WgmmaEngine) and self.N % 2 == 0):
             return None
@@ -337,8 +337,9 @@ class _GemmKernel:
             dt = k.dtype(s.value)
             x0, x1 = k.unrounded(lines, x0, s.value), k.unrounded(lines, x1, s.value)
             t, join = PAIR[dt]
-            at = stage if stage is not None else f"&{k.names[s.value]}[{k.offset(s.value, s.map, self.coord)}]"
-            line = f"*reinterpret_cast<{t}*>({at}) = {join}({k.lang.store(x0, dt)}, {k.lang.store(x1, dt)});"
+            at = (f"{stage[0]}[(m - m0) * {stage[1]} + (n - n0)]" if stage is not None
+                  else f"{k.names[s.value]}[{k.offset(s.value, s.map, self.coord)}]")
+            line = f"*reinterpret_cast<{t}*>(&{at}) = {join}({k.lang.store(x0, dt)}, {k.lang.store(x1, dt)});"
 
             cond = k.guard(s, self.coord)
             lines.append(f"if ({cond}) {line}" if cond else line)
@@ -352,10 +353,7 @@ class _GemmKernel:
         past its last wgmma (a block barrier: the stages are free), each pair goes into the tile's
         staging rows (``BN + 8`` elements a row: a warp's 8 rows x 16 bytes hit 32 banks), then each
         warpgroup copies its 64 rows out in 16-byte chunks, a row's ``2 BN`` bytes a warp instruction.
-        With ``STAGED_STORES == "tma"`` and TMA loads (no batch axes), an output [M, N] instead goes
-        into 64 x 64 boxes in TMA's 128-byte swizzle (chunk j of row r at chunk j ^ (r % 8): a warp's 8
-        rows still hit 32 banks), and one thread of each warpgroup stores its boxes by TMA
-        (:meth:`tma_store_epilogue`). The values are the paired epilogue's, bit for bit."""
+        The values are the paired epilogue's, bit for bit."""
         k, eng = self.k, self.eng
         if not (cuda_wgmma.STAGED_STORES and isinstance(eng, cuda_wgmma.WgmmaEngine) and len(self.p.stores) == 1):
             return None
@@ -367,10 +365,7 @@ class _GemmKernel:
         if any(st % 8 for d, st, size in zip(s.map, self.p.strides(s.value), self.p.shape(s.value))
                if d is not None and d != n_axis and size > 1):
             return None
-        if cuda_wgmma.STAGED_STORES == "tma" and eng.maps and len(self.p.domain) == 2 and tuple(s.map) == (0, 1) \
-                and tuple(self.p.strides(s.value)) == (self.N, 1):
-            return self.tma_store_epilogue(s)
-        body = self.paired_body(stage=f"&cvl_stage[(m - m0) * {ld} + (n - n0)]")
+        body = self.paired_body(stage=("cvl_stage", ld))
         if body is None:
             return None
         scalar = {DType.F16: "__half", DType.BF16: "__nv_bfloat16"}[k.dtype(s.value)]
@@ -387,29 +382,6 @@ class _GemmKernel:
             "    const int c = i * 128 + threadIdx.x % 128;", f"    const int r = wg * 64 + c / {per_row};",
             "    const int m = m0 + r;", f"    const int n = n0 + c % {per_row} * 8;",
             *indent(self.edge_guarded([copy])), "}"]
-
-    def tma_store_epilogue(self, s) -> list[str] | None:
-        """:meth:`staged_epilogue` stored by TMA: each warpgroup's 64 rows in ``BN / 64`` boxes of 64 x 64
-        (8 KB, 128-byte swizzle) from the stages' shared memory, written by one thread with
-        ``cp.async.bulk.tensor`` (rows past M and columns past N clipped by the map), which waits for the
-        copies to have read shared memory before the CTA may leave."""
-        k, eng = self.k, self.eng
-        boxes = eng.bn // 64
-        body = self.paired_body(stage="cvl_stage_b + cvl_swizzled(m - m0 - wg * 64, n - n0)")
-        if body is None:
-            return None
-        out = k.tensor_map("tma_out", s.value, (self.N, self.M), self.N * 2, (64, 64))
-        return [
-            "unsigned char* const cvl_stage_b = cvl_smem + (smem0 - cvl_smem_addr(cvl_smem)) + wg * "
-            f"{boxes * 8192};  // this warpgroup's {boxes} boxes of 64 x 64",
-            "__syncthreads();  // every warpgroup is past its last wgmma: the stages are free",
-            *eng.pairs("m0", "n0", body),
-            "cvl_fence_proxy_async();  // the staged boxes are visible to the TMA engine",
-            'asm volatile("bar.sync %0, 128;\\n" :: "r"(1 + wg) : "memory");  // the warpgroup\'s 64 rows are staged',
-            "if (threadIdx.x % 128 == 0) {",
-            *[f"    cvl_tma_store_2d({out}, n0 + {b * 64}, m0 + wg * 64, cvl_smem_addr(cvl_stage_b) + {b * 8192}u);"
-              for b in range(boxes)],
-            "    cvl_bulk_commit();", "    cvl_bulk_wait_read();  // shared memory read: the CTA may leave", "}"]
 
     # ------------------------------------------------------------------ skeleton
     def batch_coords(self) -> list[str]:

@@ -243,18 +243,6 @@ __device__ __forceinline__ void cvl_tma_2d(unsigned dst, const cvl_tensor_map& m
                  :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(&map)), "r"(c0), "r"(c1), "r"(bar)
                  : "memory");
 }
-// shared memory at src (a box in the map's 128-byte swizzle) -> box (c0, c1) of the tensor map, clipped
-// at its bounds; a bulk group: commit, then wait until the copies have read shared memory
-__device__ __forceinline__ void cvl_tma_store_2d(const cvl_tensor_map& map, int c0, int c1, unsigned src) {
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
-                 :: "l"(reinterpret_cast<unsigned long long>(&map)), "r"(c0), "r"(c1), "r"(src) : "memory");
-}
-__device__ __forceinline__ void cvl_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cvl_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
-// the byte offset of element (r, c) of 64-row boxes of 64 16-bit columns in the 128-byte swizzle
-__device__ __forceinline__ unsigned cvl_swizzled(int r, int c) {
-    return (unsigned)((c / 64) * 8192 + r * 128 + ((((c % 64) / 8) ^ (r % 8)) * 16) + (c % 8) * 2);
-}
 __device__ __forceinline__ void cvl_tma_prefetch(const cvl_tensor_map& map) {
     asm volatile("prefetch.tensormap [%0];\n" :: "l"(reinterpret_cast<unsigned long long>(&map)) : "memory");
 }
