@@ -340,7 +340,6 @@ class _GemmKernel:
             at = (f"{stage[0]}[(m - m0) * {stage[1]} + (n - n0)]" if stage is not None
                   else f"{k.names[s.value]}[{k.offset(s.value, s.map, self.coord)}]")
             line = f"*reinterpret_cast<{t}*>(&{at}) = {join}({k.lang.store(x0, dt)}, {k.lang.store(x1, dt)});"
-
             cond = k.guard(s, self.coord)
             lines.append(f"if ({cond}) {line}" if cond else line)
         return self.edge_guarded(lines)
