@@ -57,8 +57,14 @@ def test_hopper_plain_gemms_run_wgmma(built, case, kernel):
     # two consumer warpgroups (LARGE_TILE 128 x 256, and the 128 x 128 tiles of smaller launches)
     assert "wgmma.mma_async" in b.kernel.source and b.kernel.block == (256, 1, 1)
     sass = sass_of(built, "sm_90", case, kernel)
-    # 16-bit results, N even: one 32-bit store per pair of columns (cuda_wgmma.PAIRED_STORES)
-    assert count_instructions(sass, r"STG\.E\.U16") == 0 and count_instructions(sass, r"STG\.E(\s|$)") > 0
+    # 16-bit results, N even: one 32-bit store per pair of columns (cuda_wgmma.PAIRED_STORES), or where one
+    # output's N and strides are multiples of 8, the tile staged in shared memory and stored in 16-byte
+    # chunks only (cuda_wgmma.STAGED_STORES)
+    assert count_instructions(sass, r"STG\.E\.U16") == 0
+    if "cvl_stage[" in b.kernel.source:
+        assert count_instructions(sass, r"STG\.E\.128") > 0 and count_instructions(sass, r"STG\.E(\s|$)") == 0
+    else:
+        assert count_instructions(sass, r"STG\.E(\s|$)") > 0
     assert count_instructions(sass, "HGMMA") > 0
     assert count_instructions(sass, "HMMA") == 0 and count_instructions(sass, "LDSM") == 0
     if any(a.kind == "tensormap" for a in b.kernel.args):  # tiles by TMA (cuda_wgmma.TMA), no cp.async

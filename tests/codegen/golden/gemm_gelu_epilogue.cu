@@ -261,6 +261,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
     }
     cvl_wgmma_wait<0>();
     cvl_wgmma_pin(acc);
+    __nv_bfloat16* const cvl_stage = reinterpret_cast<__nv_bfloat16*>(cvl_smem + (smem0 - cvl_smem_addr(cvl_smem)));  // the tile's outputs, 136 a row
+    __syncthreads();  // every warpgroup is past its last wgmma: the stages are free
     #pragma unroll
     for (int ni = 0; ni < 16; ++ni)
     #pragma unroll
@@ -276,7 +278,18 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
             const float t2 = cvl_bf16(cvl_silu(t1));
             const float t3 = ACC1;
             const float t4 = cvl_bf16(cvl_silu(t3));
-            *reinterpret_cast<__nv_bfloat162*>(&b2[m * 136 + n]) = __halves2bfloat162(__float2bfloat16_rn(cvl_silu(t1)), __float2bfloat16_rn(cvl_silu(t3)));
+            *reinterpret_cast<__nv_bfloat162*>(&cvl_stage[(m - m0) * 136 + (n - n0)]) = __halves2bfloat162(__float2bfloat16_rn(cvl_silu(t1)), __float2bfloat16_rn(cvl_silu(t3)));
+        }
+    }
+    asm volatile("bar.sync %0, 128;\n" :: "r"(1 + wg) : "memory");  // the warpgroup's 64 rows are staged
+    #pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const int c = i * 128 + threadIdx.x % 128;
+        const int r = wg * 64 + c / 16;
+        const int m = m0 + r;
+        const int n = n0 + c % 16 * 8;
+        if (m < 200 && n < 136) {
+            *reinterpret_cast<uint4*>(&b2[m * 136 + n]) = *reinterpret_cast<const uint4*>(&cvl_stage[r * 136 + (n - n0)]);
         }
     }
 }
