@@ -284,16 +284,11 @@ class _ClusterBand:
         """A tile's wgmma into ``acc`` once ``wait`` (its B tile's mbarrier) is done; the tile at ``stage_bytes``."""
         db = f"desc_b + (({stage_bytes} + kk * 32) >> 4)"
         if self.a_regs:  # A from the band's fragments in registers
-            return [wait, "cvl_wgmma_fence();",
-                    "{", "    const int kk = 0;", f"    cvl_wgmma_rs_set({acc}, afr[0], {db});", "}",
-                    "#pragma unroll", f"for (int kk = 1; kk < {self.ks}; ++kk)",
-                    f"    cvl_wgmma_rs({acc}, afr[kk], {db});",
-                    "cvl_wgmma_commit();"]
-        return [wait, "cvl_wgmma_fence();",
-                "{", "    const int kk = 0;", f"    cvl_wgmma_set({acc}, desc_a, {db});", "}",
-                "#pragma unroll", f"for (int kk = 1; kk < {self.ks}; ++kk)",
-                f"    cvl_wgmma({acc}, desc_a + ((kk * 32) >> 4), {db});",
-                "cvl_wgmma_commit();"]
+            first, more = f"cvl_wgmma_rs_set({acc}, afr[0], {db})", f"cvl_wgmma_rs({acc}, afr[kk], {db})"
+        else:
+            first, more = f"cvl_wgmma_set({acc}, desc_a, {db})", f"cvl_wgmma({acc}, desc_a + ((kk * 32) >> 4), {db})"
+        return [wait, "cvl_wgmma_fence();", "{", "    const int kk = 0;", f"    {first};", "}",
+                "#pragma unroll", f"for (int kk = 1; kk < {self.ks}; ++kk)", f"    {more};", "cvl_wgmma_commit();"]
 
     def a_fragments(self, at: str) -> list[str]:
         """The warp's 16 rows of the A band at shared address ``at`` (TMA's 128-byte swizzle: 16-byte chunk
