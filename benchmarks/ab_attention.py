@@ -410,15 +410,15 @@ CHECKED_VARIANTS = [
     # prediction: the data path is part of what binds. The default now (cuda_band_cluster.A_REGS).
     ("lagged, A from shared memory (previous) (all cases)", {"a_regs": False}),
     # session 13: back to back (as `run` replays) the kernel takes 98.4 us, after the bench's flush (a memset
-    # of 126 MB: the L2 full of dirty lines) 103.4, after a clean flush with Q and K in L2 101.4; the
-    # timeline puts the difference in the loop's rounds (loop ends 91-92 us against 95), not in the set up
-    # or round 0. Whether an L2 policy of P's stores or of the Q and K loads closes any of it, after the
-    # flush (cuda_band_cluster.STORE_POLICIES). Predicted: at most 1%, any direction.
-    ("L2 policy: P by plain st.global (all cases)", {"store_op": "wb"}),
-    ("L2 policy: P evict_unchanged (all cases)", {"store_op": "eu"}),
-    ("L2 policy: P evict_first by createpolicy (all cases)", {"store_op": "ef"}),
-    ("L2 policy: P evict_normal (all cases)", {"store_op": "en"}),
-    ("L2 policy: Q and K loads evict_last (all cases)", {"load_hint": "el"}),
+    # of 126 MB: the L2 full of dirty lines) 103.4, after a clean flush with Q and K in L2 101.4
+    # (flush_probe.py); the timeline (--no-flush against the flush) puts the difference in the loop's rounds
+    # (loop ends 91-92 us against 95), not in the set up or round 0. Whether an L2 policy of P's stores or
+    # of the Q and K loads closes any of it after the flush; predicted at most 1%, either way. Measured in
+    # two runs (`-session13-l2policy-{1,2}.md`; the knobs are at commit bf29bca): P by plain st.global
+    # 100.6 / 99.7, evict_unchanged 100.4 / 100.0, evict_normal 100.5 / 100.5, evict_first by createpolicy
+    # 102.8 / 102.5; Q and K loads evict_last 101.8 / 103.4; against 99.5 / 100.1 for the default's
+    # identical row at the end of each run (the default itself, timed first, 102.8 / 103.3: drift within
+    # a run, see placement_probe.py). None faster; not kept.
 ]
 # Timing-only ablations of the lagged band on the first case (--ablations): parts of the work left out, so
 # the results are wrong and not counted as failures; they bound what removing each part could gain. They

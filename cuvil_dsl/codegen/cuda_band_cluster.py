@@ -133,44 +133,6 @@ __device__ __forceinline__ void cvl_stcs128_if(uint4* at, uint4 v, bool ok) {
 }
 """
 
-# A/B knobs (ROW_BAND_TUNING, benchmarks/ab_attention.py): the output's 16-byte stores as "cs" (the
-# default: st.global.cs, evict-first), "wb" (plain st.global) or under an L2 policy of createpolicy,
-# "ef" / "eu" / "en" (evict_first / evict_unchanged / evict_normal); "load_hint": "el" makes the TMA loads
-# of Q and K evict_last in L2. Session 13 asked whether either makes the kernel after the bench's L2 flush
-# (a memset: the L2 full of dirty lines) as fast as back to back.
-STORE_POLICIES = {"ef": "evict_first", "eu": "evict_unchanged", "en": "evict_normal"}
-
-
-def store_if_helper(op: str) -> str:
-    """``cvl_stcs128_if`` with the store ``op`` (see :data:`STORE_POLICIES`)."""
-    if op == "cs":
-        return STORE_IF_HELPER
-    if op == "wb":
-        return STORE_IF_HELPER.replace("st.global.cs.v4", "st.global.v4")
-    policy = STORE_POLICIES[op]
-    return f"""
-// a 16-byte store under a predicate, with the L2 policy {policy}
-__device__ __forceinline__ void cvl_stcs128_if(uint4* at, uint4 v, bool ok) {{
-    unsigned long long pol;
-    asm("createpolicy.fractional.L2::{policy}.b64 %0, 1.0;" : "=l"(pol));
-    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %5, 0;\\n@p st.global.L2::cache_hint.v4.u32 [%0], {{%1, %2, %3, %4}}, %6;\\n}}\\n"
-                 :: "l"(at), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"((unsigned)ok), "l"(pol) : "memory");
-}}
-"""
-
-
-LOAD_HINT_HELPER = r"""
-// a 2-D tensor copy into this CTA's shared memory with the L2 policy evict_last
-__device__ __forceinline__ void cvl_tma_2d_el(unsigned dst, const cvl_tensor_map& map, int c0, int c1, unsigned bar) {
-    unsigned long long pol;
-    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
-                 " [%0], [%1, {%2, %3}], [%4], %5;\n"
-                 :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(&map)), "r"(c0), "r"(c1), "r"(bar), "l"(pol)
-                 : "memory");
-}
-"""
-
 
 SCALE_HELPERS = r"""
 // f16 pairs as their 32 bits: x in both halves (round to nearest), and a * b per half (HMUL2)
@@ -313,8 +275,6 @@ class _ClusterBand:
         # (lagged band) wgmma with A from registers: each warp's fragments of the A band loaded once a band
         # by ldmatrix, instead of every tile's wgmma reading the A band from shared memory
         self.a_regs = bool(ROW_BAND_TUNING.get("a_regs", A_REGS)) and self.lag
-        self.store_op = str(ROW_BAND_TUNING.get("store_op", "cs"))
-        self.load_hint = str(ROW_BAND_TUNING.get("load_hint", ""))
 
     # ------------------------------------------------------------------ shared pieces
     def guarded(self, body: list[str]) -> list[str]:
@@ -632,8 +592,6 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], const unsigned (&a)[4], 
         prefetch = self.prefetch
         timeline = "timeline" in self.ablate
 
-        tma = "cvl_tma_2d_el" if self.load_hint == "el" else "cvl_tma_2d"
-
         def load(band: str, what: list[int], a: str | None) -> list[str]:
             """Thread 0: B tiles ``what`` of ``band``, and its A band when ``a`` (into A buffer ``a``
             with ``prefetch``)."""
@@ -642,10 +600,10 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], const unsigned (&a)[4], 
             if a is not None:
                 at, bar = (f"sa + ({a}) * {tile_a}u", f"full0 + 16 + ({a}) * 8") if prefetch else ("sa", "full0 + 16")
                 lines += [f"    cvl_mbar_expect_tx({bar}, {tile_a}u);",
-                          f"    {tma}({at}, {maps['a']}, 0, {self.row_a}, {bar});"]
+                          f"    cvl_tma_2d({at}, {maps['a']}, 0, {self.row_a}, {bar});"]
             for t in what:
                 lines += [f"    cvl_mbar_expect_tx(full0 + {t % 2 * 8}, {tile_b}u);",
-                          f"    {tma}(sb + {t % 2 * tile_b}u, {maps['b']}, 0, {self.row_b.format(t=t * 64)}, "
+                          f"    cvl_tma_2d(sb + {t % 2 * tile_b}u, {maps['b']}, 0, {self.row_b.format(t=t * 64)}, "
                           f"full0 + {t % 2 * 8});"]
             return lines + ["}"]
 
@@ -706,8 +664,7 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], const unsigned (&a)[4], 
                          "unsigned* const w = &v.x;", "#pragma unroll", "for (int e = 0; e < 4; ++e) {",
                          "    const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&w[e]));",
                          f"    w[e] = cvl_pack_bits({self.pack}(x.x * f, x.y * f));", "}"]
-            put = (f"cvl_stcs128_if({at}, v, true);" if self.store_op != "cs"
-                   else f"__stcs({at}, v);" if self.stcs else f"*({at}) = v;")
+            put = f"__stcs({at}, v);" if self.stcs else f"*({at}) = v;"
             if "store" in self.ablate:
                 put = "(void)v;"
             elif "sts" in self.ablate:  # a 16-byte shared store instead (the same instruction count, no global traffic)
@@ -938,6 +895,5 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], const unsigned (&a)[4], 
         if "empty" in self.ablate:  # the launch alone: the same signature, grid, clusters and shared memory
             body = []
         return self.emitted(entry, body, a_bytes + 2 * tile_b + 4 * 16 * ldp * 2 + 1024,
-                            PUSH_HELPER + (store_if_helper(self.store_op) if interleave or self.store_op != "cs" else "")
-                            + (LOAD_HINT_HELPER if self.load_hint == "el" else "") + (self.rs_helpers() if self.a_regs else ""),
+                            PUSH_HELPER + (STORE_IF_HELPER if interleave else "") + (self.rs_helpers() if self.a_regs else ""),
                             persistent=True)
