@@ -1,7 +1,8 @@
 """Which baselines exist for a spec, which are installed here, and whether one computes our result.
 
 A baseline is keyed by *what the pipeline computes* (a kind: ``softmax``, ``gemm_bias_gelu``, ...),
-and a spec is matched to a kind by its file's stem (``benchmarks/softmax_f16.yaml`` -> ``softmax``).
+and a spec is matched to a kind by its file's stem (``benchmarks/softmax_f16.yaml`` -> ``softmax``), or by
+the stem's part before a ``-`` (``benchmarks/shapes/softmax_f16-long.yaml``: the same pipeline at other shapes).
 Matching by name rather than by pattern-matching the IR keeps this honest in one direction only,
 so the other direction is checked: every baseline's output is compared with our float64 reference
 with the spec's tolerances before it is timed, and a baseline that computes something else is
@@ -55,6 +56,11 @@ STEMS: dict[str, str] = {
 }
 
 
+def kind_of(stem: str) -> str | None:
+    """The kind a spec file's stem names: a known stem, or a known stem and ``-`` and a variant's label."""
+    return STEMS.get(stem) or STEMS.get(stem.split("-", 1)[0])
+
+
 class NotApplicable(Exception):
     """A baseline cannot compute this instance (a shape or dtype it does not handle)."""
 
@@ -79,7 +85,7 @@ class Problem:
 def problem_for(session: "Session") -> tuple[Problem | None, str]:
     """The baseline problem of an opened spec, or None and why there is none."""
     stem = Path(session.loaded.file).stem
-    kind = STEMS.get(stem)
+    kind = kind_of(stem)
     if kind is None:
         return None, f"no baseline known for `{stem}` (known: {', '.join(sorted(STEMS))})"
     pipeline = session.pipeline

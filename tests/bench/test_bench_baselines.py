@@ -60,6 +60,18 @@ def test_spec_without_a_known_baseline(small_benchmarks):
     assert problem is None and "no baseline known for `small_graph`" in why
 
 
+def test_a_variant_of_a_benchmark_keeps_its_baselines(small_benchmarks, tmp_path):
+    """`softmax_f16-long.yaml` (the same pipeline at other shapes) is matched as `softmax_f16.yaml` is;
+    a stem that only starts like one is not."""
+    shutil.copy(small_benchmarks / "softmax_f16.cuvil", tmp_path)
+    (tmp_path / "softmax_f16-long.yaml").write_text((small_benchmarks / "softmax_f16.yaml").read_text())
+    problem, why = problem_for(driver.open_spec(tmp_path / "softmax_f16-long.yaml", backend="reference"))
+    assert problem is not None and problem.kind == "softmax", why
+    (tmp_path / "softmax_f16_long.yaml").write_text((small_benchmarks / "softmax_f16.yaml").read_text())
+    problem, why = problem_for(driver.open_spec(tmp_path / "softmax_f16_long.yaml", backend="reference"))
+    assert problem is None and "no baseline known for `softmax_f16_long`" in why
+
+
 def test_a_stem_matched_to_a_kind_of_another_arity_is_refused(small_benchmarks, tmp_path):
     shutil.copy(small_benchmarks / "layernorm_f16.cuvil", tmp_path)
     (tmp_path / "softmax_f16.yaml").write_text((small_benchmarks / "layernorm_f16.yaml").read_text())
