@@ -720,6 +720,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", metavar="B,B,...",
                         help="also time the default kernel on attention_f16 [B, 2048, 2048] for each B (its time "
                              "against its rounds of bands: the fixed cost of a launch)")
+    parser.add_argument("--first", metavar="SPEC",
+                        help="time the variants and ablations on this spec instead of attention_f16 (e.g. "
+                             "benchmarks/shapes/attention_f16-d128.yaml); the other cases still check them")
     parser.add_argument("--no-flush", action="store_true",
                         help="time back to back (no L2 flush before a sample), as `cuvil-dsl run` replays: with the "
                              "timeline ablation, where the bench's extra time goes (benchmarks/flush_probe.py)")
@@ -746,7 +749,10 @@ def main(argv: list[str] | None = None) -> int:
     rows, notes, ok_all, variant_rows, sweep_rows = [], [], True, [], []
     with tempfile.TemporaryDirectory() as tmp:
         extra = (sweep_cases(Path(tmp)) if args.sweep else []) + (sweep_cases(Path(tmp), batches, "batch") if batches else [])
-        for label, path in cases(Path(tmp)) + extra:
+        listed = cases(Path(tmp))
+        if args.first:
+            listed[0] = (Path(args.first).stem, Path(args.first).resolve())
+        for label, path in listed + extra:
             sweep = label.startswith(("sweep", "batch"))
             loaded, pipeline, binding = load(path)
             host = fresh_inputs(binding, pipeline, seed=int(time.time()) & 0xFFFF)

@@ -160,6 +160,11 @@ __device__ __forceinline__ unsigned cvl_lds32(unsigned at) {
 """
 
 
+# The largest K (the head dimension of attention) of the cluster bands: a tile holds K in atoms of 64
+# (128 bytes a row, TMA's 128-byte swizzle), one tensor copy and 4 wgmma k steps an atom.
+MAX_DEPTH = 128
+
+
 def layout(n: int) -> tuple[int, int] | None:
     """(CTAs a cluster, column tiles of 64 a CTA) for N columns, or None when N does not fit."""
     tiles = -(-n // 64)
@@ -223,12 +228,17 @@ class _ClusterBand:
         self.lag = lag and self.ctas > 1 and groups == 1 and fill > 0
         if min_blocks is None:  # at fewer registers these spill
             min_blocks = (3 if g.fold is not None else 2) if self.lag else (4 if g.fold is not None else 3)
+            if a.depth > 64:  # tiles of two atoms: the lagged band's 99 KB allow 2 CTAs a multiprocessor
+                min_blocks = min(min_blocks, 2)
         k.config = replace(k.config, block=self.threads, max_threads=self.threads, min_blocks=min_blocks)
         batches = {o.role: (element_count(g.p.domain[:-2]) if o.batch else 1) for o in (a, b)}
         self.maps = {o.role: k.tensor_map(f"tma_{o.role}", o.buffer, (o.depth, o.extent * batches[o.role]),
                                           o.stride_mn * 2, (64, self.bm if o.role == "a" else 64)) for o in (a, b)}
         eng.maps = self.maps
-        self.tile_a, self.tile_b = self.bm * 128, 64 * 128  # bytes: rows of 64 halves
+        # K in atoms of 64 halves (128-byte rows): an atom of a tile is one TMA box, [rows][128 bytes]
+        self.atoms = -(-a.depth // 64)
+        self.atom_a, self.atom_b = self.bm * 128, 64 * 128
+        self.tile_a, self.tile_b = self.atom_a * self.atoms, self.atom_b * self.atoms  # bytes
         self.ks = -(-a.depth // 16)
         self.neg_inf = k.lang.literal(-math.inf, g.dtype)
         tests = ([f"m < {g.M}"] if g.M % self.bm else []) + ([f"n < {g.N}"] if columns != g.N else [])
@@ -282,21 +292,42 @@ class _ClusterBand:
 
     def wgmma(self, acc: str, wait: str, stage_bytes: int) -> list[str]:
         """A tile's wgmma into ``acc`` once ``wait`` (its B tile's mbarrier) is done; the tile at ``stage_bytes``."""
-        db = f"desc_b + (({stage_bytes} + kk * 32) >> 4)"
+        db = f"desc_b + (({stage_bytes} + {self.k_bytes(self.atom_b)}) >> 4)"
         if self.a_regs:  # A from the band's fragments in registers
             first, more = f"cvl_wgmma_rs_set({acc}, afr[0], {db})", f"cvl_wgmma_rs({acc}, afr[kk], {db})"
         else:
-            first, more = f"cvl_wgmma_set({acc}, desc_a, {db})", f"cvl_wgmma({acc}, desc_a + ((kk * 32) >> 4), {db})"
+            first, more = (f"cvl_wgmma_set({acc}, desc_a, {db})",
+                           f"cvl_wgmma({acc}, desc_a + (({self.k_bytes(self.atom_a)}) >> 4), {db})")
         return [wait, "cvl_wgmma_fence();", "{", "    const int kk = 0;", f"    {first};", "}",
                 "#pragma unroll", f"for (int kk = 1; kk < {self.ks}; ++kk)", f"    {more};", "cvl_wgmma_commit();"]
 
+    def k_bytes(self, atom: int) -> str:
+        """The byte offset of k step ``kk`` (16 of K) in a tile whose atoms are ``atom`` bytes apart."""
+        return "kk * 32" if self.atoms == 1 else f"(kk >> 2) * {atom} + (kk & 3) * 32"
+
+    def copies(self, role: str, row: str, bar: str, offset: int = 0, at: str | None = None) -> list[str]:
+        """Thread 0's tensor copies of one tile of operand ``role`` (rows from ``row``), one a 64-wide atom
+        of K, each completing on ``bar``: to shared address ``at`` (A) or ``sb + offset`` (B)."""
+        atom, tmap = (self.atom_a if role == "a" else self.atom_b), self.maps[role]
+
+        def dst(i: int) -> str:
+            if at is None:
+                return f"sb + {offset + i * atom}u"
+            return f"{at} + {i * atom}u" if i else at
+
+        return [f"cvl_tma_2d({dst(i)}, {tmap}, {64 * i}, {row}, {bar});" for i in range(self.atoms)]
+
     def a_fragments(self, at: str) -> list[str]:
         """The warp's 16 rows of the A band at shared address ``at`` (TMA's 128-byte swizzle: 16-byte chunk
-        c of row r at chunk c ^ (r % 8)) into ``afr``, one mma A fragment a k step (ldmatrix x4: rows 0-7 and
-        8-15 of the step's two chunks)."""
+        c of row r at chunk c ^ (r % 8), in atoms of 64 of K) into ``afr``, one mma A fragment a k step
+        (ldmatrix x4: rows 0-7 and 8-15 of the step's two chunks)."""
+        if self.atoms == 1:
+            return ["#pragma unroll", f"for (int kk = 0; kk < {self.ks}; ++kk) {{",
+                    "    const unsigned r = wl * 16 + lane / 8 % 2 * 8 + lane % 8, c = kk * 2 + lane / 16;",
+                    f"    cvl_ldsm_x4_at(afr[kk], {at} + r * 128u + ((c ^ (r % 8)) * 16u));", "}"]
         return ["#pragma unroll", f"for (int kk = 0; kk < {self.ks}; ++kk) {{",
-                "    const unsigned r = wl * 16 + lane / 8 % 2 * 8 + lane % 8, c = kk * 2 + lane / 16;",
-                f"    cvl_ldsm_x4_at(afr[kk], {at} + r * 128u + ((c ^ (r % 8)) * 16u));", "}"]
+                "    const unsigned r = wl * 16 + lane / 8 % 2 * 8 + lane % 8, c = (kk & 3) * 2 + lane / 16;",
+                f"    cvl_ldsm_x4_at(afr[kk], {at} + (kk >> 2) * {self.atom_a}u + r * 128u + ((c ^ (r % 8)) * 16u));", "}"]
 
     def rs_helpers(self) -> str:
         """``cvl_wgmma_rs`` / ``cvl_wgmma_rs_set``: the tile's wgmma with A from four registers a thread."""
@@ -459,7 +490,7 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], const unsigned (&a)[4], 
         """Each band exchanges its statistics at a cluster barrier, then writes its output from the
         numerators in registers (staged per warp for 16-byte stores)."""
         g, eng, ctas, tiles, bm, neg_inf = self.g, self.eng, self.ctas, self.tiles, self.bm, self.neg_inf
-        tile_a, tile_b, maps = self.tile_a, self.tile_b, self.maps
+        tile_a, tile_b = self.tile_a, self.tile_b
         lds = 64 + 8  # staging row, in halves (16 bytes of padding against bank conflicts)
         stage_out = (self.threads // 32) * 16 * lds * 2
         merge_cluster = [] if ctas == 1 else [
@@ -504,10 +535,10 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], const unsigned (&a)[4], 
             return ["{", f"    const int ld_mt = ({band}) % {g.mt};", f"    const int ld_bz = ({band}) / {g.mt};",
                     "    (void)ld_bz;",
                     f"    cvl_mbar_expect_tx(full0 + {tiles * 8}, {tile_a}u);",
-                    f"    cvl_tma_2d(sa, {maps['a']}, 0, {self.row_a}, full0 + {tiles * 8});",
+                    *indent(self.copies("a", self.row_a, f"full0 + {tiles * 8}", at="sa")),
                     *[line for t in range(tiles) for line in (
                         f"    cvl_mbar_expect_tx(full0 + {t * 8}, {tile_b}u);",
-                        f"    cvl_tma_2d(sb + {t * tile_b}u, {maps['b']}, 0, {self.row_b.format(t=t * 64)}, full0 + {t * 8});")],
+                        *indent(self.copies("b", self.row_b.format(t=t * 64), f"full0 + {t * 8}", t * tile_b)))],
                     "}"]
 
         def issue(t: int, acc: str) -> list[str]:
@@ -577,7 +608,7 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], const unsigned (&a)[4], 
         columns, then tile t's numerators staged there; then it pushes band ``r``'s statistics. No CTA
         waits for its cluster except once at the start and once at the end."""
         g, eng, ctas, tiles, bm, neg_inf = self.g, self.eng, self.ctas, self.tiles, self.bm, self.neg_inf
-        tile_a, tile_b, maps = self.tile_a, self.tile_b, self.maps
+        tile_a, tile_b = self.tile_a, self.tile_b
         prow = bm + self.part_pad  # floats from one sender's statistics to the next
         ldp = tiles * 64 + 8  # a staged row of numerators, in halves (16 bytes of padding)
         per_row = tiles * 8  # 16-byte chunks of a staged row
@@ -599,12 +630,10 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], const unsigned (&a)[4], 
                      "    (void)ld_bz;"]
             if a is not None:
                 at, bar = (f"sa + ({a}) * {tile_a}u", f"full0 + 16 + ({a}) * 8") if prefetch else ("sa", "full0 + 16")
-                lines += [f"    cvl_mbar_expect_tx({bar}, {tile_a}u);",
-                          f"    cvl_tma_2d({at}, {maps['a']}, 0, {self.row_a}, {bar});"]
+                lines += [f"    cvl_mbar_expect_tx({bar}, {tile_a}u);", *indent(self.copies("a", self.row_a, bar, at=at))]
             for t in what:
                 lines += [f"    cvl_mbar_expect_tx(full0 + {t % 2 * 8}, {tile_b}u);",
-                          f"    cvl_tma_2d(sb + {t % 2 * tile_b}u, {maps['b']}, 0, {self.row_b.format(t=t * 64)}, "
-                          f"full0 + {t % 2 * 8});"]
+                          *indent(self.copies("b", self.row_b.format(t=t * 64), f"full0 + {t % 2 * 8}", t % 2 * tile_b))]
             return lines + ["}"]
 
         def refill(t: int) -> list[str]:

@@ -697,16 +697,17 @@ class _GemmKernel:
                       f"const float band_abs = fabsf({u});", f"const bool band_flip = {u} < 0.0f;"]
         return lines
 
-    def band_wgmma_operands(self) -> bool:
-        """Whether :meth:`render_band_wgmma` (and the cluster band) can run this band on sm_90/sm_90a: both
-        operands K-major 16-bit with K <= 64 and 16-byte rows, at most one batch axis, each operand's
-        batch contiguous (its rows of all batches one 2-D tensor for TMA), one staged 16-bit output."""
+    def band_wgmma_operands(self, max_depth: int = 64) -> bool:
+        """Whether :meth:`render_band_wgmma` (``max_depth`` 64) or the cluster band (up to
+        ``cuda_band_cluster.MAX_DEPTH``) can run this band on sm_90/sm_90a: both operands K-major 16-bit
+        with K <= ``max_depth`` and 16-byte rows, at most one batch axis, each operand's batch contiguous
+        (its rows of all batches one 2-D tensor for TMA), one staged 16-bit output."""
         if self.k.arch not in cuda_wgmma.WGMMA_ARCHS or self.staged_store() is None:
             return False
         if len(self.p.domain) > 3 or self.k.config.overridden:
             return False
         for o in (self.a, self.b):
-            if not o.k_major or o.depth > 64 or o.depth % 8 or o.stride_k != 1 or o.stride_mn % 8 or o.dtype is not self.a.dtype:
+            if not o.k_major or o.depth > max_depth or o.depth % 8 or o.stride_k != 1 or o.stride_mn % 8 or o.dtype is not self.a.dtype:
                 return False
             if len(o.batch) > 1 or any(st != o.extent * o.stride_mn for _axis, st in o.batch):
                 return False
@@ -1062,19 +1063,20 @@ def row_band_engine(g: _GemmKernel) -> str:
     """"lagged", "cluster", "wgmma" or "mma": the engine of row band ``g`` (see CLUSTER_CTAS_PER_SM)."""
     from cuvil_dsl.codegen import cuda_band_cluster  # it builds on this module
 
-    if MMA_ONLY_TUNING & ROW_BAND_TUNING.keys() or not g.band_wgmma_operands():
+    if MMA_ONLY_TUNING & ROW_BAND_TUNING.keys() or not g.band_wgmma_operands(cuda_band_cluster.MAX_DEPTH):
         return "mma"
+    deep = not g.band_wgmma_operands()  # K over 64: the cluster bands only (their tiles span K in 64-wide atoms)
     cluster = cuda_band_cluster.applies(g)
     if "cluster" in ROW_BAND_TUNING and cluster:
         return "cluster"
     if "wgmma" in ROW_BAND_TUNING:
-        return "wgmma"
+        return "mma" if deep else "wgmma"
     if "cluster" in ROW_BAND_TUNING:
         return "mma"
     if cluster and cuda_band_cluster.layout(g.N)[0] >= LAGGED_CLUSTER_CTAS:
         return "lagged"
     sms = g.k.sm_count
-    wgmma = g.batch * -(-g.M // 128) >= WGMMA_BANDS_PER_SM * sms
+    wgmma = g.batch * -(-g.M // 128) >= WGMMA_BANDS_PER_SM * sms and not deep
     if cluster and cuda_band_cluster.grid_ctas(g) <= (CLUSTER_CTAS_PER_SM if wgmma else CLUSTER_CTAS_PER_SM_NO_WGMMA) * sms:
         return "cluster"
     return "wgmma" if wgmma else "mma"

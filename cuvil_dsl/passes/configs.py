@@ -202,8 +202,9 @@ def row_band_config(config: KernelConfig, depth: int, a_k_major: bool, b_k_major
         bn = ROW_BAND_N
     per_sm = max(1, ROW_BAND_THREADS_PER_SM // threads)
     fits = [s for s in (4, 3, 2) if row_band_smem(bm, bn, dp, s, a_k_major, b_k_major) <= SMEM_LIMIT]
-    fits = fits or [s for s in (4, 3, 2)
-                    if per_sm * row_band_smem(bm, bn, dp, s, a_k_major, b_k_major) <= smem_limit(arch)]
+    for resident in range(per_sm, 0, -1):  # fewer resident blocks before no band (a deep K's B tiles are large)
+        fits = fits or [s for s in (4, 3, 2)
+                        if resident * row_band_smem(bm, bn, dp, s, a_k_major, b_k_major) <= smem_limit(arch)]
     if not fits:
         return None
     # resident blocks the launch bounds ask for: ROW_BAND_THREADS_PER_SM threads, as shared memory allows

@@ -279,7 +279,7 @@ def test_persistent_cluster_kernels_match_on_fewer_clusters(fit, monkeypatch):
 @pytest.mark.parametrize("tuning", [{"lazy": True}, {"lazy": False}, {"quad_merge": True}, {"quad_merge": False},
                                     {"prefetch": False}, {"interleave": False}, {"interleave0": False},
                                     {"out_base": False}, {"part_pad": 0}, {"a_regs": False}], ids=str)
-@pytest.mark.parametrize("stem", ["attention_lazy", "attention_cluster", "attention_f16"])
+@pytest.mark.parametrize("stem", ["attention_lazy", "attention_cluster", "attention_f16", "attention_deep"])
 def test_cluster_band_switches_match_reference(stem, tuning, monkeypatch):
     """The lagged cluster band with and without lazy bases (cuda_band_cluster.LAZY; attention_lazy's
     tilted logits send about 40% of the later tiles back to their maximum, the slow path, the other
@@ -289,7 +289,8 @@ def test_cluster_band_switches_match_reference(stem, tuning, monkeypatch):
     after the tiles' exps instead of among them (INTERLEAVE off; attention_lazy's slow path redoes a
     tile whose piece has already gone out among its first pass's exps), with the first piece after tile
     0 instead of in tile 1's pass (INTERLEAVE0 off), with each piece's addresses from the band's
-    coordinates (OUT_BASE off), and with every wgmma reading the A band from shared memory (A_REGS off)."""
+    coordinates (OUT_BASE off), and with every wgmma reading the A band from shared memory (A_REGS off);
+    attention_deep runs each with K in two 64-wide atoms (D 128, and 80 with the second atom part zeros)."""
     from cuvil_dsl.codegen import cuda_matmul
 
     monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", tuning)
