@@ -54,7 +54,10 @@ ROW_VARIANTS = {
         ("default (256 threads/row)", {}, {}),
     ],
     "layernorm_f16": [
-        ("default (128 threads/row, prefetch w,b)", {}, {}),
+        ("default (128 threads/row, no prefetch, min 8 blocks: session 13)", {}, {}),
+        ("previous default (prefetch w,b, min 6 blocks)", {"prefetch": True}, {}),
+        ("no prefetch, min 6 blocks (session 13, first call: 133.3 against 132.9)", {"min_blocks": 6}, {}),
+        ("default again", {}, {}),
     ],
     "elementwise_f32": [
         ("default (128 threads, chunked, 2 vectors)", {}, {}),
@@ -64,6 +67,31 @@ ROW_VARIANTS = {
         ("loads ld.global.nc", {}, {"load_hint": "nc"}),
         ("loads ld.global.nc.L1::no_allocate", {}, {"load_hint": "nc_noalloc"}),
         ("loads ld.global.L2::256B", {}, {"load_hint": "l2_256"}),
+        ("default again", {}, {}),
+    ],
+    # session 13: the benchmarks' pipelines at other shapes (benchmarks/shapes/, first run
+    # 2026-11-30-h200-shapes-session13.md) where the templates fell behind: rows of 32768 halves streamed
+    # three times (the cache budget held 4096 at 256 threads), layernorm rows of 16384 at one block of
+    # 512 threads a multiprocessor (104 registers with w and b prefetched), of 1024 at 2 blocks of 256.
+    # First call (`-ab_rows-session13-shapes.md`): long rows 512 threads cached 169.7 us, 1024 threads
+    # 180.8, against 233.7 streamed; wide layernorm without prefetch at 2 blocks of 512 136.5 against
+    # 206.0 (1024 threads 225.2-226.8); narrow without prefetch 134.2 against 151.5; the benchmark's
+    # layernorm without prefetch 133.3 against 132.9 / 133.3. The defaults now (cuda_rows: threads to
+    # cache a long single-input row, PREFETCH False, the occupancy estimate counting a non-prefetched
+    # operand as a vector and its address); the previous defaults by their tuning, for comparison.
+    "shapes/softmax_f16-long-rows": [
+        ("default (512 threads, cached)", {}, {}),
+        ("previous default (256 threads, streamed)", {"threads": 256}, {}),
+        ("default again", {}, {}),
+    ],
+    "shapes/layernorm_f16-wide": [
+        ("default (512 threads, no prefetch, min 2 blocks)", {}, {}),
+        ("previous default (prefetch w,b, 1 block)", {"prefetch": True}, {}),
+        ("default again", {}, {}),
+    ],
+    "shapes/layernorm_f16-narrow": [
+        ("default (a warp a row, no prefetch)", {}, {}),
+        ("previous default (prefetch w,b)", {"prefetch": True}, {}),
         ("default again", {}, {}),
     ],
 }

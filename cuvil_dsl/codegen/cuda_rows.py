@@ -51,8 +51,13 @@ REGISTER_FILE = 65536  # 32-bit registers per multiprocessor
 #              wins). Default: as many as the estimated registers allow, up to full occupancy.
 #   "fast": row-level strength reductions (see ``_RowKernel.fast``). Default True.
 #   "prefetch": load the final pass's row-varying operands (a norm's weight and bias) with the
-#              row, before the first reduction. Default True.
+#              row, before the first reduction. Default :data:`PREFETCH` (False since session 13: the
+#              registers they hold cost occupancy, while the loads at the store hit in cache, as every row
+#              reads the same weight and bias. layernorm f16 [131072, 1024]: 134.2 us against 151.5 with
+#              them; [8192, 16384] 136.5 (and two blocks a multiprocessor) against 206.0; [32768, 4096]
+#              133.3 against 132.9 / 133.3; H200, benchmarks/ab_rows.py).
 TUNING: dict = {}
+PREFETCH = False
 
 MAX_NAN_HELPER = r"""
 // max that propagates NaN in one instruction (sm_80+), as cvl_max does
@@ -328,6 +333,11 @@ class _RowKernel:
                     default = min(256, max(128, _pow2_ceil(self.L // (2 * per_vector))))
                     if default * 2 * per_vector >= self.L:  # two vectors a thread (or fewer)
                         self.occupancy_cap = 4
+                    # a row too long to cache at 256 threads: as many threads (up to 1024) as cache it,
+                    # rather than reading it again in every pass (f16 rows of 32768: 512 threads,
+                    # 169.7 us against 233.7 streamed, 180.8 at 1024; H200, session 13)
+                    while default < 1024 and -(-self.L // (default * per_vector)) * per_vector > CACHE_BUDGET:
+                        default *= 2
                 else:
                     default = min(1024, max(128, _pow2_ceil(self.L // (4 * per_vector))))
                 tpr = int(TUNING.get("threads") or default)
@@ -395,8 +405,13 @@ class _RowKernel:
                         continue
                     self.carried[key] = (i, k.fresh("keep"))
                     room -= per
-        if TUNING.get("prefetch", True) and self.vec > 1:
-            for v, m in self.row_leaves(None):
+        if self.vec == 1:
+            return
+        # the final pass's leaves, walked whether or not they are prefetched: the walk draws fresh
+        # names, so a kernel with nothing to prefetch renders the same source either way
+        final = self.row_leaves(None)
+        if TUNING.get("prefetch", PREFETCH):
+            for v, m in final:
                 key = (v, tuple(m))
                 words = per * k.dtype(v).itemsize // 4
                 if key in self.prefetched or key in cached_leaves or not k.contiguous_axis(v, m, self.a):
@@ -423,11 +438,20 @@ class _RowKernel:
             per = self.slots * self.vec
             cached = sum(per * max(1, k.dtype(v).itemsize // 4) for v, m in cached_leaves)
             carried = sum(per * max(1, k.dtype(v).itemsize // 4) for v, m in self.carried)
-            # the final pass's other row operands are in registers with the row, prefetched or not
+            # the final pass's other row operands, counted as if held with the row (prefetched or not:
+            # at fewer registers these kernels ran slower, e.g. layernorm f16 [32768, 4096] at 8 blocks
+            # and 64 registers 135.2 us against 132.5 at 6 blocks; H200, session 13)
             final = [x for x in dict.fromkeys(self.row_leaves(None)) if x not in cached_leaves]
             words = max(cached, carried) + sum(-(-per * k.dtype(v).itemsize // 4) for v, m in final)
             estimate = 8 * -(-(words + 16) // 8)  # live row data plus addressing and statistics
             chosen = max(1, min(FULL_THREADS // threads, REGISTER_FILE // (threads * estimate), self.occupancy_cap))
+            # one block of 512 threads or more alone on a multiprocessor runs its loads, block reductions
+            # and stores in turn; a second block overlaps them. Ask for two when their registers hold the
+            # row's cached data and 16 more (the final pass's operands, not prefetched, come a vector at a
+            # time): layernorm f16 [8192, 16384] 135.6 us at 2 blocks of 512, 64 registers, against 205.1
+            if (chosen == 1 and 2 * threads <= FULL_THREADS and threads >= 512 and not self.prefetched
+                    and REGISTER_FILE // (2 * threads) >= max(cached, carried) + 16):
+                chosen = 2
         k.config = replace(k.config, min_blocks=chosen)
         return chosen
 

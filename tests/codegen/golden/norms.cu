@@ -98,7 +98,7 @@ template <typename T> __device__ __forceinline__ T cvl_warp_min(T v, int width) 
     return v;
 }
 
-// row template: 256 threads, 32 per row, 8-element vectors, 1 per thread, cached, min 1 blocks/SM, fast 1, carried 0, prefetched 3
+// row template: 256 threads, 32 per row, 8-element vectors, 1 per thread, cached, min 1 blocks/SM, fast 1, carried 0, prefetched 0
 extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
     const __half* __restrict__ b0,  // x: f16[T, H] input
     const __half* __restrict__ b1,  // w: f16[H] input
@@ -114,29 +114,23 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
     const int row = blockIdx.x * 8 + threadIdx.x / 32;
     if (row < 21) {
         const int c0 = row;
-        float c81[1][8];
-        float c82[1][8];
-        __align__(16) __half pre78[1][8];
-        __align__(16) __half pre79[1][8];
-        __align__(16) __nv_bfloat16 pre80[1][8];
+        float c78[1][8];
+        float c79[1][8];
         #pragma unroll
         for (int s = 0; s < 1; ++s) {
             const int sv = s * 32 + tid;
             if (sv < 12) {
-                cvl_copy_vec<__half, 8>(pre78[s], b1 + sv * 8);
-                cvl_copy_vec<__half, 8>(pre79[s], b2 + sv * 8);
-                cvl_copy_vec<__nv_bfloat16, 8>(pre80[s], b4 + sv * 8);
-                __align__(16) __half raw83[8];
-                cvl_copy_vec<__half, 8>(raw83, b0 + c0 * 96 + sv * 8);
+                __align__(16) __half raw80[8];
+                cvl_copy_vec<__half, 8>(raw80, b0 + c0 * 96 + sv * 8);
                 #pragma unroll
                 for (int e = 0; e < 8; ++e) {
-                    c81[s][e] = __half2float(raw83[e]);
+                    c78[s][e] = __half2float(raw80[e]);
                 }
-                __align__(16) __nv_bfloat16 raw84[8];
-                cvl_copy_vec<__nv_bfloat16, 8>(raw84, b3 + c0 * 96 + sv * 8);
+                __align__(16) __nv_bfloat16 raw81[8];
+                cvl_copy_vec<__nv_bfloat16, 8>(raw81, b3 + c0 * 96 + sv * 8);
                 #pragma unroll
                 for (int e = 0; e < 8; ++e) {
-                    c82[s][e] = __bfloat162float(raw84[e]);
+                    c79[s][e] = __bfloat162float(raw81[e]);
                 }
             }
         }
@@ -148,25 +142,25 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
             if (sv < 12) {
                 #pragma unroll
                 for (int e = 0; e < 8; ++e) {
-                    acc_0 = (acc_0 + c81[s][e]);
-                    const float t86 = (c82[s][e] * c82[s][e]);
-                    acc_2 = (acc_2 + t86);
+                    acc_0 = (acc_0 + c78[s][e]);
+                    const float t83 = (c79[s][e] * c79[s][e]);
+                    acc_2 = (acc_2 + t83);
                 }
             }
         }
         const float r_0 = cvl_warp_sum(acc_0, 32);
         const float r_2 = cvl_warp_sum(acc_2, 32);
         float acc_1 = (0.0f);
-        const float t90 = (r_0 / (96.0f));
+        const float t87 = (r_0 / (96.0f));
         #pragma unroll
         for (int s = 0; s < 1; ++s) {
             const int sv = s * 32 + tid;
             if (sv < 12) {
                 #pragma unroll
                 for (int e = 0; e < 8; ++e) {
-                    const float t91 = (c81[s][e] - t90);
-                    const float t92 = (t91 * t91);
-                    acc_1 = (acc_1 + t92);
+                    const float t88 = (c78[s][e] - t87);
+                    const float t89 = (t88 * t88);
+                    acc_1 = (acc_1 + t89);
                 }
             }
         }
@@ -183,20 +177,26 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
         for (int s = 0; s < 1; ++s) {
             const int sv = s * 32 + tid;
             if (sv < 12) {
+                __align__(16) __half raw107[8];
+                cvl_copy_vec<__half, 8>(raw107, b1 + sv * 8);
+                __align__(16) __half raw108[8];
+                cvl_copy_vec<__half, 8>(raw108, b2 + sv * 8);
+                __align__(16) __nv_bfloat16 raw109[8];
+                cvl_copy_vec<__nv_bfloat16, 8>(raw109, b4 + sv * 8);
                 __align__(16) __half out110[8];
                 __align__(16) __half out111[8];
                 __align__(16) __nv_bfloat16 out112[8];
                 #pragma unroll
                 for (int e = 0; e < 8; ++e) {
-                    const float t113 = (c81[s][e] - t90);
+                    const float t113 = (c78[s][e] - t87);
                     const float t118 = (t113 * t117);
-                    const float t119 = (t118 * __half2float(pre78[s][e]));
-                    const float t120 = cvl_f16((t119 + __half2float(pre79[s][e])));
-                    out110[e] = __float2half_rn((t119 + __half2float(pre79[s][e])));
+                    const float t119 = (t118 * __half2float(raw107[e]));
+                    const float t120 = cvl_f16((t119 + __half2float(raw108[e])));
+                    out110[e] = __float2half_rn((t119 + __half2float(raw108[e])));
                     const float t121 = cvl_f16((t113 * t117));
                     out111[e] = __float2half_rn((t113 * t117));
-                    const float t126 = (c82[s][e] * t125);
-                    const float t127 = (t126 * __bfloat162float(pre80[s][e]));
+                    const float t126 = (c79[s][e] * t125);
+                    const float t127 = (t126 * __bfloat162float(raw109[e]));
                     const float t128 = cvl_bf16((t127 * u0));
                     out112[e] = __float2bfloat16_rn((t127 * u0));
                 }

@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Re-record the cases whose generated code changed, and nothing else, after an intended codegen change.
+
+    python3 regression/update_code.py [--backend cuda] [--dest DIR]
+
+Replays every case of the backend (``cuvil-dsl replay``). A case whose only failed check is ``code``
+(results, snapshot, guards and the rest still as recorded) is re-recorded in place
+(``replay --update``) and its folder copied under ``--dest`` when given (the GPU machine's $OUT, so the
+session brings it back). A case with any other failure is left alone and reported. Exit status 0 when
+no case failed otherwise, 1 when one did.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def replay(case: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cuvil_dsl", "replay", str(case), *extra],
+                          cwd=ROOT, capture_output=True, text=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", default="cuda")
+    ap.add_argument("--dest", type=Path, help="copy each re-recorded case here (as BACKEND/CASE)")
+    args = ap.parse_args(argv)
+    updated, failed = [], []
+    for case in sorted(p for p in (ROOT / "regression" / args.backend).iterdir() if (p / "case.yaml").is_file()):
+        done = replay(case, "--json")
+        try:
+            report = json.loads(done.stdout)
+        except json.JSONDecodeError:
+            failed.append(f"{case.name}: no report ({done.stderr.strip()[-300:]})")
+            continue
+        bad = {c["name"] for c in report["checks"] if c.get("passed") is False}
+        if not bad:
+            continue
+        if bad != {"code"}:
+            failed.append(f"{case.name}: {', '.join(sorted(bad))}")
+            continue
+        again = replay(case, "--update")
+        if again.returncode:
+            failed.append(f"{case.name}: re-recording failed ({again.stderr.strip()[-300:]})")
+            continue
+        updated.append(case.name)
+        if args.dest:
+            shutil.copytree(case, args.dest / args.backend / case.name, dirs_exist_ok=True)
+    print(f"re-recorded (code only): {', '.join(updated) or 'none'}")
+    for line in failed:
+        print(f"FAILED {line}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
