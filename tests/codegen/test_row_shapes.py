@@ -1,0 +1,64 @@
+"""The row template at the benchmarks' other shapes (benchmarks/shapes/): each row is read from memory
+once (cached in registers, never streamed pass after pass), norms load their weight and bias as they
+store instead of holding them with the row, and a block of 512 threads asks for a second one a
+multiprocessor. ``benchmarks/ab_rows.py`` measured each on the H200 (session 13); these keep the
+choices, and compile them without spills."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from codegen_cases import ROOT, load_case
+
+from cuvil_dsl.codegen import render_cuda
+from cuvil_dsl.compile import CompileUnit, compile_units, nvrtc
+
+SHAPES = ROOT / "benchmarks" / "shapes"
+
+
+def _render(spec):
+    case = load_case(spec)
+    (k,) = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")
+    note = next(line for line in k.source.splitlines() if line.startswith("// row template"))
+    return k, note
+
+
+def _min_blocks(k) -> int:
+    return int(re.search(r"__launch_bounds__\((\d+), (\d+)\)", k.source).group(2))
+
+
+def test_long_rows_are_cached_at_more_threads():
+    """f16 rows of 32768 at 256 threads would need 16 vectors a thread, past the register cache (8):
+    512 threads hold them, so each row is read once instead of once per pass."""
+    k, note = _render(SHAPES / "softmax_f16-long-rows.yaml")
+    assert k.block == (512, 1, 1) and "8 per thread, cached" in note
+
+
+def test_the_benchmark_softmax_keeps_its_shape():
+    k, note = _render(ROOT / "benchmarks" / "softmax_f16.yaml")
+    assert k.block == (256, 1, 1) and "2 per thread, cached" in note and _min_blocks(k) == 4
+
+
+@pytest.mark.parametrize("spec, threads, blocks", [
+    (ROOT / "benchmarks" / "layernorm_f16.yaml", 128, 6),  # rows of 4096: as before, 6 blocks of 128
+    (SHAPES / "layernorm_f16-wide.yaml", 512, 2),  # rows of 16384: two blocks of 512, not one
+    (SHAPES / "layernorm_f16-narrow.yaml", 256, 1),  # rows of 1024: a warp a row, ptxas free
+])
+def test_norms_load_weight_and_bias_as_they_store(spec, threads, blocks):
+    k, note = _render(spec)
+    assert "prefetched 0" in note and "cached" in note
+    assert k.block == (threads, 1, 1) and _min_blocks(k) == blocks
+    assert not re.search(r"\bpre\d+\[", k.source)  # no weight or bias array held with the row
+
+
+@pytest.mark.parametrize("name", ["softmax_f16-long-rows", "layernorm_f16-wide", "layernorm_f16-narrow"])
+def test_they_compile_without_spills(name, monkeypatch, tmp_path):
+    try:
+        nvrtc.library()
+    except nvrtc.NvrtcUnavailable as exc:
+        pytest.skip(f"NVRTC unavailable: {exc}")
+    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
+    k, _ = _render(SHAPES / f"{name}.yaml")
+    (unit,) = compile_units([CompileUnit(k.entry, k.source, (k.entry,), k.options)], "sm_90")
+    assert unit.resources[k.entry].spill_bytes == 0
