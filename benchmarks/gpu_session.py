@@ -9,8 +9,10 @@ Writes ``report.md`` (the summary), ``report.json`` (every number), ``bench.json
 order: ``tests``, ``record`` (a cuda regression case per example spec under ``--out``/cuda,
 replayed at once), ``extras`` (the ``benchmarks/<name>.py`` scripts named by ``--extras``), ``specs``, ``bench`` (``cuvil-dsl bench benchmarks/*.yaml --json --plot``: ours
 side by side with CuPy, PyTorch eager, torch.compile and Triton, and the roofline, all timed by
-one method, see docs/cli.md#bench), ``budgets`` (``cuvil-dsl run`` on each benchmark: its check
-and budget verdict); any can be skipped with ``--skip``, e.g. ``--skip tests,specs``.
+one method, see docs/cli.md#bench), ``shapes`` (only with ``--shapes``: the same over
+``benchmarks/shapes/``, the benchmarks' pipelines at other sizes, into ``shapes.json`` and ``shapes.png``),
+``budgets`` (``cuvil-dsl run`` on each benchmark: its check and budget verdict); any can be skipped
+with ``--skip``, e.g. ``--skip tests,specs``.
 Every number is from this run.
 """
 
@@ -106,17 +108,19 @@ def run_specs(folder: str, log, iterations: int | None = None) -> dict:
     return results
 
 
-def run_bench(out: Path, log, quick: bool, timeout: float, baselines: str = "auto") -> dict:
-    """``cuvil-dsl bench`` over every benchmark: its JSON document (``bench.json``) and plot (``bench.png``)."""
-    specs = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "benchmarks").glob("*.yaml"))]
+def run_bench(out: Path, log, quick: bool, timeout: float, baselines: str = "auto", folder: str = "benchmarks",
+              name: str = "bench", rounds: int | None = None) -> dict:
+    """``cuvil-dsl bench`` over every spec of ``folder``: its JSON document (``NAME.json``) and plot (``NAME.png``)."""
+    specs = [str(p.relative_to(ROOT)) for p in sorted((ROOT / folder).glob("*.yaml"))]
     cmd = [sys.executable, "-m", "cuvil_dsl", "bench", *specs, "--backend", "cuda", "--json",
-           "--plot", str(out / "bench.png"), "--baselines", baselines, *(["--quick"] if quick else [])]
+           "--plot", str(out / f"{name}.png"), "--baselines", baselines, *(["--quick"] if quick else []),
+           *(["--rounds", str(rounds)] if rounds else [])]
     rc, text = sh(cmd, log, timeout=timeout)
     try:
         doc = json.loads(text)
     except json.JSONDecodeError:
         doc = {"raw": text[-2000:]}
-    (out / "bench.json").write_text(json.dumps(doc, indent=2))
+    (out / f"{name}.json").write_text(json.dumps(doc, indent=2))
     return {"rc": rc, **doc}
 
 
@@ -180,9 +184,11 @@ def report(data: dict) -> str:
             lines.append(f"| {name} | {r['rc']} | {(r.get('check') or {}).get('passed')} | "
                          f"{'-' if t is None else f'{t:.1f}'} | {(r.get('budget') or {}).get('passed')} |")
         lines.append("")
-    if "bench" in data:
-        bench = data["bench"]
-        lines += ["## Benchmarks, backend cuda (`cuvil-dsl bench`, plot in bench.png)", "", f"rc={bench.get('rc')}", ""]
+    for key, title in (("bench", "Benchmarks"), ("shapes", "The benchmarks' pipelines at other shapes (benchmarks/shapes/)")):
+        if key not in data:
+            continue
+        bench = data[key]
+        lines += [f"## {title}, backend cuda (`cuvil-dsl bench`, plot in {key}.png)", "", f"rc={bench.get('rc')}", ""]
         if "benchmarks" in bench:
             from cuvil_dsl.bench.report import format_table
 
@@ -216,6 +222,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="bench with --quick (a fifth of the timing budget)")
     parser.add_argument("--bench-timeout", type=float, default=540.0, help="seconds for the bench step")
     parser.add_argument("--baselines", default="auto", help="passed to `cuvil-dsl bench --baselines`")
+    parser.add_argument("--shapes", action="store_true",
+                        help="also bench benchmarks/shapes/*.yaml (the pipelines at other shapes; --quick, 2 rounds; "
+                             "about 5 minutes) after the bench step")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -244,6 +253,9 @@ def main() -> int:
             save()
         if "bench" not in skip:
             data["bench"] = run_bench(out, log, args.quick, args.bench_timeout, args.baselines)
+            save()
+        if args.shapes:
+            data["shapes"] = run_bench(out, log, True, args.bench_timeout, args.baselines, "benchmarks/shapes", "shapes", 2)
             save()
         if "budgets" not in skip:
             data["budgets"] = run_specs("benchmarks", log)
