@@ -56,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--samples", type=int, default=150, help="samples a condition and round")
     args = ap.parse_args(argv)
+    if not args.specs and not args.stream:
+        ap.error("name one or more specs, or --stream")
     gpu = open_gpu("flush_probe")
     if gpu is None:
         return 2

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
-from raw_gpu import emit  # noqa: E402
+from raw_gpu import emit, open_gpu  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,21 +36,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--samples", type=int, default=100)
     ap.add_argument("--spacer-mb", type=int, default=0, help="allocate this many MB between builds")
     args = ap.parse_args(argv)
-    try:
-        import cupy
-
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            raise RuntimeError("no CUDA device")
-        from cuvil_dsl.runtime.device import device_arch
-
-        arch = device_arch()
-    except Exception as exc:
-        print(f"placement_probe: no GPU to run on ({type(exc).__name__}: {exc})", file=sys.stderr)
+    gpu = open_gpu("placement_probe")
+    if gpu is None:
         return 2
+    cupy = gpu[0]
     import ab_attention as ab
 
     from cuvil_dsl.bench.timing import CudaClock, GpuTimer, Settings
+    from cuvil_dsl.runtime.device import device_arch
 
+    arch = device_arch()
     clock = CudaClock()
     timer = GpuTimer(clock, Settings(budget_s=1.0, min_samples=args.samples, max_samples=args.samples))
     loaded, pipeline, binding = ab.load(ROOT / "benchmarks" / "attention_f16.yaml")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from cuvil_dsl.frontend import check_file
 from cuvil_dsl.ir.nodes import Pipeline
@@ -63,3 +64,17 @@ def load_case(path: Path) -> Case:
     assert checked.ok, [str(d) for d in checked.diagnostics]
     pipeline = select_pipeline(loaded, checked.module)
     return Case(path, loaded, pipeline, bind(loaded, pipeline))
+
+
+def compile_kernel(k, monkeypatch, tmp_path, arch: str = "sm_90", **options):
+    """Rendered kernel ``k`` compiled by NVRTC into a fresh cache under ``tmp_path``: its CompiledUnit
+    (the test is skipped where NVRTC is unavailable)."""
+    from cuvil_dsl.compile import CompileUnit, compile_units, nvrtc
+
+    try:
+        nvrtc.library()
+    except nvrtc.NvrtcUnavailable as exc:
+        pytest.skip(f"NVRTC unavailable: {exc}")
+    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
+    (unit,) = compile_units([CompileUnit(k.entry, k.source, (k.entry,), k.options)], arch, **options)
+    return unit

@@ -6,10 +6,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from codegen_cases import ROOT, load_case
+from codegen_cases import ROOT, compile_kernel, load_case
 
 from cuvil_dsl.codegen import cuda_elementwise, render_cuda
-from cuvil_dsl.compile import CompileUnit, compile_units, nvrtc
 
 BENCH = ROOT / "benchmarks" / "elementwise_f32.yaml"
 
@@ -51,13 +50,7 @@ def test_chunked_tail_covers_a_partial_chunk(monkeypatch):
 
 @pytest.mark.parametrize("tuning", [{}, {"chunked": False, "unroll": 4, "threads": 256}, {"unroll": 4}])
 def test_variants_compile_without_spills(monkeypatch, tmp_path, tuning):
-    try:
-        nvrtc.library()
-    except nvrtc.NvrtcUnavailable as exc:
-        pytest.skip(f"NVRTC unavailable: {exc}")
-    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(cuda_elementwise, "TUNING", tuning)
     k = _render()
-    (unit,) = compile_units([CompileUnit(k.entry, k.source, (k.entry,), k.options)], "sm_90")
-    r = unit.resources[k.entry]
+    r = compile_kernel(k, monkeypatch, tmp_path).resources[k.entry]
     assert r.spill_bytes == 0 and r.stack_bytes == 0

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from codegen_cases import ROOT, load_case
+from codegen_cases import ROOT, compile_kernel, load_case
 
 from cuvil_dsl.codegen import cuda_matmul, render_cuda
 from cuvil_dsl.frontend import check_source
@@ -314,14 +314,7 @@ def test_wgmma_band_loads_by_tma_and_compiles_without_spills(monkeypatch, tmp_pa
     assert "cvl_wgmma(acc_odd" in body and "cvl_wgmma_set(acc_even" in body and "cvl_mma(" not in body
     assert "log2f(total)" in body and "__stcs(reinterpret_cast<uint4*>" in body  # staged 16-byte stores
     assert k.shared_bytes == 128 * 128 + stages * bn * 128 + 8 * 16 * (bn + 8) * 2 + 1024
-    from cuvil_dsl.compile import CompileUnit, compile_units, nvrtc
-
-    try:
-        nvrtc.library()
-    except nvrtc.NvrtcUnavailable as exc:
-        pytest.skip(str(exc))
-    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
-    (u,) = compile_units([CompileUnit(k.entry, k.source, (k.entry,), k.options)], "sm_90", fallback="none")
+    u = compile_kernel(k, monkeypatch, tmp_path, fallback="none")
     r = u.resources[k.entry]
     assert u.arch == "sm_90a" and r.spill_bytes == 0 and r.stack_bytes == 0
     assert "serialized" not in u.log  # the next tile's wgmma really overlaps this tile's epilogue

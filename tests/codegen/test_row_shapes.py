@@ -9,10 +9,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from codegen_cases import ROOT, load_case
+from codegen_cases import ROOT, compile_kernel, load_case
 
 from cuvil_dsl.codegen import render_cuda
-from cuvil_dsl.compile import CompileUnit, compile_units, nvrtc
 
 SHAPES = ROOT / "benchmarks" / "shapes"
 
@@ -54,11 +53,5 @@ def test_norms_load_weight_and_bias_as_they_store(spec, threads, blocks):
 
 @pytest.mark.parametrize("name", ["softmax_f16-long-rows", "layernorm_f16-wide", "layernorm_f16-narrow"])
 def test_they_compile_without_spills(name, monkeypatch, tmp_path):
-    try:
-        nvrtc.library()
-    except nvrtc.NvrtcUnavailable as exc:
-        pytest.skip(f"NVRTC unavailable: {exc}")
-    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
     k, _ = _render(SHAPES / f"{name}.yaml")
-    (unit,) = compile_units([CompileUnit(k.entry, k.source, (k.entry,), k.options)], "sm_90")
-    assert unit.resources[k.entry].spill_bytes == 0
+    assert compile_kernel(k, monkeypatch, tmp_path).resources[k.entry].spill_bytes == 0
