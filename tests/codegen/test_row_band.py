@@ -540,3 +540,18 @@ def test_half_scaling_error_bound():
     assert np.all(err <= 3 * 2.0 ** -11 * exact + 2.0 ** -20)
     normal = exact > 2.0 ** -14
     assert np.max(err[normal] / exact[normal]) > 2.0 ** -11  # the bound is not vacuous: more than one rounding shows
+
+
+def test_head_dimension_128_runs_the_lagged_band_in_two_atoms():
+    """D 128 (benchmarks/shapes/attention_f16-d128.yaml): the lagged cluster band, each tile's K in two
+    64-wide atoms (a TMA box each, the second at column 64), 2 CTAs a multiprocessor asked of ptxas, and
+    the persistent grid sized for 2 (33 clusters of 8 on 132 SMs); at D 64 one box a tile, as before."""
+    (k,) = _render(ROOT / "benchmarks" / "shapes" / "attention_f16-d128.yaml")
+    body = k.source.split('extern "C"')[1]
+    assert "__cluster_dims__(8, 1, 1)" in body and "__launch_bounds__(128, 2)" in body
+    assert k.grid == (33 * 8, 1, 1) and k.persistent_cluster == 8
+    assert re.search(r"cvl_tma_2d\(sb \+ 8192u, tma_b, 64, ", body)  # B's second atom
+    assert re.search(r"cvl_tma_2d\([^;]*\+ 8192u, tma_a, 64, ", body)  # A's second atom (64 rows x 128 bytes on)
+    assert "(kk >> 2) * 8192 + (kk & 3) * 32" in body  # descriptors step by atom
+    (k64,) = _render(BENCH)
+    assert ", tma_b, 64, " not in k64.source and "(kk >> 2)" not in k64.source
