@@ -335,9 +335,11 @@ class _RowKernel:
                         self.occupancy_cap = 4
                     # a row too long to cache at 256 threads: as many threads (up to 1024) as cache it,
                     # rather than reading it again in every pass (f16 rows of 32768: 512 threads,
-                    # 169.7 us against 233.7 streamed, 180.8 at 1024; H200, session 13)
-                    while default < 1024 and -(-self.L // (default * per_vector)) * per_vector > CACHE_BUDGET:
-                        default *= 2
+                    # 169.7 us against 233.7 streamed, 180.8 at 1024; H200, session 13); a row that
+                    # 1024 cannot cache either streams at the default, as before
+                    candidates = [default << i for i in range(4) if default << i <= 1024]
+                    default = next((t for t in candidates if -(-self.L // (t * per_vector)) * per_vector <= CACHE_BUDGET),
+                                   default)
                 else:
                     default = min(1024, max(128, _pow2_ceil(self.L // (4 * per_vector))))
                 tpr = int(TUNING.get("threads") or default)

@@ -16,9 +16,9 @@ from cuvil_dsl.codegen import render_cuda
 SHAPES = ROOT / "benchmarks" / "shapes"
 
 
-def _render(spec):
+def _render(spec, **sizes):
     case = load_case(spec)
-    (k,) = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")
+    (k,) = render_cuda(case.plan("sm_90"), {**case.binding.sizes, **sizes}, "sm_90")
     note = next(line for line in k.source.splitlines() if line.startswith("// row template"))
     return k, note
 
@@ -32,6 +32,15 @@ def test_long_rows_are_cached_at_more_threads():
     512 threads hold them, so each row is read once instead of once per pass."""
     k, note = _render(SHAPES / "softmax_f16-long-rows.yaml")
     assert k.block == (512, 1, 1) and "8 per thread, cached" in note
+
+
+@pytest.mark.parametrize("n, threads, how", [
+    (1 << 17, 256, "64 per thread, streamed"),  # 1024 threads cannot cache it either: streamed, as before
+    (1536, 128, "2 per thread, cached"),  # a short row keeps its default
+])
+def test_rows_the_threads_do_not_help_keep_their_default(n, threads, how):
+    k, note = _render(SHAPES / "softmax_f16-long-rows.yaml", M=4096, N=n)
+    assert k.block == (threads, 1, 1) and how in note, note
 
 
 def test_the_benchmark_softmax_keeps_its_shape():
