@@ -447,11 +447,13 @@ class _RowKernel:
             words = max(cached, carried) + sum(-(-per * k.dtype(v).itemsize // 4) for v, m in final)
             estimate = 8 * -(-(words + 16) // 8)  # live row data plus addressing and statistics
             chosen = max(1, min(FULL_THREADS // threads, REGISTER_FILE // (threads * estimate), self.occupancy_cap))
-            # one block of 512 threads or more alone on a multiprocessor runs its loads, block reductions
-            # and stores in turn; a second block overlaps them. Ask for two when their registers hold the
-            # row's cached data and 16 more (the final pass's operands, not prefetched, come a vector at a
-            # time): layernorm f16 [8192, 16384] 135.6 us at 2 blocks of 512, 64 registers, against 205.1
-            if (chosen == 1 and 2 * threads <= FULL_THREADS and threads >= 512 and not self.prefetched
+            # one block of 512 threads alone on a multiprocessor runs its loads, block reductions and
+            # stores in turn; a second block overlaps them. Ask for two when their 64 registers a thread
+            # hold the row's cached data and 16 more (the final pass's operands, not prefetched, come a
+            # vector at a time): layernorm f16 [8192, 16384] 135.6 us at 2 blocks of 512, 64 registers,
+            # against 205.1. (Two blocks of 1024 would leave 32 registers: f32 layernorm rows of 16384
+            # spill there.)
+            if (chosen == 1 and threads == 512 and not self.prefetched
                     and REGISTER_FILE // (2 * threads) >= max(cached, carried) + 16):
                 chosen = 2
         k.config = replace(k.config, min_blocks=chosen)

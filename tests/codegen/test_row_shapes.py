@@ -64,3 +64,26 @@ def test_norms_load_weight_and_bias_as_they_store(spec, threads, blocks):
 def test_they_compile_without_spills(name, monkeypatch, tmp_path):
     k, _ = _render(SHAPES / f"{name}.yaml")
     assert compile_kernel(k, monkeypatch, tmp_path).resources[k.entry].spill_bytes == 0
+
+
+NORMS = """pipeline ln32(x: f32[M, N], w: f32[N], b: f32[N]) -> y: f32[M, N] {
+    graph forward { y = layernorm(x, w, b, eps=1e-5) }
+}
+pipeline rms16(x: f16[M, N], w: f16[N]) -> y: f16[M, N] {
+    graph forward { y = rmsnorm(x, w, eps=1e-5) }
+}
+"""
+
+
+@pytest.mark.parametrize("entry, n, threads, blocks", [
+    ("ln32", 16384, 1024, 1),  # two blocks of 1024 would leave 32 registers a thread: it would spill
+    ("ln32", 8192, 512, 2),
+    ("rms16", 16384, 512, 2),
+])
+def test_a_second_block_only_where_its_registers_suffice(entry, n, threads, blocks, monkeypatch, tmp_path):
+    (tmp_path / "norms.cuvil").write_text(NORMS)
+    spec = tmp_path / f"{entry}.yaml"
+    spec.write_text(f"pipeline: norms.cuvil\nentry: {entry}\nshapes: {{M: 4096, N: {n}}}\n")
+    k, note = _render(spec)
+    assert k.block == (threads, 1, 1) and _min_blocks(k) == blocks and "cached" in note, note
+    assert compile_kernel(k, monkeypatch, tmp_path / "cache").resources[k.entry].spill_bytes == 0
