@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Re-record the cases whose generated code changed, and nothing else, after an intended codegen change.
 
-    python3 regression/update_code.py [--backend cuda] [--dest DIR]
+    python3 regression/update_code.py [--backend cuda] [--dest DIR] [--archive FILE.tar.gz]
 
 Replays every case of the backend (``cuvil-dsl replay``). A case whose only failed check is ``code``
 (results, snapshot, guards and the rest still as recorded) is re-recorded in place
 (``replay --update``) and its folder copied under ``--dest`` when given (the GPU machine's $OUT, so the
-session brings it back). A case with any other failure is left alone and reported. Exit status 0 when
+session brings it back), or into one ``--archive`` (the device tool does not bring back folders that
+deep: ``--archive $OUT/rerecorded.tar.gz``, then ``tar xzf`` it in ``regression/``). A case with any other failure is left alone and reported. Exit status 0 when
 no case failed otherwise, 1 when one did.
 """
 
@@ -31,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", default="cuda")
     ap.add_argument("--dest", type=Path, help="copy each re-recorded case here (as BACKEND/CASE)")
+    ap.add_argument("--archive", type=Path, help="also write the re-recorded cases to this .tar.gz (as BACKEND/CASE)")
     args = ap.parse_args(argv)
     updated, failed = [], []
     for case in sorted(p for p in (ROOT / "regression" / args.backend).iterdir() if (p / "case.yaml").is_file()):
@@ -53,6 +55,12 @@ def main(argv: list[str] | None = None) -> int:
         updated.append(case.name)
         if args.dest:
             shutil.copytree(case, args.dest / args.backend / case.name, dirs_exist_ok=True)
+    if args.archive and updated:
+        import tarfile
+
+        with tarfile.open(args.archive, "w:gz") as tar:
+            for name in updated:
+                tar.add(ROOT / "regression" / args.backend / name, arcname=f"{args.backend}/{name}")
     print(f"re-recorded (code only): {', '.join(updated) or 'none'}")
     for line in failed:
         print(f"FAILED {line}")
