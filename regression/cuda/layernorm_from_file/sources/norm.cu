@@ -98,7 +98,7 @@ template <typename T> __device__ __forceinline__ T cvl_warp_min(T v, int width) 
     return v;
 }
 
-// row template: 256 threads, 32 per row, 8-element vectors, 4 per thread, cached, min 1 blocks/SM, fast 1, carried 0, prefetched 2
+// row template: 256 threads, 32 per row, 8-element vectors, 4 per thread, cached, min 1 blocks/SM, fast 1, carried 0, prefetched 0
 extern "C" __global__ void __launch_bounds__(256, 1) cvl_norm(
     const __half* __restrict__ b0,  // x: f16[T, H] input
     const __half* __restrict__ b1,  // w: f16[H] input
@@ -108,19 +108,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_norm(
     const int tid = threadIdx.x % 32;
     const int row = blockIdx.x * 8 + threadIdx.x / 32;
     const int c0 = row;
-    float c36[4][8];
-    __align__(16) __half pre34[4][8];
-    __align__(16) __half pre35[4][8];
+    float c34[4][8];
     #pragma unroll
     for (int s = 0; s < 4; ++s) {
         const int sv = s * 32 + tid;
-        cvl_copy_vec<__half, 8>(pre34[s], b1 + sv * 8);
-        cvl_copy_vec<__half, 8>(pre35[s], b2 + sv * 8);
-        __align__(16) __half raw37[8];
-        cvl_copy_vec<__half, 8>(raw37, b0 + c0 * 1024 + sv * 8);
+        __align__(16) __half raw35[8];
+        cvl_copy_vec<__half, 8>(raw35, b0 + c0 * 1024 + sv * 8);
         #pragma unroll
         for (int e = 0; e < 8; ++e) {
-            c36[s][e] = __half2float(raw37[e]);
+            c34[s][e] = __half2float(raw35[e]);
         }
     }
     float acc_0 = (0.0f);
@@ -129,20 +125,20 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_norm(
         const int sv = s * 32 + tid;
         #pragma unroll
         for (int e = 0; e < 8; ++e) {
-            acc_0 = (acc_0 + c36[s][e]);
+            acc_0 = (acc_0 + c34[s][e]);
         }
     }
     const float r_0 = cvl_warp_sum(acc_0, 32);
     float acc_1 = (0.0f);
-    const float t41 = (r_0 / (1024.0f));
+    const float t39 = (r_0 / (1024.0f));
     #pragma unroll
     for (int s = 0; s < 4; ++s) {
         const int sv = s * 32 + tid;
         #pragma unroll
         for (int e = 0; e < 8; ++e) {
-            const float t42 = (c36[s][e] - t41);
-            const float t43 = (t42 * t42);
-            acc_1 = (acc_1 + t43);
+            const float t40 = (c34[s][e] - t39);
+            const float t41 = (t40 * t40);
+            acc_1 = (acc_1 + t41);
         }
     }
     const float r_1 = cvl_warp_sum(acc_1, 32);
@@ -153,14 +149,18 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_norm(
     #pragma unroll
     for (int s = 0; s < 4; ++s) {
         const int sv = s * 32 + tid;
+        __align__(16) __half raw51[8];
+        cvl_copy_vec<__half, 8>(raw51, b1 + sv * 8);
+        __align__(16) __half raw52[8];
+        cvl_copy_vec<__half, 8>(raw52, b2 + sv * 8);
         __align__(16) __half out53[8];
         #pragma unroll
         for (int e = 0; e < 8; ++e) {
-            const float t54 = (c36[s][e] - t41);
+            const float t54 = (c34[s][e] - t39);
             const float t59 = (t54 * t58);
-            const float t60 = (t59 * __half2float(pre34[s][e]));
-            const float t61 = cvl_f16((t60 + __half2float(pre35[s][e])));
-            out53[e] = __float2half_rn((t60 + __half2float(pre35[s][e])));
+            const float t60 = (t59 * __half2float(raw51[e]));
+            const float t61 = cvl_f16((t60 + __half2float(raw52[e])));
+            out53[e] = __float2half_rn((t60 + __half2float(raw52[e])));
         }
         cvl_copy_vec<__half, 8>(b3 + c0 * 1024 + sv * 8, out53);
     }

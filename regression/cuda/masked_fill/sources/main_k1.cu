@@ -98,7 +98,7 @@ template <typename T> __device__ __forceinline__ T cvl_warp_min(T v, int width) 
     return v;
 }
 
-// row template: 256 threads, 32 per row, 8-element vectors, 1 per thread, cached, min 1 blocks/SM, fast 1, carried 0, prefetched 1
+// row template: 256 threads, 32 per row, 8-element vectors, 1 per thread, cached, min 1 blocks/SM, fast 1, carried 0, prefetched 0
 extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
     const __half* __restrict__ b0,  // x: f16[R, C] input
     const unsigned char* __restrict__ b1,  // keep: bool[R, C] input
@@ -110,17 +110,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
     const int tid = threadIdx.x % 32;
     const int row = blockIdx.x * 8 + threadIdx.x / 32;
     const int c0 = row;
-    bool c10[1][8];
-    __align__(16) __half pre9[1][8];
+    bool c9[1][8];
     #pragma unroll
     for (int s = 0; s < 1; ++s) {
         const int sv = s * 32 + tid;
-        cvl_copy_vec<__half, 8>(pre9[s], b0 + c0 * 256 + sv * 8);
-        __align__(16) unsigned char raw11[8];
-        cvl_copy_vec<unsigned char, 8>(raw11, b1 + c0 * 256 + sv * 8);
+        __align__(16) unsigned char raw10[8];
+        cvl_copy_vec<unsigned char, 8>(raw10, b1 + c0 * 256 + sv * 8);
         #pragma unroll
         for (int e = 0; e < 8; ++e) {
-            c10[s][e] = (raw11[e] != 0);
+            c9[s][e] = (raw10[e] != 0);
         }
     }
     int acc_0 = 0;
@@ -129,21 +127,23 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
         const int sv = s * 32 + tid;
         #pragma unroll
         for (int e = 0; e < 8; ++e) {
-            const int t13 = (c10[s][e] ? 1 : 0);
-            acc_0 = cvl_wrap_add(acc_0, t13);
+            const int t12 = (c9[s][e] ? 1 : 0);
+            acc_0 = cvl_wrap_add(acc_0, t12);
         }
     }
     const int r_0 = cvl_warp_sum(acc_0, 32);
     #pragma unroll
     for (int s = 0; s < 1; ++s) {
         const int sv = s * 32 + tid;
+        __align__(16) __half raw15[8];
+        cvl_copy_vec<__half, 8>(raw15, b0 + c0 * 256 + sv * 8);
         __align__(16) __half out16[8];
         #pragma unroll
         for (int e = 0; e < 8; ++e) {
             const int col = (sv * 8 + e);
-            const float t17 = (__half2float(pre9[s][e]) * u0);
-            const float t18 = cvl_f16((c10[s][e] ? t17 : u1));
-            out16[e] = __float2half_rn((c10[s][e] ? t17 : u1));
+            const float t17 = (__half2float(raw15[e]) * u0);
+            const float t18 = cvl_f16((c9[s][e] ? t17 : u1));
+            out16[e] = __float2half_rn((c9[s][e] ? t17 : u1));
             if (col == 0) b3[c0] = r_0;
         }
         cvl_copy_vec<__half, 8>(b2 + c0 * 256 + sv * 8, out16);

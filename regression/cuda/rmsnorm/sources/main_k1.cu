@@ -98,7 +98,7 @@ template <typename T> __device__ __forceinline__ T cvl_warp_min(T v, int width) 
     return v;
 }
 
-// row template: 256 threads, 32 per row, 8-element vectors, 1 per thread, cached, min 1 blocks/SM, fast 1, carried 0, prefetched 1
+// row template: 256 threads, 32 per row, 8-element vectors, 1 per thread, cached, min 1 blocks/SM, fast 1, carried 0, prefetched 0
 extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
     const __nv_bfloat16* __restrict__ b0,  // x: bf16[T, H] input
     const __nv_bfloat16* __restrict__ b1,  // w: bf16[H] input
@@ -107,17 +107,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
     const int tid = threadIdx.x % 32;
     const int row = blockIdx.x * 8 + threadIdx.x / 32;
     const int c0 = row;
-    float c22[1][8];
-    __align__(16) __nv_bfloat16 pre21[1][8];
+    float c21[1][8];
     #pragma unroll
     for (int s = 0; s < 1; ++s) {
         const int sv = s * 32 + tid;
-        cvl_copy_vec<__nv_bfloat16, 8>(pre21[s], b1 + sv * 8);
-        __align__(16) __nv_bfloat16 raw23[8];
-        cvl_copy_vec<__nv_bfloat16, 8>(raw23, b0 + c0 * 256 + sv * 8);
+        __align__(16) __nv_bfloat16 raw22[8];
+        cvl_copy_vec<__nv_bfloat16, 8>(raw22, b0 + c0 * 256 + sv * 8);
         #pragma unroll
         for (int e = 0; e < 8; ++e) {
-            c22[s][e] = __bfloat162float(raw23[e]);
+            c21[s][e] = __bfloat162float(raw22[e]);
         }
     }
     float acc_0 = (0.0f);
@@ -126,8 +124,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
         const int sv = s * 32 + tid;
         #pragma unroll
         for (int e = 0; e < 8; ++e) {
-            const float t25 = (c22[s][e] * c22[s][e]);
-            acc_0 = (acc_0 + t25);
+            const float t24 = (c21[s][e] * c21[s][e]);
+            acc_0 = (acc_0 + t24);
         }
     }
     const float r_0 = cvl_warp_sum(acc_0, 32);
@@ -138,12 +136,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
     #pragma unroll
     for (int s = 0; s < 1; ++s) {
         const int sv = s * 32 + tid;
+        __align__(16) __nv_bfloat16 raw31[8];
+        cvl_copy_vec<__nv_bfloat16, 8>(raw31, b1 + sv * 8);
         __align__(16) __nv_bfloat16 out32[8];
         #pragma unroll
         for (int e = 0; e < 8; ++e) {
-            const float t37 = (c22[s][e] * t36);
-            const float t38 = cvl_bf16((t37 * __bfloat162float(pre21[s][e])));
-            out32[e] = __float2bfloat16_rn((t37 * __bfloat162float(pre21[s][e])));
+            const float t37 = (c21[s][e] * t36);
+            const float t38 = cvl_bf16((t37 * __bfloat162float(raw31[e])));
+            out32[e] = __float2bfloat16_rn((t37 * __bfloat162float(raw31[e])));
         }
         cvl_copy_vec<__nv_bfloat16, 8>(b2 + c0 * 256 + sv * 8, out32);
     }
