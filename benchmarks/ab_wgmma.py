@@ -72,7 +72,9 @@ DEFAULT_CONFIGS = ",".join([
 # The library's kernel for benchmarks/gemm_gelu_f16.yaml (rendered through plan_pipeline / render_cuda)
 # under cuda_wgmma's switches: (label, PAIRED_STORES, LARGE_TILE); timed on TIMED, checked on RAGGED too.
 LIBRARY_SPEC = Path(__file__).resolve().parent / "gemm_gelu_f16.yaml"
-LIBRARY_CHECKS = [RAGGED, (4000, 3000, 520)]  # ragged; the second large enough for LARGE_TILE (384 blocks)
+# ragged; the second large enough for LARGE_TILE (384 blocks); the third split along K (64 tiles, 2 parts of 33
+# k steps, the last one's final step past K)
+LIBRARY_CHECKS = [RAGGED, (4000, 3000, 520), (1000, 1000, 4104)]
 # (label, PAIRED_STORES, LARGE_TILE, LIBRARY_WS, TMA); the warp-specialised ones run last of all (a
 # barrier that never completes traps, and a CUDA error ends the run). 2026-11-29: 128x256 paired
 # 217.7 us, 256x128 paired 229.2, per-element stores 250.1, warp-specialised 231.9 (all cp.async).
@@ -157,8 +159,21 @@ PREVIOUS_STORES = "library plain kernel, paired 4-byte stores (previous, no stag
 # correct on every size, 224.2-234.6 against 218.4-229.2 for the 16-byte copy-out and 223.7-237.7 for the
 # paired stores in the same rounds: between the two, not kept (the code is at commit cb5bc08).
 STAGED_OF = {PREVIOUS_STORES: False, **{label: False for label in PROBES}}
+# Session 14: split-K for GEMMs whose tiles leave half the SMs idle (cuda_wgmma.SPLIT_K) and when the large tile
+# takes over (LARGE_WAVES, LARGE_SPLIT_MAX): cuda_wgmma's settings per mode. First call
+# (`2026-11-30-h200-ab_wgmma-session14-split.md`): split-K on 128 x 128 tiles 1024 x 1024 x 8192 44.0-46.0 us
+# against 61.9-62.5 unsplit, 512 x 1024 x 8192 30.4-30.9 against 59.1-59.6; 128 x 256 from 0.9 waves 2048 x 2048
+# x 8192 104.6-106.3 against 114.4-129.1 (from 2), 2048 x 2048 x 4096 56.4-58.6 against 67.5-68.2, 2048 x 4096 x
+# 4096 115.0-117.2 against 134.4-135.7. Second call (`-split-2.md`, 4 rounds): see cuda_wgmma.LARGE_WAVES and
+# SPLIT_K (split-K on 128 x 128 tiles two CTAs a multiprocessor was measured there and removed).
+NO_SPLIT = "library plain kernel, no split-K (one CTA a tile)"
+LARGE_FROM_TWO_WAVES = "library plain kernel, 128x256 from 2 waves, split-K on 128x128 only (before session 14)"
+SPLIT_128_ONLY = "library plain kernel, split-K on 128x128 tiles only"
+SETTINGS_OF = {NO_SPLIT: {"SPLIT_K": False}, LARGE_FROM_TWO_WAVES: {"LARGE_WAVES": 2.0, "LARGE_SPLIT_MAX": 1},
+               SPLIT_128_ONLY: {"LARGE_SPLIT_MAX": 1}}
 LIBRARY_MODES = [
     ("library default (128x256 s4p1, staged 16-byte stores, TMA loads)", True, (128, 256, 4, 1), False, True),
+    *((label, True, (128, 256, 4, 1), False, True) for label in SETTINGS_OF),
     (PREVIOUS_STORES, True, (128, 256, 4, 1), False, True),
     ("library plain kernel, B multicast to CTA pairs", True, (128, 256, 4, 1), False, True),
     *((label, True, (128, 256, 4, 1), False, True) for label in PROBES),
@@ -307,6 +322,7 @@ def build_library(modes=LIBRARY_MODES) -> dict:
     saved = (cuda_wgmma.PAIRED_STORES, cuda_wgmma.LARGE_TILE, cuda_wgmma.LIBRARY_WS, cuda_wgmma.TMA, cuda_wgmma.MULTICAST,
              cuda_wgmma.STAGED_STORES)
     prelude, unrounded = cuda_codegen.PRELUDE, cuda_codegen.CudaKernel.unrounded
+    settings = {name: getattr(cuda_wgmma, name) for mode in SETTINGS_OF.values() for name in mode}  # restored after
     jobs = []
     try:
         for label, pairs, tile, ws, tma in modes:
@@ -317,6 +333,8 @@ def build_library(modes=LIBRARY_MODES) -> dict:
             cuda_wgmma.PAIRED_STORES, cuda_wgmma.LARGE_TILE, cuda_wgmma.LIBRARY_WS = pairs, tile, ws
             cuda_wgmma.TMA, cuda_wgmma.MULTICAST = tma, MULTICAST_OF.get(label, saved[4])
             cuda_wgmma.STAGED_STORES = STAGED_OF.get(label, saved[5])
+            for name, value in {**settings, **SETTINGS_OF.get(label, {})}.items():
+                setattr(cuda_wgmma, name, value)
             plan, diags = plan_pipeline(pipeline, dict(loaded.spec.kernels), "sm_90")
             assert not [d for d in diags if d.is_error], diags
             for M, N, K in [*TIMED, *LIBRARY_CHECKS]:
@@ -335,6 +353,8 @@ def build_library(modes=LIBRARY_MODES) -> dict:
         (cuda_wgmma.PAIRED_STORES, cuda_wgmma.LARGE_TILE, cuda_wgmma.LIBRARY_WS, cuda_wgmma.TMA,
          cuda_wgmma.MULTICAST, cuda_wgmma.STAGED_STORES) = saved
         cuda_codegen.PRELUDE, cuda_codegen.CudaKernel.unrounded = prelude, unrounded
+        for name, value in settings.items():
+            setattr(cuda_wgmma, name, value)
     units = [CompileUnit(f"ab_wgmma_lib_{i}", k.source, (k.entry,), k.options) for i, (_s, _l, k) in enumerate(jobs)]
     built = compile_units(units, "sm_90", fallback="none", workers=min(16, os.cpu_count() or 2))
     out = {}

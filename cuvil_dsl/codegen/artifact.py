@@ -37,13 +37,18 @@ class KernelArg:
     (f16/bf16 uniforms are passed as float: the value is already rounded to the dtype).
     ``tensormap``: a ``__grid_constant__`` TMA descriptor (``tensor_map``) of a buffer, passed by
     value; ``name`` is unique in the kernel, ``dtype`` the buffer's.
+    ``workspace``: the device pointer of the kernel's own scratch memory, ``workspace`` bytes that
+    the runtime allocates once per loaded kernel, outside the arena (so outside snapshots and guard
+    bands), zeroed before the first launch; the kernel must leave it as it found what it relies on
+    (split-K's tile counters go back to 0 at the end of every launch). ``dtype`` is unused (f32).
     """
 
-    kind: str  # "buffer" | "scalar" | "tensormap"
+    kind: str  # "buffer" | "scalar" | "tensormap" | "workspace"
     name: str
     dtype: DType
     ctype: str  # the C parameter type, e.g. "const __half* __restrict__" or "float"
     tensor_map: TensorMap | None = None
+    workspace: int = 0  # bytes, for kind "workspace"
 
 
 @dataclass(frozen=True)

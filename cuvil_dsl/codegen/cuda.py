@@ -18,6 +18,7 @@ from cuvil_dsl.codegen.base import PointWalk
 from cuvil_dsl.codegen.cuda_lang import PRELUDE, STORAGE, CudaLanguage
 from cuvil_dsl.codegen.names import comment_text, entry_name
 from cuvil_dsl.codegen.program import KernelProgram, Store, build_program
+from cuvil_dsl.diagnostics import InternalError
 from cuvil_dsl.passes import configs
 from cuvil_dsl.passes.indexing import Map
 from cuvil_dsl.passes.plan import FusedKernel, FusionPlan, KernelConfig
@@ -56,7 +57,7 @@ class CudaKernel:
         largest = max([program.size(b) for b in program.buffers] + [element_count(program.domain)])
         self.index_t = "long long" if largest > INT_LIMIT // 2 else "int"
         self._counter = 0
-        self.tensor_maps: list[KernelArg] = []  # TMA descriptors a template asked for (after the uniforms)
+        self.extra_args: list[KernelArg] = []  # TMA descriptors and a workspace a template asked for (after the uniforms)
 
     # ------------------------------------------------------------------ names and types
     def fresh(self, prefix: str = "t") -> str:
@@ -88,13 +89,22 @@ class CudaKernel:
             dtype = self.dtype(u)
             ctype = "int" if dtype is DType.BOOL else self.lang.ctype(dtype)
             out.append(KernelArg("scalar", u, dtype, ctype))
-        return tuple(out + self.tensor_maps)
+        return tuple(out + self.extra_args)
 
     def tensor_map(self, name: str, buffer: str, dims: tuple[int, int], stride: int, box: tuple[int, int]) -> str:
         """Ask for a TMA descriptor parameter ``name`` over ``buffer`` (see :class:`TensorMap`); returns
         its C name. The runtime encodes it; the kernel passes ``&name`` to ``cp.async.bulk.tensor``."""
         spec = TensorMap(buffer, dims, stride, box)
-        self.tensor_maps.append(KernelArg("tensormap", name, self.dtype(buffer), "const __grid_constant__ cvl_tensor_map", spec))
+        self.extra_args.append(KernelArg("tensormap", name, self.dtype(buffer), "const __grid_constant__ cvl_tensor_map", spec))
+        return name
+
+    def workspace(self, nbytes: int) -> str:
+        """Ask for ``nbytes`` of scratch device memory of this kernel's own (see :class:`KernelArg`,
+        kind ``workspace``: allocated and zeroed once by the runtime); returns its C name."""
+        name = "cvl_workspace"
+        if any(arg.kind == "workspace" for arg in self.extra_args):
+            raise InternalError("a kernel has one workspace")
+        self.extra_args.append(KernelArg("workspace", name, DType.F32, "unsigned char* __restrict__", workspace=nbytes))
         return name
 
     def signature(self, entry: str, threads: int) -> list[str]:
@@ -107,6 +117,9 @@ class CudaKernel:
                 m = arg.tensor_map
                 params.append(f"    {arg.ctype} {arg.name},  // TMA descriptor of {comment_text(m.buffer)}: "
                               f"{m.dims[1]} x {m.dims[0]}, box {m.box[1]} x {m.box[0]}")
+                continue
+            if arg.kind == "workspace":
+                params.append(f"    {arg.ctype} {arg.name},  // the kernel's workspace: {arg.workspace} bytes, zeroed once")
                 continue
             name = self.names.get(arg.name) or self.uniform_names[arg.name]
             role = "input" if arg.name in self.kernel.inputs else "output" if arg.kind == "buffer" else "scalar"

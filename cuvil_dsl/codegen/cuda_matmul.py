@@ -458,15 +458,71 @@ class _GemmKernel:
         pair = getattr(eng, "pair", False)
         if pair:  # clusters of 2: row tiles mt, mt + 1 of one column tile
             decode = ["const int pair_ = blockIdx.x / 2;", *self.pair_indices("pair_")]
+        tiles = self.batch * self.mt * self.nt
+        parts = getattr(eng, "split", 1)
+        steps, k0 = self.kt, (lambda s: f"({s}) * {eng.bk}")
+        if parts > 1:  # split-K: CTA (part, tile) walks steps part * per .. of its tile
+            steps = -(-self.kt // parts)
+            eng.k_overshoot = steps * parts != self.kt
+            decode = [f"const int tile_ = blockIdx.x % {tiles};", f"const int part = blockIdx.x / {tiles};",
+                      f"const int nt = tile_ % {self.nt};", f"const int mt = tile_ / {self.nt} % {self.mt};",
+                      f"const int bz = tile_ / {self.nt * self.mt};"]
+            k0 = lambda s: f"(part * {steps} + ({s})) * {eng.bk}"  # noqa: E731
         body = self.prologue(decode) + [f"const int n0 = nt * {eng.bn};"]
-        body += eng.main_loop(self.kt, lambda s: f"({s}) * {eng.bk}", lambda s: "n0", "m0", ("pa", "pb"), [])
+        body += eng.main_loop(steps, k0, lambda s: "n0", "m0", ("pa", "pb"), [])
+        if parts > 1:
+            body += self.split_fixup(tiles, parts)
         staged = self.staged_epilogue()
         paired = self.paired_body() if staged is None else None
         body += (staged if staged is not None else eng.pairs("m0", "n0", paired) if paired is not None
                  else eng.elements("m0", "n0", self.store_body(None)))
         lines = [*self.k.signature(entry, eng.threads), *indent(body), "}"]
-        return Emitted(self.in_pairs(lines) if pair else lines, (self.batch * self.mt * self.nt, 1, 1), (eng.threads, 1, 1), eng.shared_bytes,
+        return Emitted(self.in_pairs(lines) if pair else lines, (tiles * parts, 1, 1), (eng.threads, 1, 1), eng.shared_bytes,
                        eng.helpers(), eng.options)
+
+    def split_fixup(self, tiles: int, parts: int) -> list[str]:
+        """Split-K's meeting point (cuda_wgmma.SPLIT_K), after the main loop of CTA (``part``, ``tile_``):
+        its f32 partial tile goes to the workspace (float4 ``i`` of thread t at ``i * threads + t``: a warp
+        writes 512 contiguous bytes), then one thread takes a ticket from the tile's counter (after every
+        thread's fence, as the CUDA guide's last-block pattern). The CTA with the last ticket adds the
+        ``parts`` partials in the order 0 .. parts - 1 into the accumulators (its own one read back like the
+        others, so the sum's bits never depend on which CTA came last), puts the counter back to 0 for the
+        next launch and goes on to the epilogue; the others leave. Nobody waits for anybody."""
+        eng, k = self.eng, self.k
+        words = eng.bm * eng.bn // 4  # float4 of one partial tile
+        counters = -(-tiles * 4 // 256) * 256  # the tiles' counters, then the partials, 256-byte aligned
+        ws = k.workspace(counters + parts * tiles * words * 16)
+        per_thread = eng.regs // 4
+        chunk = 16 if eng.bn <= 128 else 8  # float4 a thread reads at once (more spill beside 128 x 256's accumulators)
+        return [
+            "{  // split-K: this part's partial tile into the workspace, then a ticket from the tile's counter",
+            f"    unsigned* const cvl_count = reinterpret_cast<unsigned*>({ws});",
+            f"    float4* const cvl_parts = reinterpret_cast<float4*>({ws} + {counters});",
+            f"    float4* const mine = cvl_parts + ((size_t)part * {tiles} + tile_) * {words};",
+            "    #pragma unroll", f"    for (int i = 0; i < {per_thread}; ++i)",
+            f"        __stcg(&mine[i * {eng.threads} + threadIdx.x], "
+            "make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));",
+            "    __threadfence();  // this thread's partial is visible device-wide before the ticket is taken",
+            "    __shared__ unsigned cvl_ticket;",
+            "    __syncthreads();",
+            "    if (threadIdx.x == 0) cvl_ticket = atomicAdd(&cvl_count[tile_], 1u);",
+            "    __syncthreads();",
+            f"    if (cvl_ticket != {parts - 1}u) return;  // the tile's last part finishes it",
+            "    __threadfence();",
+            "    #pragma unroll", f"    for (int i = 0; i < {eng.regs}; ++i) acc[i] = 0.0f;",
+            "    #pragma unroll",
+            f"    for (int c = 0; c < {per_thread // chunk}; ++c) {{  // {chunk} float4 loads in flight a round",
+            "        #pragma unroll 1",
+            f"        for (int p = 0; p < {parts}; ++p) {{  // in order: the bits do not depend on which part came last",
+            f"            const float4* const from = cvl_parts + ((size_t)p * {tiles} + tile_) * {words};",
+            "            #pragma unroll", f"            for (int j = 0; j < {chunk}; ++j) {{",
+            f"                const int i = c * {chunk} + j;",
+            f"                const float4 v = __ldcg(&from[i * {eng.threads} + threadIdx.x]);",
+            "                acc[4 * i] += v.x;", "                acc[4 * i + 1] += v.y;",
+            "                acc[4 * i + 2] += v.z;", "                acc[4 * i + 3] += v.w;",
+            "            }", "        }", "    }",
+            "    if (threadIdx.x == 0) cvl_count[tile_] = 0u;  // ready for the next launch",
+            "}"]
 
     def render_softmax(self, entry: str) -> Emitted:
         k, eng = self.k, self.eng

@@ -108,6 +108,27 @@ PAIRED_STORES = True
 # bytes a warp instruction) it is 3 transactions for 128 bytes, in whole sectors.
 STAGED_STORES = True
 LARGE_TILE = (128, 256, 4, 1)
+# LARGE_TILE when its launch (tiles x parts of K) fills at least LARGE_WAVES x SMs; below, 128 x 128 tiles.
+# It was 2 (waves) before session 14; measured on the H200 (benchmarks/ab_wgmma.py, 4 interleaved rounds,
+# `2026-11-30-h200-ab_wgmma-session14-split-2.md`): 1536 x 2048 x 8192 (96 large tiles) 94.0 us against 116.2,
+# 2048 x 2048 x 8192 (128) 105.9 against 134.4, and in the call before 2048 x 4096 x 4096 115.0-117.2 against
+# 134.4-135.7 for 128 x 128 tiles two a multiprocessor.
+LARGE_WAVES = 0.5
+# Split-K (session 14): a GEMM whose tiles fill at most half the SMs splits K into S parts, one CTA each
+# (tiles x S <= SMs, every part at least SPLIT_MIN_STEPS k steps of 64, S <= SPLIT_MAX, or LARGE_SPLIT_MAX on
+# LARGE_TILE, whose partials are twice the size). Each CTA writes its f32 partial tile to the kernel's
+# workspace and takes a ticket from the tile's counter; the CTA that takes the last one adds the S partials
+# in the order s = 0 .. S - 1 (so the bits do not depend on which CTA comes last), runs the epilogue and puts
+# the counter back to 0 for the next launch. Large tiles when their split fills half the SMs (LARGE_WAVES),
+# else 128 x 128. Measured (same file): 1024 x 1024 x 8192 41.8 us on 32 large tiles in 4 parts, 45.3 on 64
+# of 128 x 128 in 2, 63.9 unsplit; 512 x 1024 x 8192 30.6 on 32 of 128 x 128 in 4, 37.0 on 16 large ones in
+# 8 (the last CTA of a tile reads 1 MB of partials), 60.5 unsplit; 1024 x 2048 x 8192 63.1 on 64 large tiles
+# in 2, 68.8 unsplit. (128 x 128 tiles two CTAs a multiprocessor, split in up to 4: 43.2, 35.8 and 72.8 us;
+# removed.)
+SPLIT_K = True
+SPLIT_MIN_STEPS = 16
+SPLIT_MAX = 8
+LARGE_SPLIT_MAX = 4
 LIBRARY_WS: bool | str = False
 TMA = True
 MULTICAST: bool | str = False
@@ -161,7 +182,7 @@ def pairs(eng: "WgmmaEngine", m_tiles: int) -> bool:
     MN-major B; half the rows of a K-major one)."""
     kernels = {True: (False, True), "plain": (False,), "ws": (True,)}.get(MULTICAST, ())
     return (eng.specialised in kernels and (eng.bm, eng.bn, eng.stages, eng.pending) == tuple(LARGE_TILE)
-            and m_tiles % 2 == 0 and (eng.b.k_major or eng.bn // 64 % 2 == 0))
+            and eng.split == 1 and m_tiles % 2 == 0 and (eng.b.k_major or eng.bn // 64 % 2 == 0))
 
 
 def plain_engine(k, a, b, blocks: Callable[[int, int], int]) -> "WgmmaEngine | None":
@@ -171,29 +192,49 @@ def plain_engine(k, a, b, blocks: Callable[[int, int], int]) -> "WgmmaEngine | N
     Rule: target sm_90 or sm_90a, f16/bf16 operands whose rows (and batch strides) keep 16-byte
     alignment (:func:`supported`), and no spec override of the tile, block, launch bounds or
     registers (those describe the mma.sync template and are checked against it). Tile:
-    :data:`LARGE_TILE` (128 x 256, 4 stages, one wgmma group in flight) when the
-    launch gives at least two blocks per SM (warp-specialised when :data:`LIBRARY_WS`); else
-    128 x 128, with 3 stages and none in flight (99 KiB: two blocks resident per SM) when
-    there is more than one wave, or 4 stages and one in flight when one wave covers the launch
-    (H200, gelu(A @ B + bias) f16: 4096^3 253 us for 128x256 vs 274/307 us for 128x128 s3/s4
-    and 581 us for mma.sync; 1024 x 2048 x 512 16.3 us for 128x128 s4 vs 25.1 us for 128x256;
-    standalone, 2026-11-29: 4096^3 251.9 us for 256x128 vs 277.7 us for 128x256)."""
+    :data:`LARGE_TILE` (128 x 256, 4 stages, one wgmma group in flight) when its launch, split along K
+    if its tiles leave half the SMs idle (:func:`split_parts`, at most :data:`LARGE_SPLIT_MAX` parts),
+    fills at least :data:`LARGE_WAVES` of the SMs (warp-specialised when :data:`LIBRARY_WS` and not
+    split); else 128 x 128, with 3 stages and none in flight (99 KiB: two blocks resident per SM) when
+    there is more than one wave, or 4 stages and one in flight when one wave covers the launch, split
+    along K when its tiles leave half the SMs idle (H200, gelu(A @ B + bias) f16: 4096^3 253 us for
+    128x256 vs 274/307 us for 128x128 s3/s4 and 581 us for mma.sync; 1024 x 2048 x 512 16.3 us for
+    128x128 s4 vs 25.1 us for 128x256; standalone, 2026-11-29: 4096^3 251.9 us for 256x128 vs 277.7 us
+    for 128x256; session 14's measurements at :data:`LARGE_WAVES` and :data:`SPLIT_K`)."""
     if not WGMMA or k.arch not in WGMMA_ARCHS or _OVERRIDES & set(k.config.overridden):
         return None
     if any(stride % 8 for o in (a, b) for _axis, stride in getattr(o, "batch", ())):
         return None  # a batch's operand would not start 16-byte aligned
-    if blocks(LARGE_TILE[0], LARGE_TILE[1]) >= 2 * k.sm_count:
-        bm, bn, stages, pending = LARGE_TILE
+    steps, large = -(-a.depth // 64), blocks(LARGE_TILE[0], LARGE_TILE[1])
+    large_parts = split_parts(large, steps, k.sm_count, LARGE_SPLIT_MAX)
+    if large * large_parts >= LARGE_WAVES * k.sm_count and supported(a, b, *LARGE_TILE[:2]) is None:
+        (bm, bn, stages, pending), parts = LARGE_TILE, large_parts
     elif blocks(128, 128) > k.sm_count:
-        bm, bn, stages, pending = 128, 128, 3, 0
-    else:
-        bm, bn, stages, pending = 128, 128, 4, 1
+        (bm, bn, stages, pending), parts = (128, 128, 3, 0), 1
+    else:  # one wave of 128 x 128 tiles, split along K when they leave half the SMs idle
+        (bm, bn, stages, pending), parts = (128, 128, 4, 1), split_parts(blocks(128, 128), steps, k.sm_count)
     if supported(a, b, bm, bn) is not None:
         return None
     eng = WgmmaEngine(a, b, bm=bm, bn=bn, stages=stages, pending=pending, index_t=k.index_t)
     ws = LIBRARY_WS is True or (LIBRARY_WS == "tma" and tma_loads(a, b))
-    eng.specialised = ws and (bm, bn, stages, pending) == tuple(LARGE_TILE)
+    eng.specialised = ws and (bm, bn, stages, pending) == tuple(LARGE_TILE) and parts == 1
+    eng.split = parts
     return eng
+
+
+def split_parts(tiles: int, steps: int, slots: int, most: int | None = None) -> int:
+    """Parts of K for a one-wave GEMM of ``tiles`` output tiles and ``steps`` k steps (:data:`SPLIT_K`),
+    with ``slots`` CTAs resident at once (SMs x CTAs a multiprocessor): as many as fit the slots beside
+    the tiles, each of at least :data:`SPLIT_MIN_STEPS` steps, at most :data:`SPLIT_MAX`; 1 (no split)
+    unless the tiles leave half the slots idle. Parts walk ``ceil(steps / S)`` steps each (the last
+    fewer, its steps past K loading zeros), and no part is empty. ``most``: a lower cap than SPLIT_MAX."""
+    if not SPLIT_K or 2 * tiles > slots:
+        return 1
+    parts = min(slots // tiles, steps // SPLIT_MIN_STEPS, SPLIT_MAX if most is None else most)
+    if parts < 2:
+        return 1
+    per = -(-steps // parts)
+    return -(-steps // per)
 
 
 HELPERS = r"""
@@ -299,6 +340,8 @@ class WgmmaEngine:
         self.specialised = False  # the library renders the warp-specialised kernel (LIBRARY_WS)
         self.maps: dict[str, str] | None = None  # role -> the TMA descriptor parameter (use_tma)
         self.pair = False  # CTAs in clusters of 2 along M sharing each B tile by multicast (use_tma)
+        self.split = 1  # parts of K, one CTA each (split_parts; the plain kernel only)
+        self.k_overshoot = False  # steps may start past K (a split's last part): every load tests K
 
     def use_tma(self, k, buffers: dict[str, str], pair: bool = False) -> None:
         """Load both operands with TMA: one descriptor parameter per operand, asked of kernel ``k``
@@ -493,7 +536,8 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], unsigned long long da, u
         low3 = "(r0 & 7)" if rp % 8 == 0 else None
         offset = self._offset(o, mn, kk, low3)
         # tiles never start past the ends, so an extent that is a multiple of the tile needs no test
-        checks = ([f"gmn < {o.extent}"] if o.extent % rows else []) + ([f"gk < {o.depth}"] if o.depth % self.bk else [])
+        checks = ([f"gmn < {o.extent}"] if o.extent % rows else []) + (
+            [f"gk < {o.depth}"] if o.depth % self.bk or self.k_overshoot else [])
         lines += [
             f"        const int gmn = {mn0} + {mn};", f"        const int gk = {k0} + {kk};",
             f"        const bool ok = {' && '.join(checks) or 'true'};",

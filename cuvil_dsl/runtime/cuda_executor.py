@@ -403,3 +403,4 @@ class CudaExecutor(Executor):
             self._loaded.clear()
             self._current.clear()
             self.arena.release()
+            self._cells.release()

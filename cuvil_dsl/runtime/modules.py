@@ -56,6 +56,19 @@ def scalar_ctype(arg: KernelArg) -> type:
         raise InternalError(f"kernel argument `{arg.name}` has C type {arg.ctype!r}, which the runtime cannot pass") from None
 
 
+class NoRoomForWorkspace(Exception):
+    """A kernel's workspace could not be allocated (load_kernels turns it into E509)."""
+
+
+class _WorkspaceCell(ctypes.c_void_p):
+    """A workspace's pointer cell; it owns the memory, so a parameter array pointing at it (a loaded
+    kernel, a captured graph's kernel) keeps the memory alive."""
+
+    def __init__(self, memory) -> None:
+        super().__init__(memory.ptr)
+        self.memory = memory
+
+
 class ArgumentCells:
     """The current value of every kernel argument, one ctypes cell per buffer and per uniform."""
 
@@ -65,6 +78,7 @@ class ArgumentCells:
         self._maps: dict[tuple[str, TensorMap], tuple[DType, object]] = {}  # (argument, geometry) -> (dtype, cell)
         self.version = 0  # bumped whenever any cell's value changes
         self._changed: dict[str, int] = {}  # argument name -> the version of its last change
+        self._workspaces: dict[str, tuple[object, ctypes.c_void_p]] = {}  # kernel name -> (memory, pointer cell)
 
     def pointer(self, name: str) -> ctypes.c_void_p:
         return self._pointers.setdefault(name, ctypes.c_void_p(0))
@@ -84,6 +98,31 @@ class ArgumentCells:
             encode(cell, arg.tensor_map, arg.dtype, self.pointer(arg.tensor_map.buffer).value or 0)
             found = self._maps[key] = (arg.dtype, cell)
         return found[1]
+
+    def workspace(self, kernel: str, nbytes: int) -> ctypes.c_void_p:
+        """The pointer cell of kernel ``kernel``'s workspace: ``nbytes`` of device memory of its own,
+        allocated (its own ``cudaMalloc``, like the arena, so captured graphs keep a valid pointer)
+        and zeroed now, once; it lives as long as these cells (:meth:`release`). Never shared: two
+        kernels of one graph may both be split-K GEMMs, and their counters must not meet."""
+        found = self._workspaces.get(kernel)
+        if found is None:
+            import cupy
+
+            try:
+                memory = cupy.cuda.Memory(nbytes)
+            except cupy.cuda.runtime.CUDARuntimeError as exc:  # cudaErrorMemoryAllocation: not sticky
+                raise NoRoomForWorkspace(str(exc)) from None
+            cupy.cuda.runtime.memset(memory.ptr, 0, nbytes)  # synchronous: before any launch or capture
+            found = self._workspaces[kernel] = (memory, _WorkspaceCell(memory))
+        return found[1]
+
+    def workspaces(self) -> dict[str, tuple[int, int]]:
+        """Kernel name -> (device pointer, bytes) of every workspace allocated."""
+        return {name: (memory.ptr, memory.size) for name, (memory, _cell) in self._workspaces.items()}
+
+    def release(self) -> None:
+        """Drop the workspaces (the executor's close). Each is freed once no loaded kernel holds its cell."""
+        self._workspaces.clear()
 
     def set_pointer(self, name: str, ptr: int) -> None:
         cell = self.pointer(name)
@@ -175,16 +214,18 @@ class LoadedKernel:
         return tuple(cell.value for cell in self._cells)
 
 
-def _cell(arg: KernelArg, cells: ArgumentCells):
+def _cell(kernel: RenderedKernel, arg: KernelArg, cells: ArgumentCells):
     if arg.kind == "buffer":
         return cells.pointer(arg.name)
     if arg.kind == "tensormap":
         return cells.tensor_map(arg)
+    if arg.kind == "workspace":
+        return cells.workspace(kernel.name, arg.workspace)
     return cells.scalar(arg.name, scalar_ctype(arg))
 
 
 def _parameter_array(kernel: RenderedKernel, cells: ArgumentCells) -> tuple[ctypes.Array, tuple]:
-    chosen = tuple(_cell(arg, cells) for arg in kernel.args)
+    chosen = tuple(_cell(kernel, arg, cells) for arg in kernel.args)
     addresses = (getattr(c, "address", None) or ctypes.addressof(c) for c in chosen)
     params = (ctypes.c_void_p * max(len(chosen), 1))(*addresses)
     return params, chosen
@@ -220,6 +261,11 @@ def load_kernels(kernels: Iterable[RenderedKernel], units: Iterable[CompiledUnit
         if kernel.shared_bytes > DEFAULT_DYNAMIC_SHARED:
             driver.funcSetAttribute(function.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                     kernel.shared_bytes)
-        params, chosen = _parameter_array(kernel, cells)
+        try:
+            params, chosen = _parameter_array(kernel, cells)
+        except NoRoomForWorkspace:
+            need = next(arg.workspace for arg in kernel.args if arg.kind == "workspace")
+            message = f"kernel `{kernel.name}` needs a workspace of {need / 2**20:.1f} MiB, and the GPU has no room for it"
+            raise UserError([error("E509", message, kernel.span, hint="use smaller shapes")]) from None
         loaded[kernel.name] = LoadedKernel(kernel, function, params, chosen, fitted_grid(kernel, function.ptr))
     return loaded

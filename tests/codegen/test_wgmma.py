@@ -718,3 +718,81 @@ def test_batched_operands_keep_cp_async():
     }"""
     k = _library_gemm(text, {"B": 4, "M": 1024, "N": 1024, "K": 256})
     assert "cvl_cp_async16s(" in k.source and not any(a.kind == "tensormap" for a in k.args)
+
+
+# -- split-K (cuda_wgmma.SPLIT_K) -------------------------------------------------------------------
+
+@pytest.mark.parametrize("tiles,steps,parts", [
+    (64, 128, 2),  # 1024 x 1024 x 8192: two parts fill 128 SMs
+    (16, 128, 8),  # capped at SPLIT_MAX
+    (4, 64, 4),  # every part at least SPLIT_MIN_STEPS steps
+    (24, 65, 4),  # parts of 17 steps, the last 14
+    (66, 256, 2), (67, 256, 1),  # more than half the SMs busy: no split
+    (10, 31, 1),  # too shallow for two parts
+    (5, 100, 6), (1, 200, 8),
+])
+def test_split_parts(tiles, steps, parts):
+    from cuvil_dsl.codegen.cuda_wgmma import split_parts
+
+    assert split_parts(tiles, steps, 132) == parts
+
+
+def test_split_parts_cover_k_with_no_empty_part(monkeypatch):
+    from cuvil_dsl.codegen import cuda_wgmma
+
+    for tiles, steps in itertools.product(range(1, 70), range(1, 300, 7)):
+        parts = cuda_wgmma.split_parts(tiles, steps, 132)
+        per = -(-steps // parts)
+        assert tiles * parts <= 132 and parts * per >= steps and (parts - 1) * per < steps
+        assert parts == 1 or per >= cuda_wgmma.SPLIT_MIN_STEPS - 1
+    monkeypatch.setattr(cuda_wgmma, "SPLIT_K", False)
+    assert cuda_wgmma.split_parts(16, 128, 132) == 1
+
+
+def test_split_k_kernels(tmp_path, monkeypatch):
+    """gemm_split_k's two GEMMs: a CTA per (part, tile), a workspace of the tiles' counters (256 bytes)
+    and one f32 partial tile per CTA; each part walks its own steps of K (the batched one, with steps past
+    K, tests K in its loads); the meeting point: partials out, a ticket after the fences, the last CTA
+    adds the parts in order and resets the counter. Both compile for sm_90a with no spills."""
+    import sys
+
+    from cuvil_dsl.codegen import render_cuda
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from codegen_cases import ROOT, compile_kernel, load_case
+
+    case = load_case(ROOT / "tests" / "codegen" / "programs" / "gemm_split_k.yaml")
+    y, z, u = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")
+    for k, tiles, parts, per, loads_test_k, bn in ((y, 4 * 6, 4, 17, False, 128), (z, 2 * 3 * 3, 2, 17, True, 128),
+                                                   (u, 8 * 4, 4, 17, False, 256)):
+        (ws,) = [a for a in k.args if a.kind == "workspace"]
+        assert k.grid == (tiles * parts, 1, 1) and ws.workspace == 256 + tiles * parts * 128 * bn * 4
+        body = k.source.split('extern "C"')[1]
+        assert f"const int tile_ = blockIdx.x % {tiles};" in body and f"const int part = blockIdx.x / {tiles};" in body
+        assert f"for (int step = 0; step < {per}; ++step)" in body
+        assert (f"gk < {case.binding.sizes['D']}" in body) == loads_test_k
+        fence, ticket = body.index("__threadfence();"), body.index("atomicAdd(&cvl_count[tile_], 1u)")
+        leave = body.index(f"if (cvl_ticket != {parts - 1}u) return;")
+        adds = body.index(f"for (int p = 0; p < {parts}; ++p)")
+        assert fence < ticket < leave < adds < body.index("cvl_count[tile_] = 0u;") < body.index("float& ACC0")
+        unit = compile_kernel(k, monkeypatch, tmp_path, fallback="none")
+        r = unit.resources[k.entry]
+        assert r.spill_bytes == 0 and r.stack_bytes == 0 and "serializ" not in unit.log.lower(), unit.log
+    assert "cvl_tma_2d(" in y.source and "cvl_cp_async16s(" in z.source
+
+
+@pytest.mark.parametrize("sizes,tile,parts", [
+    ((2048, 2048, 8192), 256, 1), ((4096, 4096, 4096), 256, 1),  # large tiles from half the SMs on
+    ((1536, 2048, 8192), 256, 1),  # 96 large tiles: 94.0 us against 116.2 on 192 of 128 x 128
+    ((1024, 2048, 512), 128, 1),  # too shallow to split: 128 x 128 tiles fill the SMs
+    ((1024, 1024, 8192), 256, 4),  # 32 large tiles in 4 parts: 41.8 us, 45.3 on 64 of 128 x 128 in 2
+    ((1024, 2048, 8192), 256, 2),  # 63.1 us, 68.8 on 128 of 128 x 128
+    ((512, 1024, 8192), 128, 4),  # 16 large tiles in 4 fill under half: 32 of 128 x 128 in 4 (30.6 us)
+])
+def test_tile_and_split_choice(sizes, tile, parts):
+    """cuda_wgmma.plain_engine's choice, as measured on the H200 in session 14 (cuda_wgmma.LARGE_WAVES,
+    SPLIT_K): the grid is the tiles times the parts of K, and only a split kernel has a workspace."""
+    M, N, K = sizes
+    k = _library_gemm(GELU, {"M": M, "N": N, "K": K})
+    assert k.grid == (-(-M // 128) * -(-N // tile) * parts, 1, 1)
+    assert any(a.kind == "workspace" for a in k.args) == (parts > 1) and ("cvl_ticket" in k.source) == (parts > 1)
