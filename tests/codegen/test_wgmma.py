@@ -594,7 +594,9 @@ def test_library_warp_specialised(library):
             if not ws:
                 assert k.source == k0.source, (name, k.name)
                 continue
-            assert k.block == (640, 1, 1) and k.grid == (132, 1, 1), (name, k.name)
+            # persistent: a CTA a multiprocessor, or a tile (gemm_wgmma's u: 72 tiles of 256 x 128)
+            assert k.block == (640, 1, 1) and k.grid[1:] == (1, 1) and k.grid[0] <= 132, (name, k.name)
+            assert k.grid[0] == 132 or name == "gemm_wgmma", (name, k.grid)
             assert r.registers == ws_entry_regs(640), r
             assert k.shared_bytes == k0.shared_bytes + 64
             body = k.source.split('extern "C"')[1]
