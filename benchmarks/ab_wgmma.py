@@ -171,6 +171,21 @@ LARGE_FROM_TWO_WAVES = "library plain kernel, 128x256 from 2 waves, split-K on 1
 SPLIT_128_ONLY = "library plain kernel, split-K on 128x128 tiles only"
 SETTINGS_OF = {NO_SPLIT: {"SPLIT_K": False}, LARGE_FROM_TWO_WAVES: {"LARGE_WAVES": 2.0, "LARGE_SPLIT_MAX": 1},
                SPLIT_128_ONLY: {"LARGE_SPLIT_MAX": 1}}
+# Session 14, probes of split-K's meeting point (kernels that split only; wrong results): the last CTA's
+# reads of the partials gone, and the partials' stores too.
+_NO_READS = (re.compile(r"for \(int p = 0; p < \d+; \+\+p\)"), "for (int p = 0; p < 0; ++p)")
+SPLIT_PROBES = {
+    "probe: split-K, no reads of the partials (wrong results)": lambda src: _NO_READS[0].sub(_NO_READS[1], src),
+    "probe: split-K, no partials stored or read (wrong results)": lambda src: "\n".join(
+        line.replace("__stcg(mine + ", "if (acc[4 * i] == -1234.5f) __stcg(mine + ")  # kept: the wgmma stay live
+        for line in _NO_READS[0].sub(_NO_READS[1], src).splitlines()),
+}
+PROBES.update(SPLIT_PROBES)
+# Measured (`-split-3.md`, 4 rounds): the reads cost 8.2 us at 1024 x 1024 x 8192 (43.3 against 35.1), 2.7 at 512 x
+# 1024 x 8192, 3.6 at 1024 x 2048 x 8192; the stores 3.1, 1.7 and 3.4 more. The last CTA's own part taken from its
+# registers instead of read back: 44.3, 30.7, 63.4 against 43.3, 30.5, 62.9: no gain, not kept.
+SPLIT_LOADED = "library plain kernel, split-K's parts read into registers (first build)"
+SETTINGS_OF[SPLIT_LOADED] = {"SPLIT_STAGED_READS": False}
 LIBRARY_MODES = [
     ("library default (128x256 s4p1, staged 16-byte stores, TMA loads)", True, (128, 256, 4, 1), False, True),
     *((label, True, (128, 256, 4, 1), False, True) for label in SETTINGS_OF),
@@ -346,6 +361,8 @@ def build_library(modes=LIBRARY_MODES) -> dict:
                     if (M, N, K) not in TIMED:
                         continue
                     patched = PROBES[label](k.source)
+                    if patched == k.source and label in SPLIT_PROBES:
+                        continue  # a kernel that does not split
                     assert patched != k.source, f"the probe's patch found nothing: {label}"
                     k = replace(k, source=patched)
                 jobs.append(((M, N, K), label, k))
