@@ -181,11 +181,12 @@ SPLIT_PROBES = {
         for line in _NO_READS[0].sub(_NO_READS[1], src).splitlines()),
 }
 PROBES.update(SPLIT_PROBES)
-# Measured (`-split-3.md`, 4 rounds): the reads cost 8.2 us at 1024 x 1024 x 8192 (43.3 against 35.1), 2.7 at 512 x
+# Measured (`-split-probes.md`, 4 rounds): the reads cost 8.2 us at 1024 x 1024 x 8192 (43.3 against 35.1), 2.7 at 512 x
 # 1024 x 8192, 3.6 at 1024 x 2048 x 8192; the stores 3.1, 1.7 and 3.4 more. The last CTA's own part taken from its
 # registers instead of read back: 44.3, 30.7, 63.4 against 43.3, 30.5, 62.9: no gain, not kept.
-SPLIT_LOADED = "library plain kernel, split-K's parts read into registers (first build)"
-SETTINGS_OF[SPLIT_LOADED] = {"SPLIT_STAGED_READS": False}
+# Those probes overstate: with no reads the accumulators are constant zeros and ptxas folds the epilogue's
+# arithmetic. The parts read through the free stages by cp.async (two half parts in flight, commit c9ac6de):
+# 42.0 / 30.7 / 63.4 us against 41.8 / 30.8 / 63.5 for the register loads (`-split-staged.md`): the same, not kept.
 LIBRARY_MODES = [
     ("library default (128x256 s4p1, staged 16-byte stores, TMA loads)", True, (128, 256, 4, 1), False, True),
     *((label, True, (128, 256, 4, 1), False, True) for label in SETTINGS_OF),

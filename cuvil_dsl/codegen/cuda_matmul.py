@@ -46,7 +46,6 @@ from cuvil_dsl.codegen.base import rounds
 from cuvil_dsl.codegen.cuda import CudaKernel, Emitted, element_count, indent
 from cuvil_dsl.codegen.cuda_gemm import MmaEngine, batch_offset, engine, operand
 from cuvil_dsl.codegen.cuda_lang import STORAGE
-from cuvil_dsl.diagnostics import InternalError
 from cuvil_dsl.passes import configs
 from cuvil_dsl.types import DType
 
@@ -509,14 +508,14 @@ class _GemmKernel:
             "    __syncthreads();",
             f"    if (cvl_ticket != {parts - 1}u) return;  // the tile's last part finishes it",
             "    __threadfence();",
-            *(self.split_sum_staged(tiles, parts, words, per_thread) if cuda_wgmma.SPLIT_STAGED_READS else
-              self.split_sum_loaded(tiles, parts, words, per_thread)),
+            *self.split_sum(tiles, parts, words, per_thread),
             "    if (threadIdx.x == 0) cvl_count[tile_] = 0u;  // ready for the next launch",
             "}"]
 
-    def split_sum_loaded(self, tiles: int, parts: int, words: int, per_thread: int) -> list[str]:
-        """The last CTA's sum of the parts by plain loads into registers (cuda_wgmma.SPLIT_STAGED_READS False):
-        16 float4 in flight a thread beside 128 x 128's accumulators, 8 beside 128 x 256's."""
+    def split_sum(self, tiles: int, parts: int, words: int, per_thread: int) -> list[str]:
+        """The last CTA's sum of the parts, loaded into registers: 16 float4 in flight a thread beside 128 x 128's
+        accumulators, 8 beside 128 x 256's (more spill). (Through the free stages by cp.async instead, two half
+        parts in flight, measured the same: 42.0 us against 41.8 at 1024 x 1024 x 8192; commit c9ac6de.)"""
         eng = self.eng
         chunk = 16 if eng.bn <= 128 else 8
         return [
@@ -532,48 +531,6 @@ class _GemmKernel:
             "                acc[4 * i] += v.x;", "                acc[4 * i + 1] += v.y;",
             "                acc[4 * i + 2] += v.z;", "                acc[4 * i + 3] += v.w;",
             "            }", "        }", "    }"]
-
-    def split_sum_staged(self, tiles: int, parts: int, words: int, per_thread: int) -> list[str]:
-        """The last CTA's sum of the parts through the pipeline's stages, free after the main loop (cuda_wgmma.
-        SPLIT_STAGED_READS): each part in two halves ("units"), each thread copying its own float4 of a unit
-        by 16-byte cp.async into one of 3 buffers, two units in flight ahead of the adds (one commit group a
-        unit, empty past the last). A thread reads back only what it copied, so no barrier; the adds run in
-        the order of the parts, as the loaded sum's (the same bits)."""
-        eng = self.eng
-        half, threads = per_thread // 2, eng.threads
-        unit = threads * half * 16  # bytes
-        if 3 * unit > eng.shared_bytes - 1024:
-            raise InternalError(f"split-K: 3 units of {unit} bytes do not fit the stages")
-
-        def issue(u: str) -> list[str]:  # unit u (a run-time value): part u / 2, half u % 2, into buffer u % 3
-            return [
-                f"        const float4* const from = cvl_parts + ((size_t)(({u}) >> 1) * {tiles} + tile_) * {words}"
-                f" + threadIdx.x + (({u}) & 1) * {half * threads};",
-                f"        const unsigned to = cvl_buf + (unsigned)(({u}) % 3) * {unit}u;",
-                "        #pragma unroll", f"        for (int j = 0; j < {half}; ++j)",
-                '            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\\n" :: '
-                f'"r"(to + j * {threads * 16}u), "l"(from + j * {threads}) : "memory");']
-
-        out = ["    const unsigned cvl_buf = smem0 + threadIdx.x * 16u;  // this thread's float4 of each unit buffer",
-               "    const float4* const cvl_bufp = reinterpret_cast<const float4*>(cvl_smem + (smem0 - cvl_smem_addr(cvl_smem)))"
-               " + threadIdx.x;",
-               "    #pragma unroll", f"    for (int i = 0; i < {eng.regs}; ++i) acc[i] = 0.0f;",
-               "    #pragma unroll 1", "    for (int u = 0; u < 2; ++u) {", *issue("u"),
-               '        asm volatile("cp.async.commit_group;\\n" ::: "memory");', "    }",
-               "    #pragma unroll 1",
-               f"    for (int p = 0; p < {parts}; ++p) {{  // in order: the bits do not depend on which part came last"]
-        for h in (0, 1):
-            out += [f"        {{  // half {h} of part p", f"            const int u = 2 * p + {h};",
-                    '            asm volatile("cp.async.wait_group 1;\\n" ::: "memory");  // unit u is in',
-                    "            #pragma unroll", f"            for (int j = 0; j < {half}; ++j) {{",
-                    f"                const float4 v = cvl_bufp[((u % 3) * {half} + j) * {threads}];",
-                    f"                acc[4 * ({h * half} + j)] += v.x;", f"                acc[4 * ({h * half} + j) + 1] += v.y;",
-                    f"                acc[4 * ({h * half} + j) + 2] += v.z;", f"                acc[4 * ({h * half} + j) + 3] += v.w;",
-                    "            }",
-                    f"            if (u + 2 < {2 * parts}) {{", *indent(indent(issue("u + 2"))), "            }",
-                    '            asm volatile("cp.async.commit_group;\\n" ::: "memory");',
-                    "        }"]
-        return out + ["    }", '    asm volatile("cp.async.wait_all;\\n" ::: "memory");']
 
     def render_softmax(self, entry: str) -> Emitted:
         k, eng = self.k, self.eng

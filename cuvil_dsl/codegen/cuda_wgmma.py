@@ -129,9 +129,6 @@ SPLIT_K = True
 SPLIT_MIN_STEPS = 16
 SPLIT_MAX = 8
 LARGE_SPLIT_MAX = 4
-# The last CTA reads the parts through the free stages by cp.async (two half parts in flight) rather than
-# into registers (False, 8-16 float4 in flight a thread: about 8 of the 43 us at 1024 x 1024 x 8192).
-SPLIT_STAGED_READS = True
 LIBRARY_WS: bool | str = False
 TMA = True
 MULTICAST: bool | str = False

@@ -777,9 +777,6 @@ def test_split_k_kernels(tmp_path, monkeypatch):
         leave = body.index(f"if (cvl_ticket != {parts - 1}u) return;")
         adds = body.index(f"for (int p = 0; p < {parts}; ++p)")
         assert fence < ticket < leave < adds < body.index("cvl_count[tile_] = 0u;") < body.index("float& ACC0")
-        # the parts come through the free stages by cp.async, two half parts ahead of the adds
-        assert body.index('cp.async.cg.shared.global') < adds < body.index('cp.async.wait_group 1;') < body.index(
-            "cp.async.wait_all;") < body.index("cvl_count[tile_] = 0u;")
         unit = compile_kernel(k, monkeypatch, tmp_path, fallback="none")
         r = unit.resources[k.entry]
         assert r.spill_bytes == 0 and r.stack_bytes == 0 and "serializ" not in unit.log.lower(), unit.log
