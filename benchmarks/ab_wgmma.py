@@ -181,6 +181,10 @@ SPLIT_PROBES = {
         for line in _NO_READS[0].sub(_NO_READS[1], src).splitlines()),
 }
 PROBES.update(SPLIT_PROBES)
+# Session 14: the tile's parts as one cluster, meeting in distributed shared memory (cuda_wgmma.SPLIT_CLUSTER,
+# the default), against the workspace with a ticket and the last CTA summing alone.
+SPLIT_WORKSPACE = "library plain kernel, split-K through the workspace (the last CTA sums)"
+SETTINGS_OF[SPLIT_WORKSPACE] = {"SPLIT_CLUSTER": False}
 # Measured (`-split-probes.md`, 4 rounds): the reads cost 8.2 us at 1024 x 1024 x 8192 (43.3 against 35.1), 2.7 at 512 x
 # 1024 x 8192, 3.6 at 1024 x 2048 x 8192; the stores 3.1, 1.7 and 3.4 more. The last CTA's own part taken from its
 # registers instead of read back: 44.3, 30.7, 63.4 against 43.3, 30.5, 62.9: no gain, not kept.

@@ -46,6 +46,7 @@ from cuvil_dsl.codegen.base import rounds
 from cuvil_dsl.codegen.cuda import CudaKernel, Emitted, element_count, indent
 from cuvil_dsl.codegen.cuda_gemm import MmaEngine, batch_offset, engine, operand
 from cuvil_dsl.codegen.cuda_lang import STORAGE
+from cuvil_dsl.diagnostics import InternalError
 from cuvil_dsl.passes import configs
 from cuvil_dsl.types import DType
 
@@ -83,6 +84,20 @@ WGMMA_BANDS_PER_SM = 1.5
 MMA_ONLY_TUNING = frozenset({"mma", "poly", "stsm", "overlap", "tile", "min_blocks", "stream"})
 # 16-bit storage -> (its pair type, the intrinsic joining two rounded halves into one)
 PAIR = {DType.F16: ("__half2", "__halves2half2"), DType.BF16: ("__nv_bfloat162", "__halves2bfloat162")}
+SPLIT_CLUSTER_HELPERS = r"""
+// split-K in a cluster: the float4 at shared address `local` of the cluster's CTA `rank`
+__device__ __forceinline__ float4 cvl_ld_peer4(unsigned local, unsigned rank) {
+    unsigned remote;
+    float4 v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(remote) : "memory");
+    return v;
+}
+__device__ __forceinline__ void cvl_split_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+"""
 LOG2E = "1.4426950408889634f"
 BAND_HELPERS = r"""
 // 2^x by the MUFU (relative error below 2^-21; -inf -> 0, NaN -> NaN); subnormal results flush to 0.
@@ -461,24 +476,102 @@ class _GemmKernel:
         tiles = self.batch * self.mt * self.nt
         parts = getattr(eng, "split", 1)
         steps, k0 = self.kt, (lambda s: f"({s}) * {eng.bk}")
+        cluster = parts > 1 and cuda_wgmma.SPLIT_CLUSTER and self.chunked_output() is not None
         if parts > 1:  # split-K: CTA (part, tile) walks steps part * per .. of its tile
             steps = -(-self.kt // parts)
             eng.k_overshoot = steps * parts != self.kt
-            decode = [f"const int tile_ = blockIdx.x % {tiles};", f"const int part = blockIdx.x / {tiles};",
-                      f"const int nt = tile_ % {self.nt};", f"const int mt = tile_ / {self.nt} % {self.mt};",
-                      f"const int bz = tile_ / {self.nt * self.mt};"]
+            decode = [f"const int tile_ = blockIdx.x % {tiles};", f"const int part = blockIdx.x / {tiles};"]
+            if cluster:  # the tile's parts are one cluster, rank = part
+                decode = [f"const int part = blockIdx.x % {parts};  // the CTA's rank in its cluster",
+                          f"const int tile_ = blockIdx.x / {parts};"]
+            decode += [f"const int nt = tile_ % {self.nt};", f"const int mt = tile_ / {self.nt} % {self.mt};",
+                       f"const int bz = tile_ / {self.nt * self.mt};"]
             k0 = lambda s: f"(part * {steps} + ({s})) * {eng.bk}"  # noqa: E731
         body = self.prologue(decode) + [f"const int n0 = nt * {eng.bn};"]
         body += eng.main_loop(steps, k0, lambda s: "n0", "m0", ("pa", "pb"), [])
-        if parts > 1:
-            body += self.split_fixup(tiles, parts)
-        staged = self.staged_epilogue()
-        paired = self.paired_body() if staged is None else None
-        body += (staged if staged is not None else eng.pairs("m0", "n0", paired) if paired is not None
-                 else eng.elements("m0", "n0", self.store_body(None)))
+        if cluster:
+            body += self.split_cluster_epilogue(parts)
+        else:
+            if parts > 1:
+                body += self.split_fixup(tiles, parts)
+            staged = self.staged_epilogue()
+            paired = self.paired_body() if staged is None else None
+            body += (staged if staged is not None else eng.pairs("m0", "n0", paired) if paired is not None
+                     else eng.elements("m0", "n0", self.store_body(None)))
         lines = [*self.k.signature(entry, eng.threads), *indent(body), "}"]
+        if cluster:
+            lines = [lines[0].replace("__global__ void", f"__global__ void __cluster_dims__({parts}, 1, 1)", 1), *lines[1:]]
         return Emitted(self.in_pairs(lines) if pair else lines, (tiles * parts, 1, 1), (eng.threads, 1, 1), eng.shared_bytes,
-                       eng.helpers(), eng.options)
+                       eng.helpers() + (SPLIT_CLUSTER_HELPERS if cluster else ""), eng.options)
+
+    def chunked_output(self) -> tuple | None:
+        """(store, its C scalar type) where the plain wgmma kernel's one output can be written in 16-byte
+        chunks of 8 columns from paired epilogues (:meth:`paired_body`'s conditions, no store guard, N and
+        every other stride of the output multiples of 8, so a chunk is all in or all out, and aligned), else
+        None."""
+        k = self.k
+        if not (isinstance(self.eng, cuda_wgmma.WgmmaEngine) and cuda_wgmma.PAIRED_STORES and len(self.p.stores) == 1):
+            return None
+        (s,) = self.p.stores
+        n_axis = len(self.p.domain) - 1
+        if self.N % 8 or k.guard(s, self.coord) or not self.pairable(s.value, s.map):
+            return None
+        if any(st % 8 for d, st, size in zip(s.map, self.p.strides(s.value), self.p.shape(s.value))
+               if d is not None and d != n_axis and size > 1):
+            return None
+        return s, {DType.F16: "__half", DType.BF16: "__nv_bfloat16"}[k.dtype(s.value)]
+
+    def split_cluster_epilogue(self, parts: int) -> list[str]:
+        """Split-K within a cluster (cuda_wgmma.SPLIT_CLUSTER): the ``parts`` CTAs of a tile are one cluster.
+        Once every warpgroup is past its last wgmma, each CTA writes its f32 partial tile into its own shared
+        memory (rows of ``BN + 8`` floats: the 8-byte stores of 4 rows hit 32 banks); after a cluster barrier,
+        CTA ``part`` sums its slice of the tile's columns (``BN / parts``), 8 columns a thread at a time, from
+        every CTA's shared memory in the order 0 .. parts - 1 (so the bits do not depend on the CTA), runs the
+        paired epilogue on them and stores the 8 outputs as one 16-byte chunk; a second cluster barrier keeps
+        each CTA's shared memory alive until its peers have read it. No workspace, no counters, no waits
+        beyond the cluster's own (its CTAs are resident together)."""
+        k, eng = self.k, self.eng
+        s, scalar = self.chunked_output()
+        ld = eng.bn + 8
+        if eng.bm * ld * 4 > eng.shared_bytes - 1024:
+            raise InternalError(f"split-K in a cluster: the {eng.bm} x {ld} partial does not fit the stages")
+        width = eng.bn // parts  # the slice's columns
+        per_row = width // 8  # 16-byte output chunks of a slice row
+        chunks = eng.bm * per_row
+        if width % 8 or chunks % eng.threads:
+            raise InternalError(f"split-K in a cluster: {parts} parts do not split {eng.bn} columns in chunks")
+        body = self.paired_body(stage=("cvl_o", 0))
+        store = (f"*reinterpret_cast<uint4*>(&{k.names[s.value]}[{k.offset(s.value, s.map, self.coord)}]) = "
+                 "*reinterpret_cast<const uint4*>(cvl_o);")
+        return [
+            "__syncthreads();  // every warpgroup is past its last wgmma: the stages are free",
+            "float* const cvl_part = reinterpret_cast<float*>(cvl_smem + (smem0 - cvl_smem_addr(cvl_smem)));"
+            f"  // this part's tile, {ld} a row",
+            "#pragma unroll", f"for (int ni = 0; ni < {eng.bn // 8}; ++ni)",
+            "#pragma unroll", "for (int h = 0; h < 2; ++h)",
+            f"    *reinterpret_cast<float2*>(&cvl_part[(wg * 64 + wl * 16 + lane / 4 + h * 8) * {ld} + ni * 8 + lane % 4 * 2])"
+            " = make_float2(acc[ni * 4 + h * 2], acc[ni * 4 + h * 2 + 1]);",
+            "cvl_split_sync();  // every part of the tile is in its CTA's shared memory",
+            "#pragma unroll", f"for (int i = 0; i < {chunks // eng.threads}; ++i) {{",
+            f"    const int c = i * {eng.threads} + threadIdx.x;  // a chunk of this CTA's slice",
+            f"    const int r = c / {per_row};", f"    const int nc = part * {width} + c % {per_row} * 8;",
+            f"    const unsigned at = smem0 + (unsigned)(r * {ld} + nc) * 4u;",
+            "    float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};",
+            "    #pragma unroll",
+            f"    for (int p = 0; p < {parts}; ++p) {{  // in order: the bits do not depend on the CTA",
+            "        const float4 x = cvl_ld_peer4(at, p), y = cvl_ld_peer4(at + 16u, p);",
+            "        v[0] += x.x; v[1] += x.y; v[2] += x.z; v[3] += x.w;",
+            "        v[4] += y.x; v[5] += y.y; v[6] += y.z; v[7] += y.w;",
+            "    }",
+            "    const int m = m0 + r;", "    const int nb = n0 + nc;", f"    __align__(16) {scalar} cvl_o[8];",
+            "    #pragma unroll", "    for (int j = 0; j < 4; ++j) {",
+            "        const int n = nb + 2 * j;", "        const int n0 = nb;  // cvl_o's column 0",
+            "        const int slot = 0;", "        (void)slot;",
+            "        const float ACC0 = v[2 * j], ACC1 = v[2 * j + 1];",
+            *indent(indent(body)), "    }",
+            "    {", "        const int n = nb;", *indent(indent(self.edge_guarded([store]))), "    }",
+            "}",
+            "cvl_split_sync();  // no CTA leaves while a peer may still read its shared memory"]
 
     def split_fixup(self, tiles: int, parts: int) -> list[str]:
         """Split-K's meeting point (cuda_wgmma.SPLIT_K), after the main loop of CTA (``part``, ``tile_``):
