@@ -476,7 +476,7 @@ class _GemmKernel:
         tiles = self.batch * self.mt * self.nt
         parts = getattr(eng, "split", 1)
         steps, k0 = self.kt, (lambda s: f"({s}) * {eng.bk}")
-        cluster = parts > 1 and cuda_wgmma.SPLIT_CLUSTER and self.chunked_output() is not None
+        cluster = parts == 2 and cuda_wgmma.SPLIT_CLUSTER and self.chunked_output() is not None
         if parts > 1:  # split-K: CTA (part, tile) walks steps part * per .. of its tile
             steps = -(-self.kt // parts)
             eng.k_overshoot = steps * parts != self.kt
@@ -522,7 +522,7 @@ class _GemmKernel:
         return s, {DType.F16: "__half", DType.BF16: "__nv_bfloat16"}[k.dtype(s.value)]
 
     def split_cluster_epilogue(self, parts: int) -> list[str]:
-        """Split-K within a cluster (cuda_wgmma.SPLIT_CLUSTER): the ``parts`` CTAs of a tile are one cluster.
+        """Split-K within a cluster (cuda_wgmma.SPLIT_CLUSTER, two parts): the ``parts`` CTAs of a tile are one cluster.
         Once every warpgroup is past its last wgmma, each CTA writes its f32 partial tile into its own shared
         memory (rows of ``BN + 8`` floats: the 8-byte stores of 4 rows hit 32 banks); after a cluster barrier,
         CTA ``part`` sums its slice of the tile's columns (``BN / parts``), 8 columns a thread at a time, from

@@ -129,8 +129,10 @@ SPLIT_K = True
 SPLIT_MIN_STEPS = 16
 SPLIT_MAX = 8
 LARGE_SPLIT_MAX = 4
-# The parts of a tile as one cluster, meeting in distributed shared memory (cuda_matmul._GemmKernel.
-# split_cluster_epilogue; parts a power of two) instead of through the kernel's workspace.
+# Two parts of a tile as one cluster, meeting in distributed shared memory (cuda_matmul._GemmKernel.
+# split_cluster_epilogue) instead of through the kernel's workspace. Measured (`-split-cluster.md`, 4 rounds):
+# 1024 x 2048 x 8192 (2 parts) 59.9 us against 63.5 through the workspace; with 4 parts a cluster the grid
+# took two waves (1024 x 1024 x 8192 68.1 against 41.8, 512 x 1024 x 8192 44.5 against 30.5), so only pairs.
 SPLIT_CLUSTER = True
 LIBRARY_WS: bool | str = False
 TMA = True
@@ -219,8 +221,6 @@ def plain_engine(k, a, b, blocks: Callable[[int, int], int]) -> "WgmmaEngine | N
         (bm, bn, stages, pending), parts = (128, 128, 4, 1), split_parts(blocks(128, 128), steps, k.sm_count)
     if supported(a, b, bm, bn) is not None:
         return None
-    if SPLIT_CLUSTER and parts > 1:  # a cluster's CTAs split the tile's columns evenly
-        parts = 1 << (parts.bit_length() - 1)
     eng = WgmmaEngine(a, b, bm=bm, bn=bn, stages=stages, pending=pending, index_t=k.index_t)
     ws = LIBRARY_WS is True or (LIBRARY_WS == "tma" and tma_loads(a, b))
     eng.specialised = ws and (bm, bn, stages, pending) == tuple(LARGE_TILE) and parts == 1

@@ -764,22 +764,22 @@ def test_split_k_kernels(tmp_path, monkeypatch):
     from codegen_cases import ROOT, compile_kernel, load_case
 
     case = load_case(ROOT / "tests" / "codegen" / "programs" / "gemm_split_k.yaml")
-    y, z, u = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")
+    y, z, u, w = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")
     for k, tiles, parts, per, loads_test_k, bn in ((y, 4 * 6, 4, 17, False, 128), (z, 2 * 3 * 3, 2, 17, True, 128),
-                                                   (u, 8 * 4, 4, 17, False, 256)):
+                                                   (u, 8 * 4, 4, 17, False, 256), (w, 8 * 8, 2, 17, False, 256)):
         assert k.grid == (tiles * parts, 1, 1)
         body = k.source.split('extern "C"')[1]
         assert f"for (int step = 0; step < {per}; ++step)" in body
         assert (f"gk < {case.binding.sizes['D']}" in body) == loads_test_k
         adds = body.index(f"for (int p = 0; p < {parts}; ++p)")
-        if k is z:  # C = 260 is no multiple of 8 (no 16-byte chunks): the parts meet in the workspace
+        if k is not w:  # more than 2 parts, or z's C = 260 (no 16-byte chunks): the parts meet in the workspace
             (ws,) = [a for a in k.args if a.kind == "workspace"]
             assert ws.workspace == 256 + tiles * parts * 128 * bn * 4 and "__cluster_dims__" not in body
             assert f"const int tile_ = blockIdx.x % {tiles};" in body and f"const int part = blockIdx.x / {tiles};" in body
             fence, ticket = body.index("__threadfence();"), body.index("atomicAdd(&cvl_count[tile_], 1u)")
             leave = body.index(f"if (cvl_ticket != {parts - 1}u) return;")
             assert fence < ticket < leave < adds < body.index("cvl_count[tile_] = 0u;") < body.index("float& ACC0")
-        else:  # a cluster a tile: partials in shared memory, each CTA sums a slice of the columns from all
+        else:  # two parts a cluster: partials in shared memory, each CTA sums half the columns from both
             assert not any(a.kind == "workspace" for a in k.args) and "cvl_ticket" not in body
             assert body.startswith(f" __global__ void __cluster_dims__({parts}, 1, 1)")
             assert f"const int part = blockIdx.x % {parts};" in body and f"const int tile_ = blockIdx.x / {parts};" in body
@@ -792,7 +792,7 @@ def test_split_k_kernels(tmp_path, monkeypatch):
         r = unit.resources[k.entry]
         assert r.spill_bytes == 0 and r.stack_bytes == 0 and "serializ" not in unit.log.lower(), unit.log
     assert "cvl_tma_2d(" in y.source and "cvl_cp_async16s(" in z.source
-    assert y.source.count("cvl_split_sync();") == 2  # after the partials, before leaving
+    assert w.source.count("cvl_split_sync();") == 2  # after the partials, before leaving
 
 
 @pytest.mark.parametrize("sizes,tile,parts", [
@@ -809,18 +809,17 @@ def test_tile_and_split_choice(sizes, tile, parts):
     M, N, K = sizes
     k = _library_gemm(GELU, {"M": M, "N": N, "K": K})
     assert k.grid == (-(-M // 128) * -(-N // tile) * parts, 1, 1)
-    assert (f"__cluster_dims__({parts}, 1, 1)" in k.source) == (parts > 1)  # the parts meet in a cluster
+    # two parts meet in a cluster, more through the workspace
+    assert ("__cluster_dims__(2, 1, 1)" in k.source) == (parts == 2)
+    assert any(a.kind == "workspace" for a in k.args) == (parts > 2) and ("cvl_ticket" in k.source) == (parts > 2)
 
 
 @pytest.mark.parametrize("cluster", [False, True])
-def test_split_parts_in_a_cluster_are_a_power_of_two(cluster, monkeypatch):
-    """1000 x 1000 x 1600 with parts of at least 8 k steps: 32 tiles of 128 x 256 and 25 steps make 3 parts
-    of 9. A cluster's CTAs split a tile's columns evenly, so its parts are a power of two (2); the workspace
-    takes any number."""
+def test_two_parts_meet_in_a_cluster(cluster, monkeypatch):
+    """cuda_wgmma.SPLIT_CLUSTER: two parts of a tile are one cluster (no workspace); False: the workspace."""
     from cuvil_dsl.codegen import cuda_wgmma
 
     monkeypatch.setattr(cuda_wgmma, "SPLIT_CLUSTER", cluster)
-    monkeypatch.setattr(cuda_wgmma, "SPLIT_MIN_STEPS", 8)
-    k = _library_gemm(GELU, {"M": 1000, "N": 1000, "K": 1600})
-    assert k.grid == ((2 if cluster else 3) * 32, 1, 1)
+    k = _library_gemm(GELU, {"M": 1024, "N": 2048, "K": 8192})
+    assert k.grid == (128, 1, 1)
     assert ("__cluster_dims__(2, 1, 1)" in k.source) == cluster and any(a.kind == "workspace" for a in k.args) != cluster
