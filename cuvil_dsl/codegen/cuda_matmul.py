@@ -369,20 +369,12 @@ class _GemmKernel:
         warpgroup copies its 64 rows out in 16-byte chunks, a row's ``2 BN`` bytes a warp instruction.
         The values are the paired epilogue's, bit for bit."""
         k, eng = self.k, self.eng
-        if not (cuda_wgmma.STAGED_STORES and isinstance(eng, cuda_wgmma.WgmmaEngine) and len(self.p.stores) == 1):
+        found = self.chunked_output() if cuda_wgmma.STAGED_STORES else None
+        if found is None or eng.bm * (eng.bn + 8) * 2 > eng.shared_bytes:
             return None
-        (s,) = self.p.stores
-        n_axis = len(self.p.domain) - 1
+        s, scalar = found
         ld = eng.bn + 8
-        if self.N % 8 or k.guard(s, self.coord) or eng.bm * ld * 2 > eng.shared_bytes:
-            return None
-        if any(st % 8 for d, st, size in zip(s.map, self.p.strides(s.value), self.p.shape(s.value))
-               if d is not None and d != n_axis and size > 1):
-            return None
         body = self.paired_body(stage=("cvl_stage", ld))
-        if body is None:
-            return None
-        scalar = {DType.F16: "__half", DType.BF16: "__nv_bfloat16"}[k.dtype(s.value)]
         per_row = eng.bn // 8  # 16-byte chunks of a staged row
         copy = (f"*reinterpret_cast<uint4*>(&{k.names[s.value]}[{k.offset(s.value, s.map, self.coord)}]) = "
                 f"*reinterpret_cast<const uint4*>(&cvl_stage[r * {ld} + (n - n0)]);")
