@@ -421,12 +421,16 @@ class _GemmKernel:
         if getattr(eng, "pair", False):
             head = [f"const int tile_ = {t};", *self.pair_indices("tile_")]
         else:
-            head = [f"const int tile_ = {t};", f"const int nt = tile_ % {self.nt};",
-                    f"const int mt = tile_ / {self.nt} % {self.mt};", f"const int bz = tile_ / {self.nt * self.mt};"]
+            head = [f"const int tile_ = {t};", *self.tile_indices("tile_")]
         return [*head,
                 "(void)bz;", *self.batch_coords(),
                 f"const int {m0} = mt * {eng.bm};", f"const int {n0} = nt * {eng.bn};",
                 *self.operand_bases(), "(void)pa;", "(void)pb;"]
+
+    def tile_indices(self, t: str) -> list[str]:
+        """``nt``, ``mt``, ``bz`` of output tile ``t`` (column tiles fastest, then row tiles, then batches)."""
+        return [f"const int nt = {t} % {self.nt};", f"const int mt = {t} / {self.nt} % {self.mt};",
+                f"const int bz = {t} / {self.nt * self.mt};"]
 
     def pair_indices(self, t: str) -> list[str]:
         """``nt``, ``mt``, ``bz`` of pair tile ``t`` for the CTA of cluster rank ``rank`` (clusters of 2
@@ -460,8 +464,7 @@ class _GemmKernel:
         eng = self.eng
         if getattr(eng, "specialised", False):
             return self.render_specialised(entry)
-        decode = [f"const int nt = blockIdx.x % {self.nt};", f"const int mt = blockIdx.x / {self.nt} % {self.mt};",
-                  f"const int bz = blockIdx.x / {self.nt * self.mt};"]
+        decode = self.tile_indices("blockIdx.x")
         pair = getattr(eng, "pair", False)
         if pair:  # clusters of 2: row tiles mt, mt + 1 of one column tile
             decode = ["const int pair_ = blockIdx.x / 2;", *self.pair_indices("pair_")]
@@ -476,8 +479,7 @@ class _GemmKernel:
             if cluster:  # the tile's parts are one cluster, rank = part
                 decode = [f"const int part = blockIdx.x % {parts};  // the CTA's rank in its cluster",
                           f"const int tile_ = blockIdx.x / {parts};"]
-            decode += [f"const int nt = tile_ % {self.nt};", f"const int mt = tile_ / {self.nt} % {self.mt};",
-                       f"const int bz = tile_ / {self.nt * self.mt};"]
+            decode += self.tile_indices("tile_")
             k0 = lambda s: f"(part * {steps} + ({s})) * {eng.bk}"  # noqa: E731
         body = self.prologue(decode) + [f"const int n0 = nt * {eng.bn};"]
         body += eng.main_loop(steps, k0, lambda s: "n0", "m0", ("pa", "pb"), [])
