@@ -74,7 +74,8 @@ DEFAULT_CONFIGS = ",".join([
 LIBRARY_SPEC = Path(__file__).resolve().parent / "gemm_gelu_f16.yaml"
 # ragged; the second large enough for LARGE_TILE (384 blocks); the third split along K (64 tiles, 2 parts of 33
 # k steps, the last one's final step past K)
-LIBRARY_CHECKS = [RAGGED, (4000, 3000, 520), (1000, 1000, 4104)]
+LIBRARY_CHECKS = [RAGGED, (4000, 3000, 520), (1000, 1000, 4104), (2900, 3000, 520)]  # the fourth: 23 row tiles
+# of 128, a last group of fewer rows in every grouped walk order (cuda_wgmma.RASTER_ROWS)
 # (label, PAIRED_STORES, LARGE_TILE, LIBRARY_WS, TMA); the warp-specialised ones run last of all (a
 # barrier that never completes traps, and a CUDA error ends the run). 2026-11-29: 128x256 paired
 # 217.7 us, 256x128 paired 229.2, per-element stores 250.1, warp-specialised 231.9 (all cp.async).
@@ -191,6 +192,12 @@ SETTINGS_OF[SPLIT_WORKSPACE] = {"SPLIT_CLUSTER": False}
 # Those probes overstate: with no reads the accumulators are constant zeros and ptxas folds the epilogue's
 # arithmetic. The parts read through the free stages by cp.async (two half parts in flight, commit c9ac6de):
 # 42.0 / 30.7 / 63.4 us against 41.8 / 30.8 / 63.5 for the register loads (`-split-staged.md`): the same, not kept.
+# Session 15: the plain kernel's tiles walked in groups of G row tiles (cuda_wgmma.RASTER_ROWS, 16 the default
+# now) instead of row-major, so a wave of CTAs streams fewer A and B panels from DRAM. Measured (3 rounds,
+# `-session15-raster.md`), row-major against groups of 4 / 8 / 16: 8192^3 1833.8 us against 1792.8 / 1738.2 /
+# 1717.2; 4096^3 239.3 against 233.0 / 226.0 / 228.7; 4096 x 8192 x 4096 485.7 against 479.8 / 464.9 / 456.2.
+SETTINGS_OF["library plain kernel, tiles row-major (before session 15)"] = {"RASTER_ROWS": 0}
+SETTINGS_OF["library plain kernel, tiles in groups of 8 row tiles"] = {"RASTER_ROWS": 8}
 LIBRARY_MODES = [
     ("library default (128x256 s4p1, staged 16-byte stores, TMA loads)", True, (128, 256, 4, 1), False, True),
     *((label, True, (128, 256, 4, 1), False, True) for label in SETTINGS_OF),

@@ -232,6 +232,9 @@ class _GemmKernel:
         self.mt = -(-self.M // self.eng.bm)
         self.nt = -(-self.N // self.eng.bn)
         self.kt = -(-self.a.depth // self.eng.bk)
+        # rows of tiles a group of the walk order holds (cuda_wgmma.raster_rows); 0: row-major
+        self.raster = (cuda_wgmma.raster_rows(self.mt, self.nt, k.sm_count)
+                       if isinstance(self.eng, cuda_wgmma.WgmmaEngine) and self.eng.split == 1 else 0)
         self.dtype: DType = k.dtype(self.matmul)
         self.ctype = k.lang.ctype(self.dtype)
 
@@ -428,9 +431,17 @@ class _GemmKernel:
                 *self.operand_bases(), "(void)pa;", "(void)pb;"]
 
     def tile_indices(self, t: str) -> list[str]:
-        """``nt``, ``mt``, ``bz`` of output tile ``t`` (column tiles fastest, then row tiles, then batches)."""
-        return [f"const int nt = {t} % {self.nt};", f"const int mt = {t} / {self.nt} % {self.mt};",
-                f"const int bz = {t} / {self.nt * self.mt};"]
+        """``nt``, ``mt``, ``bz`` of output tile ``t``: column tiles fastest, then row tiles, then batches;
+        with :attr:`raster` G, a batch's tiles walk groups of G row tiles (the last group fewer), each
+        group column by column, so the CTAs in flight share fewer A and B panels (cuda_wgmma.RASTER_ROWS)."""
+        if not self.raster:
+            return [f"const int nt = {t} % {self.nt};", f"const int mt = {t} / {self.nt} % {self.mt};",
+                    f"const int bz = {t} / {self.nt * self.mt};"]
+        g, tiles = self.raster, self.mt * self.nt
+        return [f"const int bz = {t} / {tiles};", f"const int r_ = {t} % {tiles};",
+                f"const int first_ = r_ / {g * self.nt} * {g};", f"const int rows_ = min({self.mt} - first_, {g});",
+                f"const int q_ = r_ - first_ * {self.nt};",
+                "const int mt = first_ + q_ % rows_;", "const int nt = q_ / rows_;"]
 
     def pair_indices(self, t: str) -> list[str]:
         """``nt``, ``mt``, ``bz`` of pair tile ``t`` for the CTA of cluster rank ``rank`` (clusters of 2

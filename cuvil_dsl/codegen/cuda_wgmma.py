@@ -134,6 +134,17 @@ LARGE_SPLIT_MAX = 4
 # 1024 x 2048 x 8192 (2 parts) 59.9 us against 63.5 through the workspace; with 4 parts a cluster the grid
 # took two waves (1024 x 1024 x 8192 68.1 against 41.8, 512 x 1024 x 8192 44.5 against 30.5), so only pairs.
 SPLIT_CLUSTER = True
+# The walk order of a plain kernel's tiles (session 15): 0 row-major (column tiles fastest); G > 1 groups of G
+# row tiles (all of them when there are fewer), each walked column by column, when the tiles take more than one
+# wave. A wave in row-major order covers few row tiles and every column tile: at 8192^3 each wave of 132 CTAs
+# streams all of B (128 MB, more than the L2 holds) from DRAM; in groups of 16 a wave needs 16 A panels and about
+# 8 B panels (a panel of B is twice one of A for 128 x 256 tiles, so 16 is about the square root of 132 x 2,
+# which minimises a wave's panels). Measured (benchmarks/ab_wgmma.py, 3 interleaved rounds,
+# `2026-11-30-h200-ab_wgmma-session15-raster.md`), medians of the rounds, row-major against groups of 4 / 8 / 16:
+# 8192^3 1833.8 us against 1792.8 / 1738.2 / 1717.2; 4096^3 239.3 against 233.0 / 226.0 / 228.7; 4096 x 8192 x
+# 4096 485.7 against 479.8 / 464.9 / 456.2 (cuBLAS alone 1711.6, 214.1, 418.6); groups of 16 faster than row-major
+# in every round. These GEMMs run at the power cap: fewer bytes from DRAM leave more of it to the tensor cores.
+RASTER_ROWS = 16
 LIBRARY_WS: bool | str = False
 TMA = True
 MULTICAST: bool | str = False
@@ -226,6 +237,14 @@ def plain_engine(k, a, b, blocks: Callable[[int, int], int]) -> "WgmmaEngine | N
     eng.specialised = ws and (bm, bn, stages, pending) == tuple(LARGE_TILE) and parts == 1
     eng.split = parts
     return eng
+
+
+def raster_rows(m_tiles: int, n_tiles: int, slots: int) -> int:
+    """Row tiles a group of the walk order holds (:data:`RASTER_ROWS`, at most ``m_tiles``: then the walk is
+    column-major), or 0 for row-major: groups only when the tiles take more than ``slots`` CTAs (one wave walks
+    any order) and there are at least two row and two column tiles."""
+    g = min(RASTER_ROWS, m_tiles)
+    return g if g > 1 and n_tiles > 1 and m_tiles * n_tiles > slots else 0
 
 
 def split_parts(tiles: int, steps: int, slots: int, most: int | None = None) -> int:

@@ -823,3 +823,42 @@ def test_two_parts_meet_in_a_cluster(cluster, monkeypatch):
     k = _library_gemm(GELU, {"M": 1024, "N": 2048, "K": 8192})
     assert k.grid == (128, 1, 1)
     assert ("__cluster_dims__(2, 1, 1)" in k.source) == cluster and any(a.kind == "workspace" for a in k.args) != cluster
+
+
+def _decode_lines(source: str) -> list[str]:
+    """The plain kernel's tile decode: the ``const int`` lines from the first that reads blockIdx.x."""
+    import re
+
+    lines = [line.strip() for line in source.splitlines()]
+    start = next(i for i, line in enumerate(lines) if line.startswith("const int") and "blockIdx.x" in line)
+    out = []
+    for line in lines[start:]:
+        if not re.match(r"const int (bz|r_|first_|rows_|q_|mt|nt) = ", line):
+            break
+        out.append(line.replace("blockIdx.x", "t"))
+    return out
+
+
+@pytest.mark.parametrize("M,N,rows", [(8192, 8192, 8), (2900, 3000, 16), (2900, 3000, 8), (4000, 3000, 4),
+                                      (4096, 4096, 0), (1000, 1000, 8), (2048, 8192, 16), (1024, 16384, 16)])
+def test_grouped_walk_visits_every_tile_once(M, N, rows, monkeypatch):
+    """cuda_wgmma.RASTER_ROWS G: the plain kernel's blocks walk groups of G row tiles, each column by column
+    (the last group fewer rows: 23 row tiles at M = 2900; with G or fewer row tiles, 16 at M = 2048 and 8 at
+    1024, one group: column-major); every tile once; the first G x nt blocks stay in one group. Grids of one
+    wave (1000 x 1000: 64 tiles) and a G of 0 keep the row-major walk."""
+    from cuvil_dsl.codegen import cuda_wgmma
+
+    monkeypatch.setattr(cuda_wgmma, "RASTER_ROWS", rows)
+    k = _library_gemm(GELU, {"M": M, "N": N, "K": 512})
+    mt, nt = -(-M // 128), -(-N // 256) if M * N > 2**21 else -(-N // 128)
+    assert k.grid == (mt * nt, 1, 1)
+    decode = _decode_lines(k.source)
+    rows = min(rows, mt)
+    grouped = rows > 1 and mt * nt > 132
+    assert any("first_" in line for line in decode) == grouped
+    walk = [(env["mt"], env["nt"], env["bz"]) for env in (_c_block(decode, t=t) for t in range(mt * nt))]
+    assert sorted(walk) == [(m, n, 0) for m in range(mt) for n in range(nt)]
+    head = {m for m, _n, _b in walk[:(rows if grouped else 1) * nt]}
+    assert head == (set(range(rows)) if grouped else {0})
+    if grouped:  # inside a group, the row tile changes fastest
+        assert [m for m, _n, _b in walk[:rows]] == list(range(rows))
