@@ -143,7 +143,9 @@ SPLIT_CLUSTER = True
 # `2026-11-30-h200-ab_wgmma-session15-raster.md`), medians of the rounds, row-major against groups of 4 / 8 / 16:
 # 8192^3 1833.8 us against 1792.8 / 1738.2 / 1717.2; 4096^3 239.3 against 233.0 / 226.0 / 228.7; 4096 x 8192 x
 # 4096 485.7 against 479.8 / 464.9 / 456.2 (cuBLAS alone 1711.6, 214.1, 418.6); groups of 16 faster than row-major
-# in every round. These GEMMs run at the power cap: fewer bytes from DRAM leave more of it to the tensor cores.
+# in every round. With 16 row tiles or fewer the walk is column-major (`-session15-raster-2.md`): 2048 x 8192 x 4096
+# 244.2 row-major against 232.6 (groups of 8: 238.2); 2048 x 4096 x 4096 121.3 against 115.8; 1024 x 16384 x 4096
+# 273.8 against 236.8. These GEMMs run at the power cap: fewer bytes from DRAM leave more of it to the tensor cores.
 RASTER_ROWS = 16
 LIBRARY_WS: bool | str = False
 TMA = True
