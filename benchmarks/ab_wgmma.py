@@ -198,6 +198,10 @@ SETTINGS_OF[SPLIT_WORKSPACE] = {"SPLIT_CLUSTER": False}
 # 1717.2; 4096^3 239.3 against 233.0 / 226.0 / 228.7; 4096 x 8192 x 4096 485.7 against 479.8 / 464.9 / 456.2.
 SETTINGS_OF["library plain kernel, tiles row-major (before session 15)"] = {"RASTER_ROWS": 0}
 SETTINGS_OF["library plain kernel, tiles in groups of 8 row tiles"] = {"RASTER_ROWS": 8}
+# Session 15: split-K in 4 or more (even) parts as clusters of two whose half-tile sums meet through the workspace
+# (cuda_wgmma.SPLIT_CLUSTER_GROUPS, the default), against the workspace alone (the last CTA sums every part).
+SETTINGS_OF["library plain kernel, split-K of 4+ parts through the workspace alone (before session 15)"] = {
+    "SPLIT_CLUSTER_GROUPS": False}
 LIBRARY_MODES = [
     ("library default (128x256 s4p1, staged 16-byte stores, TMA loads)", True, (128, 256, 4, 1), False, True),
     *((label, True, (128, 256, 4, 1), False, True) for label in SETTINGS_OF),

@@ -482,20 +482,20 @@ class _GemmKernel:
         tiles = self.batch * self.mt * self.nt
         parts = getattr(eng, "split", 1)
         steps, k0 = self.kt, (lambda s: f"({s}) * {eng.bk}")
-        cluster = parts == 2 and cuda_wgmma.SPLIT_CLUSTER and self.chunked_output() is not None
+        cluster = cuda_wgmma.split_cluster(parts) if self.chunked_output() is not None else 0
         if parts > 1:  # split-K: CTA (part, tile) walks steps part * per .. of its tile
             steps = -(-self.kt // parts)
             eng.k_overshoot = steps * parts != self.kt
             decode = [f"const int tile_ = blockIdx.x % {tiles};", f"const int part = blockIdx.x / {tiles};"]
-            if cluster:  # the tile's parts are one cluster, rank = part
-                decode = [f"const int part = blockIdx.x % {parts};  // the CTA's rank in its cluster",
+            if cluster:  # a tile's parts are consecutive CTAs, clusters of `cluster` of them
+                decode = [f"const int part = blockIdx.x % {parts};  // rank in its cluster: part % {cluster}",
                           f"const int tile_ = blockIdx.x / {parts};"]
             decode += self.tile_indices("tile_")
             k0 = lambda s: f"(part * {steps} + ({s})) * {eng.bk}"  # noqa: E731
         body = self.prologue(decode) + [f"const int n0 = nt * {eng.bn};"]
         body += eng.main_loop(steps, k0, lambda s: "n0", "m0", ("pa", "pb"), [])
         if cluster:
-            body += self.split_cluster_epilogue(parts)
+            body += self.split_cluster_epilogue(tiles, parts, cluster)
         else:
             if parts > 1:
                 body += self.split_fixup(tiles, parts)
@@ -505,7 +505,7 @@ class _GemmKernel:
                      else eng.elements("m0", "n0", self.store_body(None)))
         lines = [*self.k.signature(entry, eng.threads), *indent(body), "}"]
         if cluster:
-            lines = [lines[0].replace("__global__ void", f"__global__ void __cluster_dims__({parts}, 1, 1)", 1), *lines[1:]]
+            lines = [lines[0].replace("__global__ void", f"__global__ void __cluster_dims__({cluster}, 1, 1)", 1), *lines[1:]]
         return Emitted(self.in_pairs(lines) if pair else lines, (tiles * parts, 1, 1), (eng.threads, 1, 1), eng.shared_bytes,
                        eng.helpers() + (SPLIT_CLUSTER_HELPERS if cluster else ""), eng.options)
 
@@ -526,29 +526,52 @@ class _GemmKernel:
             return None
         return s, {DType.F16: "__half", DType.BF16: "__nv_bfloat16"}[k.dtype(s.value)]
 
-    def split_cluster_epilogue(self, parts: int) -> list[str]:
-        """Split-K within a cluster (cuda_wgmma.SPLIT_CLUSTER, two parts): the ``parts`` CTAs of a tile are one cluster.
-        Once every warpgroup is past its last wgmma, each CTA writes its f32 partial tile into its own shared
-        memory (rows of ``BN + 8`` floats: the 8-byte stores of 4 rows hit 32 banks); after a cluster barrier,
-        CTA ``part`` sums its slice of the tile's columns (``BN / parts``), 8 columns a thread at a time, from
-        every CTA's shared memory in the order 0 .. parts - 1 (so the bits do not depend on the CTA), runs the
-        paired epilogue on them and stores the 8 outputs as one 16-byte chunk; a second cluster barrier keeps
-        each CTA's shared memory alive until its peers have read it. No workspace, no counters, no waits
-        beyond the cluster's own (its CTAs are resident together)."""
+    def split_cluster_epilogue(self, tiles: int, parts: int, size: int) -> list[str]:
+        """Split-K in clusters (cuda_wgmma.split_cluster): the ``parts`` CTAs of a tile are ``parts / size`` clusters
+        of ``size`` consecutive parts. Once every warpgroup is past its last wgmma, each CTA writes its f32 partial
+        tile into its own shared memory (rows of ``BN + 8`` floats: the 8-byte stores of 4 rows hit 32 banks); after
+        a cluster barrier, the CTA of rank ``r`` sums slice ``r`` of the tile's columns (``BN / size``), 8 columns a
+        thread at a time, from every CTA of its cluster in rank order (so the bits do not depend on the CTA).
+        With one cluster a tile, it runs the paired epilogue on them and stores the 8 outputs as one 16-byte
+        chunk. With more, each CTA writes its slice's sum to the kernel's workspace and takes a ticket from the
+        (tile, slice) counter, as :meth:`split_fixup` does; the CTA with the last ticket adds the clusters' sums
+        in cluster order, runs the epilogue on its slice and puts the counter back to 0: it reads one slice a
+        cluster instead of a whole partial tile a part. A second cluster barrier keeps each CTA's shared memory
+        alive until its peers have read it."""
         k, eng = self.k, self.eng
         s, scalar = self.chunked_output()
         ld = eng.bn + 8
         if eng.bm * ld * 4 > eng.shared_bytes - 1024:
             raise InternalError(f"split-K in a cluster: the {eng.bm} x {ld} partial does not fit the stages")
-        width = eng.bn // parts  # the slice's columns
+        width = eng.bn // size  # the slice's columns
         per_row = width // 8  # 16-byte output chunks of a slice row
         chunks = eng.bm * per_row
-        if width % 8 or chunks % eng.threads:
-            raise InternalError(f"split-K in a cluster: {parts} parts do not split {eng.bn} columns in chunks")
+        if width % 8 or chunks % eng.threads or parts % size:
+            raise InternalError(f"split-K in a cluster: {size} CTAs do not split {eng.bn} columns in chunks")
+        groups = parts // size
+        rank = "part" if groups == 1 else f"(part % {size})"
         body = self.paired_body(stage=("cvl_o", 0))
         store = (f"*reinterpret_cast<uint4*>(&{k.names[s.value]}[{k.offset(s.value, s.map, self.coord)}]) = "
                  "*reinterpret_cast<const uint4*>(cvl_o);")
-        return [
+        chunk = [f"    const int c = i * {eng.threads} + threadIdx.x;  // a chunk of this CTA's slice",
+                 f"    const int r = c / {per_row};", f"    const int nc = {rank} * {width} + c % {per_row} * 8;"]
+        epilogue = ["    const int m = m0 + r;", "    const int nb = n0 + nc;", f"    __align__(16) {scalar} cvl_o[8];",
+                    "    #pragma unroll", "    for (int j = 0; j < 4; ++j) {",
+                    "        const int n = nb + 2 * j;", "        const int n0 = nb;  // cvl_o's column 0",
+                    "        const int slot = 0;", "        (void)slot;",
+                    "        const float ACC0 = v[2 * j], ACC1 = v[2 * j + 1];",
+                    *indent(indent(body)), "    }",
+                    "    {", "        const int n = nb;", *indent(indent(self.edge_guarded([store]))), "    }"]
+        cluster_sum = [
+            f"    const unsigned at = smem0 + (unsigned)(r * {ld} + nc) * 4u;",
+            "    float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};",
+            "    #pragma unroll",
+            f"    for (int p = 0; p < {size}; ++p) {{  // in order: the bits do not depend on the CTA",
+            "        const float4 x = cvl_ld_peer4(at, p), y = cvl_ld_peer4(at + 16u, p);",
+            "        v[0] += x.x; v[1] += x.y; v[2] += x.z; v[3] += x.w;",
+            "        v[4] += y.x; v[5] += y.y; v[6] += y.z; v[7] += y.w;",
+            "    }"]
+        out = [
             "__syncthreads();  // every warpgroup is past its last wgmma: the stages are free",
             "float* const cvl_part = reinterpret_cast<float*>(cvl_smem + (smem0 - cvl_smem_addr(cvl_smem)));"
             f"  // this part's tile, {ld} a row",
@@ -556,27 +579,40 @@ class _GemmKernel:
             "#pragma unroll", "for (int h = 0; h < 2; ++h)",
             f"    *reinterpret_cast<float2*>(&cvl_part[(wg * 64 + wl * 16 + lane / 4 + h * 8) * {ld} + ni * 8 + lane % 4 * 2])"
             " = make_float2(acc[ni * 4 + h * 2], acc[ni * 4 + h * 2 + 1]);",
-            "cvl_split_sync();  // every part of the tile is in its CTA's shared memory",
-            "#pragma unroll", f"for (int i = 0; i < {chunks // eng.threads}; ++i) {{",
-            f"    const int c = i * {eng.threads} + threadIdx.x;  // a chunk of this CTA's slice",
-            f"    const int r = c / {per_row};", f"    const int nc = part * {width} + c % {per_row} * 8;",
-            f"    const unsigned at = smem0 + (unsigned)(r * {ld} + nc) * 4u;",
+            "cvl_split_sync();  // every part of the cluster is in its CTA's shared memory"]
+        each_chunk = ["#pragma unroll", f"for (int i = 0; i < {chunks // eng.threads}; ++i) {{", *chunk]
+        if groups == 1:
+            return out + [*each_chunk, *cluster_sum, *epilogue, "}",
+                          "cvl_split_sync();  // no CTA leaves while a peer may still read its shared memory"]
+        slices = tiles * size
+        counters = -(-slices * 4 // 256) * 256  # the slices' counters, then the sums, 256-byte aligned
+        words = chunks * 2  # float4 of one slice's sum
+        ws = k.workspace(counters + groups * slices * words * 16)
+        slot = f"((size_t)({{g}} * {tiles} + tile_) * {size} + {rank}) * {words} + c * 2"
+        return out + [
+            f"unsigned* const cvl_count = reinterpret_cast<unsigned*>({ws});",
+            f"float4* const cvl_sums = reinterpret_cast<float4*>({ws} + {counters});",
+            *each_chunk, *cluster_sum,
+            f"    float4* const to = cvl_sums + {slot.format(g=f'(part / {size})')};",
+            "    __stcg(to, make_float4(v[0], v[1], v[2], v[3]));", "    __stcg(to + 1, make_float4(v[4], v[5], v[6], v[7]));",
+            "}",
+            "cvl_split_sync();  // every peer has read this CTA's shared memory",
+            "__threadfence();  // this thread's sums are visible device-wide before the ticket is taken",
+            "__shared__ unsigned cvl_ticket;",
+            f"if (threadIdx.x == 0) cvl_ticket = atomicAdd(&cvl_count[tile_ * {size} + {rank}], 1u);",
+            "__syncthreads();",
+            f"if (cvl_ticket != {groups - 1}u) return;  // the slice's last cluster finishes it",
+            "__threadfence();",
+            *each_chunk,
             "    float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};",
             "    #pragma unroll",
-            f"    for (int p = 0; p < {parts}; ++p) {{  // in order: the bits do not depend on the CTA",
-            "        const float4 x = cvl_ld_peer4(at, p), y = cvl_ld_peer4(at + 16u, p);",
+            f"    for (int g = 0; g < {groups}; ++g) {{  // in order: the bits do not depend on which cluster came last",
+            f"        const float4* const from = cvl_sums + {slot.format(g='g')};",
+            "        const float4 x = __ldcg(from), y = __ldcg(from + 1);",
             "        v[0] += x.x; v[1] += x.y; v[2] += x.z; v[3] += x.w;",
             "        v[4] += y.x; v[5] += y.y; v[6] += y.z; v[7] += y.w;",
-            "    }",
-            "    const int m = m0 + r;", "    const int nb = n0 + nc;", f"    __align__(16) {scalar} cvl_o[8];",
-            "    #pragma unroll", "    for (int j = 0; j < 4; ++j) {",
-            "        const int n = nb + 2 * j;", "        const int n0 = nb;  // cvl_o's column 0",
-            "        const int slot = 0;", "        (void)slot;",
-            "        const float ACC0 = v[2 * j], ACC1 = v[2 * j + 1];",
-            *indent(indent(body)), "    }",
-            "    {", "        const int n = nb;", *indent(indent(self.edge_guarded([store]))), "    }",
-            "}",
-            "cvl_split_sync();  // no CTA leaves while a peer may still read its shared memory"]
+            "    }", *epilogue, "}",
+            f"if (threadIdx.x == 0) cvl_count[tile_ * {size} + {rank}] = 0u;  // ready for the next launch"]
 
     def split_fixup(self, tiles: int, parts: int) -> list[str]:
         """Split-K's meeting point (cuda_wgmma.SPLIT_K), after the main loop of CTA (``part``, ``tile_``):

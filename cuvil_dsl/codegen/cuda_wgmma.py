@@ -134,6 +134,21 @@ LARGE_SPLIT_MAX = 4
 # 1024 x 2048 x 8192 (2 parts) 59.9 us against 63.5 through the workspace; with 4 parts a cluster the grid
 # took two waves (1024 x 1024 x 8192 68.1 against 41.8, 512 x 1024 x 8192 44.5 against 30.5), so only pairs.
 SPLIT_CLUSTER = True
+# Session 15: more than two parts (an even number) as clusters of two, each summing its pair in distributed shared
+# memory, the CTA of rank r then holding the pair's sum of half r of the tile's columns; the halves of the
+# clusters meet through the workspace, the last to arrive adding them (cuda_matmul._GemmKernel.
+# split_cluster_epilogue). The last CTA of a tile in 4 parts read 3 x 128 KB of partials alone; now it reads
+# 64 KB, and half the tile's epilogue runs on each of two CTAs.
+SPLIT_CLUSTER_GROUPS = True
+
+
+def split_cluster(parts: int) -> int:
+    """CTAs a cluster of a kernel split along K in ``parts`` (whose output can be stored in 16-byte chunks), or 0
+    for the workspace alone: pairs (:data:`SPLIT_CLUSTER`), of an even number of parts, more than two only with
+    :data:`SPLIT_CLUSTER_GROUPS`."""
+    if not SPLIT_CLUSTER or parts < 2 or parts % 2 or (parts > 2 and not SPLIT_CLUSTER_GROUPS):
+        return 0
+    return 2
 # The walk order of a plain kernel's tiles (session 15): 0 row-major (column tiles fastest); G > 1 groups of G
 # row tiles (all of them when there are fewer), each walked column by column, when the tiles take more than one
 # wave. A wave in row-major order covers few row tiles and every column tile: at 8192^3 each wave of 132 CTAs

@@ -752,10 +752,13 @@ def test_split_parts_cover_k_with_no_empty_part(monkeypatch):
 
 
 def test_split_k_kernels(tmp_path, monkeypatch):
-    """gemm_split_k's two GEMMs: a CTA per (part, tile), a workspace of the tiles' counters (256 bytes)
-    and one f32 partial tile per CTA; each part walks its own steps of K (the batched one, with steps past
-    K, tests K in its loads); the meeting point: partials out, a ticket after the fences, the last CTA
-    adds the parts in order and resets the counter. Both compile for sm_90a with no spills."""
+    """gemm_split_k's GEMMs: a CTA per (part, tile); each part walks its own steps of K (the batched one, with
+    steps past K, tests K in its loads). Where the output has no 16-byte chunks (y, z) the parts meet in a
+    workspace of the tiles' counters (256 bytes) and one f32 partial tile per CTA: partials out, a ticket after
+    the fences, the last CTA adds the parts in order and resets the counter. Two parts (w) are one cluster:
+    partials in shared memory, each CTA sums half the columns from both. More (u: 4, x: 8) are clusters of two
+    that sum their pair's halves the same way, then meet through the workspace per (tile, half): each CTA's
+    half sum out, a ticket, the last adds the clusters' sums in order. All compile for sm_90a with no spills."""
     import sys
 
     from cuvil_dsl.codegen import render_cuda
@@ -764,35 +767,51 @@ def test_split_k_kernels(tmp_path, monkeypatch):
     from codegen_cases import ROOT, compile_kernel, load_case
 
     case = load_case(ROOT / "tests" / "codegen" / "programs" / "gemm_split_k.yaml")
-    y, z, u, w = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")
+    y, z, u, w, x = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")
     for k, tiles, parts, per, loads_test_k, bn in ((y, 4 * 6, 4, 17, False, 128), (z, 2 * 3 * 3, 2, 17, True, 128),
-                                                   (u, 8 * 4, 4, 17, False, 256), (w, 8 * 8, 2, 17, False, 256)):
+                                                   (u, 8 * 4, 4, 17, False, 256), (w, 8 * 8, 2, 17, False, 256),
+                                                   (x, 2 * 4, 8, 17, False, 128)):
         assert k.grid == (tiles * parts, 1, 1)
         body = k.source.split('extern "C"')[1]
+        lines = body.splitlines()
         assert f"for (int step = 0; step < {per}; ++step)" in body
         assert (f"gk < {case.binding.sizes['D']}" in body) == loads_test_k
-        adds = body.index(f"for (int p = 0; p < {parts}; ++p)")
-        if k is not w:  # more than 2 parts, or z's C = 260 (no 16-byte chunks): the parts meet in the workspace
+        if k in (y, z):
+            adds = body.index(f"for (int p = 0; p < {parts}; ++p)")
             (ws,) = [a for a in k.args if a.kind == "workspace"]
             assert ws.workspace == 256 + tiles * parts * 128 * bn * 4 and "__cluster_dims__" not in body
             assert f"const int tile_ = blockIdx.x % {tiles};" in body and f"const int part = blockIdx.x / {tiles};" in body
             fence, ticket = body.index("__threadfence();"), body.index("atomicAdd(&cvl_count[tile_], 1u)")
             leave = body.index(f"if (cvl_ticket != {parts - 1}u) return;")
             assert fence < ticket < leave < adds < body.index("cvl_count[tile_] = 0u;") < body.index("float& ACC0")
-        else:  # two parts a cluster: partials in shared memory, each CTA sums half the columns from both
+            continue
+        assert body.startswith(" __global__ void __cluster_dims__(2, 1, 1)")
+        assert f"const int part = blockIdx.x % {parts};" in body and f"const int tile_ = blockIdx.x / {parts};" in body
+        assert "for (int p = 0; p < 2; ++p)" in body  # a cluster's two partials, in rank order
+        first, second = (i for i, line in enumerate(lines) if "cvl_split_sync();" in line)
+        assert "make_float2(acc[" in lines[first - 1] and "cvl_ld_peer4(at, p)" in "\n".join(lines[first:second])
+        if k is w:  # one cluster a tile: each CTA stores its half of the columns
             assert not any(a.kind == "workspace" for a in k.args) and "cvl_ticket" not in body
-            assert body.startswith(f" __global__ void __cluster_dims__({parts}, 1, 1)")
-            assert f"const int part = blockIdx.x % {parts};" in body and f"const int tile_ = blockIdx.x / {parts};" in body
-            assert f"const int nc = part * {bn // parts} + c % {bn // parts // 8} * 8;" in body
-            first, second = (i for i, line in enumerate(body.splitlines()) if "cvl_split_sync();" in line)
-            lines = body.splitlines()
-            assert "make_float2(acc[" in lines[first - 1] and "cvl_ld_peer4(at, p)" in "\n".join(lines[first:second])
+            assert f"const int nc = part * {bn // 2} + c % {bn // 2 // 8} * 8;" in body
             assert "*reinterpret_cast<uint4*>(&b" in "\n".join(lines[first:second])
+            continue
+        groups, half = parts // 2, 128 * bn // 2 // 4  # a half tile's sum in float4
+        (ws,) = [a for a in k.args if a.kind == "workspace"]
+        assert ws.workspace == 256 + groups * tiles * 2 * half * 16
+        assert f"const int nc = (part % 2) * {bn // 2} + c % {bn // 2 // 8} * 8;" in body
+        text = "\n".join(lines[second:])
+        ticket, leave = text.index("atomicAdd(&cvl_count[tile_ * 2 + (part % 2)], 1u)"), text.index(
+            f"if (cvl_ticket != {groups - 1}u) return;")
+        adds = text.index(f"for (int g = 0; g < {groups}; ++g)")
+        assert "__stcg(to" in "\n".join(lines[first:second]) and "*reinterpret_cast<uint4*>(&" not in "\n".join(
+            lines[first:second])  # the first pass only stores its sums; the last cluster's CTA stores outputs
+        assert ticket < leave < adds < text.index("*reinterpret_cast<uint4*>(&") < text.index(
+            "cvl_count[tile_ * 2 + (part % 2)] = 0u;")
         unit = compile_kernel(k, monkeypatch, tmp_path, fallback="none")
         r = unit.resources[k.entry]
         assert r.spill_bytes == 0 and r.stack_bytes == 0 and "serializ" not in unit.log.lower(), unit.log
     assert "cvl_tma_2d(" in y.source and "cvl_cp_async16s(" in z.source
-    assert w.source.count("cvl_split_sync();") == 2  # after the partials, before leaving
+    assert w.source.count("cvl_split_sync();") == 2 and u.source.count("cvl_split_sync();") == 2
 
 
 @pytest.mark.parametrize("sizes,tile,parts", [
@@ -809,9 +828,22 @@ def test_tile_and_split_choice(sizes, tile, parts):
     M, N, K = sizes
     k = _library_gemm(GELU, {"M": M, "N": N, "K": K})
     assert k.grid == (-(-M // 128) * -(-N // tile) * parts, 1, 1)
-    # two parts meet in a cluster, more through the workspace
-    assert ("__cluster_dims__(2, 1, 1)" in k.source) == (parts == 2)
+    # two parts meet in a cluster; more in clusters of two, whose sums meet through the workspace
+    assert ("__cluster_dims__(2, 1, 1)" in k.source) == (parts > 1)
     assert any(a.kind == "workspace" for a in k.args) == (parts > 2) and ("cvl_ticket" in k.source) == (parts > 2)
+
+
+@pytest.mark.parametrize("groups", [False, True])
+def test_four_parts_meet_in_clusters_of_two(groups, monkeypatch):
+    """cuda_wgmma.SPLIT_CLUSTER_GROUPS: 4 parts as two clusters of two meeting through the workspace (a half tile's
+    sum per CTA: 64 KB); False: the workspace alone (a whole partial tile per CTA: 128 KB)."""
+    from cuvil_dsl.codegen import cuda_wgmma
+
+    monkeypatch.setattr(cuda_wgmma, "SPLIT_CLUSTER_GROUPS", groups)
+    k = _library_gemm(GELU, {"M": 1024, "N": 1024, "K": 8192})
+    (ws,) = [a for a in k.args if a.kind == "workspace"]
+    assert k.grid == (128, 1, 1) and ("__cluster_dims__(2, 1, 1)" in k.source) == groups
+    assert ws.workspace == 256 + (2 * 32 * 2 * 64 * 1024 if groups else 4 * 32 * 128 * 1024)
 
 
 @pytest.mark.parametrize("cluster", [False, True])

@@ -110,7 +110,7 @@ def test_many_shapes_then_close_releases_every_executor():
 
 @pytest.mark.alone
 def test_split_k_workspaces_come_back(tmp_path):
-    """A GEMM split along K through its workspace (16 MiB a shape here): 100 build, run, close cycles give
+    """A GEMM split along K through its workspace (8 MiB a shape here): 100 build, run, close cycles give
     the workspaces back with everything else."""
     import cupy
 

@@ -617,11 +617,13 @@ def test_sanitizer_finds_the_out_of_bounds_write(tmp_path):
     assert "Invalid __global__ write" in report and "scale_add_forward_k2" in report
 
 
-def test_split_k_gemm_in_a_graph_is_exact_on_every_call(tmp_path):
+@pytest.mark.parametrize("sizes,clusters", [((384, 520, 3072), False), ((256, 512, 4096), True)])
+def test_split_k_gemm_in_a_graph_is_exact_on_every_call(sizes, clusters, tmp_path):
     """A GEMM with few tiles and a deep K splits K over CTAs that meet through the kernel's workspace
-    (cuda_wgmma.SPLIT_K): replayed from a graph, rebound to new inputs, called again, every result
-    matches float64, the same inputs give the same bits on every call (the partials are added in a
-    fixed order), and the tiles' counters are back to 0 after each call, ready for the next."""
+    (cuda_wgmma.SPLIT_K; 15 tiles in 3 parts, or 8 tiles in 4 parts as clusters of two whose half-tile sums
+    meet there): replayed from a graph, rebound to new inputs, called again, every result matches float64,
+    the same inputs give the same bits on every call (the partials are added in a fixed order), and the
+    counters are back to 0 after each call, ready for the next."""
     import cupy
 
     import cuvil_dsl
@@ -636,16 +638,17 @@ def test_split_k_gemm_in_a_graph_is_exact_on_every_call(tmp_path):
         return [cupy.asarray(rng.normal(scale=0.05, size=shape).astype(np.float16))
                 for shape in ((m, k), (k, n), (n,))]
 
-    first = inputs(384, 520, 3072)
+    first = inputs(*sizes)
     y = compiled(*first)
     (executor,) = compiled.executors.values()
     if not any(a.kind == "workspace" for k in executor._rendered for a in k.args):
         pytest.skip("this GPU's GEMM is not split along K (sm_90 only)")
+    assert any("__cluster_dims__(2, 1, 1)" in k.source for k in executor._rendered) == clusters
     ((ptr, nbytes),) = executor._cells.workspaces().values()
     memory = cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(ptr, nbytes, None), 0)
-    counters = cupy.ndarray((64,), cupy.uint32, memory)  # the counters' 256 bytes: 15 tiles, then padding
+    counters = cupy.ndarray((64,), cupy.uint32, memory)  # the counters' 256 bytes (15 or 16 used), then padding
     bits = y.get().view(np.uint16).copy()
-    for args in [inputs(384, 520, 3072), first, first]:
+    for args in [inputs(*sizes), first, first]:
         y = compiled(*args)
         a, b, bias = (x.get().astype(np.float64) for x in args)
         z = a @ b + bias
