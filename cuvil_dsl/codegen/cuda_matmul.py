@@ -434,20 +434,25 @@ class _GemmKernel:
         """``nt``, ``mt``, ``bz`` of output tile ``t``: column tiles fastest, then row tiles, then batches;
         with :attr:`raster` G, a batch's tiles walk groups of G row tiles (the last group fewer), each
         group column by column, so the CTAs in flight share fewer A and B panels (cuda_wgmma.RASTER_ROWS)."""
-        if not self.raster:
-            return [f"const int nt = {t} % {self.nt};", f"const int mt = {t} / {self.nt} % {self.mt};",
-                    f"const int bz = {t} / {self.nt * self.mt};"]
-        g, tiles = self.raster, self.mt * self.nt
-        return [f"const int bz = {t} / {tiles};", f"const int r_ = {t} % {tiles};",
-                f"const int first_ = r_ / {g * self.nt} * {g};", f"const int rows_ = min({self.mt} - first_, {g});",
-                f"const int q_ = r_ - first_ * {self.nt};",
-                "const int mt = first_ + q_ % rows_;", "const int nt = q_ / rows_;"]
+        return self.walk_order(t, self.mt, self.raster, "mt")
 
     def pair_indices(self, t: str) -> list[str]:
         """``nt``, ``mt``, ``bz`` of pair tile ``t`` for the CTA of cluster rank ``rank`` (clusters of 2
-        sharing B, ``cuda_wgmma.pairs``): row tiles 2i, 2i + 1 of one column tile."""
-        return [f"const int nt = {t} % {self.nt};", f"const int mt = {t} / {self.nt} % {self.mt // 2} * 2 + (int)rank;",
-                f"const int bz = {t} / {self.nt * self.mt // 2};"]
+        sharing B, ``cuda_wgmma.pairs``): row tiles 2i, 2i + 1 of one column tile, the pairs walked as
+        :meth:`tile_indices` walks tiles (groups of G / 2 pairs of row tiles)."""
+        return [*self.walk_order(t, self.mt // 2, self.raster // 2, "mp_"), "const int mt = mp_ * 2 + (int)rank;"]
+
+    def walk_order(self, t: str, rows: int, group: int, row: str) -> list[str]:
+        """``nt``, ``bz`` and the row index ``row`` of item ``t`` of a grid of ``rows`` x :attr:`nt` per batch:
+        row-major, or in groups of ``group`` rows (when above 1), each walked column by column."""
+        if group <= 1:
+            return [f"const int nt = {t} % {self.nt};", f"const int {row} = {t} / {self.nt} % {rows};",
+                    f"const int bz = {t} / {self.nt * rows};"]
+        g, tiles = min(group, rows), rows * self.nt
+        return [f"const int bz = {t} / {tiles};", f"const int r_ = {t} % {tiles};",
+                f"const int first_ = r_ / {g * self.nt} * {g};", f"const int rows_ = min({rows} - first_, {g});",
+                f"const int q_ = r_ - first_ * {self.nt};",
+                f"const int {row} = first_ + q_ % rows_;", "const int nt = q_ / rows_;"]
 
     @staticmethod
     def in_pairs(lines: list[str]) -> list[str]:

@@ -658,8 +658,8 @@ def test_library_gemm_loads_tiles_with_tma(b_t, ws, multicast, tmp_path, monkeyp
         assert body.count("cvl_tma_2d(") == sites and body.count("cvl_tma_2d_mc(") == (1 if b_t else 2) * sites
         assert body.count(", bar, 3);") == (1 if b_t else 2) * sites
         assert "__cluster_dims__(2, 1, 1)" in body and k.grid == ((132 if ws else 32 * 12), 1, 1)
-        # tiles mt, mt + 1 of one column tile
-        assert f"const int mt = {'tile_' if ws else 'pair_'} / 12 % 16 * 2 + (int)rank;" in body
+        # tiles mt, mt + 1 of one column tile; the pairs walk groups of 8 (test_grouped_walk_of_pairs)
+        assert "const int mt = mp_ * 2 + (int)rank;" in body and "const int mp_ = first_ + q_ % rows_;" in body
         if ws:  # a pair tile at a time; a stage released by each consumer warp of both CTAs (8 + 8)
             assert k.persistent_cluster == 2 and "cvl_mbar_init(bars + 8 * (4 + i), 16u);" in body
             assert "else if (lane == 1) cvl_mbar_arrive_cta(bars + 8 * (4 + (g - 1) % 4), rank ^ 1u);" in body
@@ -865,9 +865,9 @@ def _decode_lines(source: str) -> list[str]:
     start = next(i for i, line in enumerate(lines) if line.startswith("const int") and "blockIdx.x" in line)
     out = []
     for line in lines[start:]:
-        if not re.match(r"const int (bz|r_|first_|rows_|q_|mt|nt) = ", line):
+        if not re.match(r"const int (bz|r_|first_|rows_|q_|mt|nt|pair_|mp_) = ", line):
             break
-        out.append(line.replace("blockIdx.x", "t"))
+        out.append(line.replace("blockIdx.x", "t").replace("(int)rank", "rank"))
     return out
 
 
@@ -894,3 +894,23 @@ def test_grouped_walk_visits_every_tile_once(M, N, rows, monkeypatch):
     assert head == (set(range(rows)) if grouped else {0})
     if grouped:  # inside a group, the row tile changes fastest
         assert [m for m, _n, _b in walk[:rows]] == list(range(rows))
+
+
+@pytest.mark.parametrize("M,N", [(4000, 3000), (8192, 8192), (2048, 4096)])
+def test_grouped_walk_of_pairs(M, N, monkeypatch):
+    """With B multicast to CTA pairs (cuda_wgmma.MULTICAST), the pairs of row tiles walk groups of
+    RASTER_ROWS / 2 pairs, each column by column: CTAs 2i and 2i + 1 take row tiles 2j and 2j + 1 of one
+    column tile, and every tile is taken once."""
+    from cuvil_dsl.codegen import cuda_wgmma
+
+    monkeypatch.setattr(cuda_wgmma, "MULTICAST", True)
+    k = _library_gemm(GELU, {"M": M, "N": N, "K": 512})
+    mt, nt = -(-M // 128), -(-N // 256)
+    assert k.grid == (mt * nt, 1, 1) and "__cluster_dims__(2, 1, 1)" in k.source
+    decode = _decode_lines(k.source)
+    walk = [(env["mt"], env["nt"], env["bz"]) for env in (_c_block(decode, t=t, rank=t % 2) for t in range(mt * nt))]
+    assert sorted(walk) == [(m, n, 0) for m in range(mt) for n in range(nt)]
+    assert all(walk[t][1] == walk[t + 1][1] and walk[t][0] % 2 == 0 and walk[t][0] + 1 == walk[t + 1][0]
+               for t in range(0, mt * nt, 2))
+    group = min(cuda_wgmma.RASTER_ROWS, mt)
+    assert {m for m, _n, _b in walk[:group * nt]} == set(range(group))
