@@ -486,7 +486,8 @@ def main() -> int:
                          "timed multicast at five sizes this way: level or slightly slower at each")
     ap.add_argument("--rounds", type=int, default=0,
                     help="after everything, time the library's correct kernels and cuBLAS at each timed size "
-                         "this many more times, round-robin (order and clock drift cancel out)")
+                         "this many more times, round-robin, each round starting one kernel later (order and clock "
+                         "drift cancel out)")
     args = ap.parse_args()
     if args.timed:
         global TIMED
@@ -676,7 +677,8 @@ def main() -> int:
             run_library(sizes, True)
         for r in range(args.rounds):
             for (M, N, K), runs in rounds.items():
-                for label, launch in runs:
+                shift = r % len(runs)  # each round starts one kernel later: a kernel's place in the round (the
+                for label, launch in runs[shift:] + runs[:shift]:  # clock after the one before) moves round by round
                     us = bench.time(launch)
                     rows.append(f"| {M} x {N} x {K} | round {r + 1}: {label} | {us:.1f} | "
                                 f"{2.0 * M * N * K / us / 1e6:.0f} | | |")
