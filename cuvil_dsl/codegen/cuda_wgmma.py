@@ -149,6 +149,8 @@ def split_cluster(parts: int) -> int:
     if not SPLIT_CLUSTER or parts < 2 or parts % 2 or (parts > 2 and not SPLIT_CLUSTER_GROUPS):
         return 0
     return 2
+
+
 # The walk order of a plain kernel's tiles (session 15): 0 row-major (column tiles fastest); G > 1 groups of G
 # row tiles (all of them when there are fewer), each walked column by column, when the tiles take more than one
 # wave. A wave in row-major order covers few row tiles and every column tile: at 8192^3 each wave of 132 CTAs
@@ -160,7 +162,10 @@ def split_cluster(parts: int) -> int:
 # 4096 485.7 against 479.8 / 464.9 / 456.2 (cuBLAS alone 1711.6, 214.1, 418.6); groups of 16 faster than row-major
 # in every round. With 16 row tiles or fewer the walk is column-major (`-session15-raster-2.md`): 2048 x 8192 x 4096
 # 244.2 row-major against 232.6 (groups of 8: 238.2); 2048 x 4096 x 4096 121.3 against 115.8; 1024 x 16384 x 4096
-# 273.8 against 236.8. These GEMMs run at the power cap: fewer bytes from DRAM leave more of it to the tensor cores.
+# 273.8 against 236.8. Again with the kernels' order rotated round by round (`-session15-ws-rotated.md`, 6 rounds):
+# 4096^3 238.5 against 229.3, 8192^3 1937.2 against 1747.1, 2048 x 4096 x 4096 119.9 against 114.7. These GEMMs run
+# at the power cap: fewer bytes from DRAM leave more of it to the tensor cores (in `cuvil-dsl bench`'s shorter
+# bursts, less deep into the cap, 1-2% at 4096^3).
 RASTER_ROWS = 16
 LIBRARY_WS: bool | str = False
 TMA = True
