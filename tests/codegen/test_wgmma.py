@@ -756,7 +756,7 @@ def test_split_k_kernels(tmp_path, monkeypatch):
     steps past K, tests K in its loads). Where the output has no 16-byte chunks (y, z) the parts meet in a
     workspace of the tiles' counters (256 bytes) and one f32 partial tile per CTA: partials out, a ticket after
     the fences, the last CTA adds the parts in order and resets the counter. Two parts (w) are one cluster:
-    partials in shared memory, each CTA sums half the columns from both. More (u: 4, x: 8) are clusters of two
+    partials in shared memory, each CTA sums half the columns from both. More (u, t: 4, x: 8) are clusters of two
     that sum their pair's halves the same way, then meet through the workspace per (tile, half): each CTA's
     half sum out, a ticket, the last adds the clusters' sums in order. All compile for sm_90a with no spills."""
     import sys
@@ -767,10 +767,10 @@ def test_split_k_kernels(tmp_path, monkeypatch):
     from codegen_cases import ROOT, compile_kernel, load_case
 
     case = load_case(ROOT / "tests" / "codegen" / "programs" / "gemm_split_k.yaml")
-    y, z, u, w, x = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")
+    y, z, u, w, x, t = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")
     for k, tiles, parts, per, loads_test_k, bn in ((y, 4 * 6, 4, 17, False, 128), (z, 2 * 3 * 3, 2, 17, True, 128),
                                                    (u, 8 * 4, 4, 17, False, 256), (w, 8 * 8, 2, 17, False, 256),
-                                                   (x, 2 * 4, 8, 17, False, 128)):
+                                                   (x, 2 * 4, 8, 17, False, 128), (t, 2 * 2 * 4, 4, 16, False, 128)):
         assert k.grid == (tiles * parts, 1, 1)
         body = k.source.split('extern "C"')[1]
         lines = body.splitlines()
@@ -810,8 +810,9 @@ def test_split_k_kernels(tmp_path, monkeypatch):
         unit = compile_kernel(k, monkeypatch, tmp_path, fallback="none")
         r = unit.resources[k.entry]
         assert r.spill_bytes == 0 and r.stack_bytes == 0 and "serializ" not in unit.log.lower(), unit.log
-    assert "cvl_tma_2d(" in y.source and "cvl_cp_async16s(" in z.source
+    assert "cvl_tma_2d(" in y.source and "cvl_cp_async16s(" in z.source and "cvl_cp_async16s(" in t.source
     assert w.source.count("cvl_split_sync();") == 2 and u.source.count("cvl_split_sync();") == 2
+    assert "__nv_bfloat16 cvl_o[8];" in t.source  # a batched bf16 GEMM's clusters store 16-byte chunks of bf16
 
 
 @pytest.mark.parametrize("sizes,tile,parts", [
