@@ -589,25 +589,17 @@ class _GemmKernel:
         if groups == 1:
             return out + [*each_chunk, *cluster_sum, *epilogue, "}",
                           "cvl_split_sync();  // no CTA leaves while a peer may still read its shared memory"]
-        slices = tiles * size
-        counters = -(-slices * 4 // 256) * 256  # the slices' counters, then the sums, 256-byte aligned
         words = chunks * 2  # float4 of one slice's sum
-        ws = k.workspace(counters + groups * slices * words * 16)
         slot = f"((size_t)({{g}} * {tiles} + tile_) * {size} + {rank}) * {words} + c * 2"
+        counter = f"cvl_count[tile_ * {size} + {rank}]"  # the (tile, slice) counter
         return out + [
-            f"unsigned* const cvl_count = reinterpret_cast<unsigned*>({ws});",
-            f"float4* const cvl_sums = reinterpret_cast<float4*>({ws} + {counters});",
+            *self.counted_workspace(tiles * size, groups * tiles * size * words * 16, "cvl_sums"),
             *each_chunk, *cluster_sum,
             f"    float4* const to = cvl_sums + {slot.format(g=f'(part / {size})')};",
             "    __stcg(to, make_float4(v[0], v[1], v[2], v[3]));", "    __stcg(to + 1, make_float4(v[4], v[5], v[6], v[7]));",
             "}",
             "cvl_split_sync();  // every peer has read this CTA's shared memory",
-            "__threadfence();  // this thread's sums are visible device-wide before the ticket is taken",
-            "__shared__ unsigned cvl_ticket;",
-            f"if (threadIdx.x == 0) cvl_ticket = atomicAdd(&cvl_count[tile_ * {size} + {rank}], 1u);",
-            "__syncthreads();",
-            f"if (cvl_ticket != {groups - 1}u) return;  // the slice's last cluster finishes it",
-            "__threadfence();",
+            *self.last_ticket(counter, groups),
             *each_chunk,
             "    float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};",
             "    #pragma unroll",
@@ -617,7 +609,28 @@ class _GemmKernel:
             "        v[0] += x.x; v[1] += x.y; v[2] += x.z; v[3] += x.w;",
             "        v[4] += y.x; v[5] += y.y; v[6] += y.z; v[7] += y.w;",
             "    }", *epilogue, "}",
-            f"if (threadIdx.x == 0) cvl_count[tile_ * {size} + {rank}] = 0u;  // ready for the next launch"]
+            f"if (threadIdx.x == 0) {counter} = 0u;  // ready for the next launch"]
+
+    def counted_workspace(self, counters: int, payload: int, data: str) -> list[str]:
+        """Ask for the kernel's workspace as ``counters`` tickets' counters (``cvl_count``, 256-byte aligned)
+        followed by ``payload`` bytes of float4 (``data``); the lines that name both."""
+        offset = -(-counters * 4 // 256) * 256
+        ws = self.k.workspace(offset + payload)
+        return [f"unsigned* const cvl_count = reinterpret_cast<unsigned*>({ws});",
+                f"float4* const {data} = reinterpret_cast<float4*>({ws} + {offset});"]
+
+    @staticmethod
+    def last_ticket(counter: str, arrivals: int) -> list[str]:
+        """The CUDA guide's last-block pattern: every thread's writes made visible device-wide, a block
+        barrier, one thread's ticket from ``counter``; all but the block that takes the last of ``arrivals``
+        tickets leave, and that one sees every other block's writes."""
+        return ["__threadfence();  // this thread's writes are visible device-wide before the ticket is taken",
+                "__shared__ unsigned cvl_ticket;",
+                "__syncthreads();",
+                f"if (threadIdx.x == 0) cvl_ticket = atomicAdd(&{counter}, 1u);",
+                "__syncthreads();",
+                f"if (cvl_ticket != {arrivals - 1}u) return;  // the last to arrive finishes it",
+                "__threadfence();"]
 
     def split_fixup(self, tiles: int, parts: int) -> list[str]:
         """Split-K's meeting point (cuda_wgmma.SPLIT_K), after the main loop of CTA (``part``, ``tile_``):
@@ -627,26 +640,17 @@ class _GemmKernel:
         ``parts`` partials in the order 0 .. parts - 1 into the accumulators (its own one read back like the
         others, so the sum's bits never depend on which CTA came last), puts the counter back to 0 for the
         next launch and goes on to the epilogue; the others leave. Nobody waits for anybody."""
-        eng, k = self.eng, self.k
+        eng = self.eng
         words = eng.bm * eng.bn // 4  # float4 of one partial tile
-        counters = -(-tiles * 4 // 256) * 256  # the tiles' counters, then the partials, 256-byte aligned
-        ws = k.workspace(counters + parts * tiles * words * 16)
         per_thread = eng.regs // 4
         return [
             "{  // split-K: this part's partial tile into the workspace, then a ticket from the tile's counter",
-            f"    unsigned* const cvl_count = reinterpret_cast<unsigned*>({ws});",
-            f"    float4* const cvl_parts = reinterpret_cast<float4*>({ws} + {counters});",
+            *indent(self.counted_workspace(tiles, parts * tiles * words * 16, "cvl_parts")),
             f"    float4* const mine = cvl_parts + ((size_t)part * {tiles} + tile_) * {words} + threadIdx.x;",
             "    #pragma unroll", f"    for (int i = 0; i < {per_thread}; ++i)",
             f"        __stcg(mine + i * {eng.threads}, "
             "make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));",
-            "    __threadfence();  // this thread's partial is visible device-wide before the ticket is taken",
-            "    __shared__ unsigned cvl_ticket;",
-            "    __syncthreads();",
-            "    if (threadIdx.x == 0) cvl_ticket = atomicAdd(&cvl_count[tile_], 1u);",
-            "    __syncthreads();",
-            f"    if (cvl_ticket != {parts - 1}u) return;  // the tile's last part finishes it",
-            "    __threadfence();",
+            *indent(self.last_ticket("cvl_count[tile_]", parts)),
             *self.split_sum(tiles, parts, words, per_thread),
             "    if (threadIdx.x == 0) cvl_count[tile_] = 0u;  // ready for the next launch",
             "}"]
