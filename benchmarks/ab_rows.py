@@ -55,6 +55,8 @@ ROW_VARIANTS = {
     ],
     "layernorm_f16": [
         ("default (128 threads/row, no prefetch, min 6 blocks: session 13)", {}, {}),
+        ("raw cache, min 8 blocks (64 registers)", {"raw_cache": True}, {}),
+        ("raw cache, min 6 blocks", {"raw_cache": True, "min_blocks": 6}, {}),
         ("previous default (prefetch w,b, min 6 blocks)", {"prefetch": True}, {}),
         # measured in session 13's second call: 135.2 / 135.6 against 132.5 for both rows above
         ("no prefetch, min 8 blocks (64 registers)", {"min_blocks": 8}, {}),
@@ -93,8 +95,26 @@ ROW_VARIANTS = {
     ],
     "shapes/layernorm_f16-narrow": [
         ("default (a warp a row, no prefetch)", {}, {}),
-        ("previous default (prefetch w,b)", {"prefetch": True}, {}),
-        ("default again", {}, {}),
+        ("raw cache, min 4 blocks (64 registers)", {"raw_cache": True, "min_blocks": 4}, {}),
+        ("2 rows a warp, raw cache (128 registers)", {"raw_cache": True, "warp_rows": 2}, {}),
+        ("4 rows a warp, raw cache (128 registers)", {"raw_cache": True, "warp_rows": 4}, {}),
+        ("2 rows a warp (116 registers)", {"warp_rows": 2}, {}),
+    ],
+    # session 16: rows of at most 1024 elements (a warp a row). Each warp reduced one row and left, so a
+    # warp's loads were in flight only before its first reduction, and blocks of 8 warps came and went
+    # by the tens of thousands. "warp_rows": a warp takes R consecutive rows, the next row's loads issued
+    # before the current row's reductions; "raw_cache": the cached row held as halves (exact), half the
+    # registers, so more warps or rows fit.
+    "shapes/softmax_f16-short-rows": [
+        ("default (a warp a row, 31 registers)", {}, {}),
+        ("2 rows a warp (53 registers)", {"warp_rows": 2}, {}),
+        ("2 rows a warp, raw cache (47 registers)", {"warp_rows": 2, "raw_cache": True}, {}),
+        ("4 rows a warp, raw cache (63 registers)", {"warp_rows": 4, "raw_cache": True}, {}),
+        ("4 rows a warp, min 4 blocks (56 registers)", {"warp_rows": 4, "min_blocks": 4}, {}),
+    ],
+    "shapes/softmax_f32-odd-rows": [
+        ("default (a warp a row, 48 registers)", {}, {}),
+        ("2 rows a warp (104 registers)", {"warp_rows": 2}, {}),
     ],
 }
 
@@ -171,11 +191,47 @@ def launch_vs_graph(name: str, timer: GpuTimer, rounds: int = 3) -> list[str]:
         executor.close()
 
 
+def time_variants(name: str, session, expected, variants: list, rounds: int, timer: GpuTimer) -> tuple[list[str], bool]:
+    """Every variant checked and timed ``rounds`` times, each round starting one variant later (what ran
+    just before a kernel can move its time); with several rounds, a last line a variant gives the median
+    of its rounds and its ratio to the first variant's."""
+    lines, failed, times = [], False, {}
+    for rnd in range(rounds):
+        shift = rnd % len(variants)
+        for label, rows, ew in variants[shift:] + variants[:shift]:
+            shown = f"{label} [round {rnd + 1}]" if rounds > 1 else label
+            try:
+                r = run_variant(session, expected, rows, ew, timer)
+            except Exception as exc:  # one broken variant must not hide the others
+                failed = True
+                lines.append(f"| {name} | {shown} | - | - | - | - | - | - | ERROR {type(exc).__name__}: {str(exc)[:160]} | |")
+                print(lines[-1], flush=True)
+                continue
+            times.setdefault(label, []).append(r["us"])
+            failed |= not r["ok"]
+            gbs = r["bytes"] / (r["us"] * 1e-6) / 1e9
+            base = times.get(variants[0][0], [r["us"]])[-1]
+            lines.append(f"| {name} | {shown} | {r['us']:.1f} | {gbs:.0f} | {r['us'] / base:.3f} | {r['spread']:.3f} | "
+                         f"{r['regs']} | {r['spill']} | {'ok' if r['ok'] else 'FAIL'} ({r['max_abs']:.2e}) | {r['note']} |")
+            print(lines[-1], flush=True)
+    if rounds > 1 and variants[0][0] in times:
+        base = float(np.median(times[variants[0][0]]))
+        for label, *_ in variants:
+            if label in times:
+                med = float(np.median(times[label]))
+                rounds_text = " / ".join(f"{t:.1f}" for t in times[label])
+                lines.append(f"| {name} | **{label}: median of rounds** | {med:.1f} | | {med / base:.3f} | {rounds_text} | | | | |")
+                print(lines[-1], flush=True)
+    return lines, failed
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", default="", help="comma list of benchmark names")
     parser.add_argument("--samples", type=int, default=60)
     parser.add_argument("--seed", type=int, default=20261130)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="time every variant this many times, each round starting one variant later")
     parser.add_argument("--launch-vs-graph", action="store_true",
                         help="only time each benchmark's default kernels by graph replay and by direct launch")
     args = parser.parse_args()
@@ -200,23 +256,9 @@ def main() -> int:
         session = open_spec(ROOT / "benchmarks" / f"{name}.yaml", backend="cuda")
         fresh_inputs(session, args.seed)
         expected = reference_execute(session.pipeline, session.inputs, session.binding.params)
-        base = None
-        for label, rows, ew in ROW_VARIANTS[name]:
-            try:
-                r = run_variant(session, expected, rows, ew, timer)
-            except Exception as exc:  # one broken variant must not hide the others
-                failed = True
-                line = f"| {name} | {label} | - | - | - | - | - | - | ERROR {type(exc).__name__}: {str(exc)[:160]} | |"
-                print(line, flush=True)
-                lines.append(line)
-                continue
-            base = base or r["us"]
-            failed |= not r["ok"]
-            gbs = r["bytes"] / (r["us"] * 1e-6) / 1e9
-            line = (f"| {name} | {label} | {r['us']:.1f} | {gbs:.0f} | {r['us'] / base:.3f} | {r['spread']:.3f} | "
-                    f"{r['regs']} | {r['spill']} | {'ok' if r['ok'] else 'FAIL'} ({r['max_abs']:.2e}) | {r['note']} |")
-            print(line, flush=True)
-            lines.append(line)
+        body, bad = time_variants(name, session, expected, ROW_VARIANTS[name], args.rounds, timer)
+        lines += body
+        failed |= bad
         del session, expected
         gc.collect()
     lines.append("")

@@ -56,8 +56,16 @@ REGISTER_FILE = 65536  # 32-bit registers per multiprocessor
 #              reads the same weight and bias. layernorm f16 [131072, 1024]: 134.2 us against 151.5 with
 #              them; [8192, 16384] 136.5 (and two blocks a multiprocessor) against 206.0; [32768, 4096]
 #              133.3 against 132.9 / 133.3; H200, benchmarks/ab_rows.py).
+#   "raw_cache": hold a cached row in its storage type (f16, bf16), converting each element where a
+#              pass reads it, instead of converted to f32 once: half the registers (the conversion is
+#              exact). Default :data:`RAW_CACHE`.
+#   "warp_rows": rows of at most WARP_ROW_LIMIT elements (a warp a row): each warp takes this many
+#              consecutive rows, the next row's loads in flight while it reduces the current one.
+#              Default :data:`WARP_ROWS`.
 TUNING: dict = {}
 PREFETCH = False
+RAW_CACHE = False
+WARP_ROWS = 1
 
 MAX_NAN_HELPER = r"""
 // max that propagates NaN in one instruction (sm_80+), as cvl_max does
@@ -138,6 +146,7 @@ class _RowKernel:
         self.inverse: dict[str, str] = {}  # row sum -> its per-row reciprocal
         self.carried: dict[tuple, tuple[int, str]] = {}  # (value, map) -> (pass computing it, array)
         self.prefetched: dict[tuple, str] = {}  # (buffer, map) -> raw array loaded with the row
+        self.raw_cache = False  # cached 16-bit rows held in their storage type (TUNING "raw_cache")
         self.helpers: list[str] = []
         # most blocks per SM that __launch_bounds__ may ask for: a softmax of 2 vectors a thread runs
         # slower at 8 (its 32-register cap: 134.4 us, f16 [32768, 4096], H200) than at 4 (131.4) or 1
@@ -354,11 +363,21 @@ class _RowKernel:
         cached_leaves = list(dict.fromkeys(x for i in range(p.phases) for x in self.row_leaves(i)))
         cached = bool(cached_leaves) and len(cached_leaves) * slots * vec <= CACHE_BUDGET
         self.vec, self.tpr, self.nv, self.slots = vec, tpr, nv, slots
+        self.raw_cache = bool(TUNING.get("raw_cache", RAW_CACHE))
         if cached:
             self.plan_registers(cached_leaves)
+        self.raw_held = cached and any(self.held_raw(leaf) for leaf in cached_leaves)
         min_blocks = self.occupancy(threads, cached_leaves if cached else [])
+        per_warp = int(TUNING.get("warp_rows", WARP_ROWS)) if warp_mode and cached and not self.prefetched else 1
 
         body = []
+        if warp_mode and per_warp > 1:
+            rpb = threads // 32
+            body += ["const int tid = threadIdx.x % 32;",
+                     f"const int first = (blockIdx.x * {rpb} + threadIdx.x / 32) * {per_warp};"]
+            body += self.pipelined_rows(cached_leaves, per_warp, guard=self.rows % (rpb * per_warp) != 0)
+            return self.finish(entry, body, threads, tpr, vec, slots, cached, min_blocks,
+                               grid=-(-self.rows // (rpb * per_warp)), per_warp=per_warp)
         if warp_mode:
             rpb = threads // 32
             body += ["const int tid = threadIdx.x % 32;", f"const int row = blockIdx.x * {rpb} + threadIdx.x / 32;"]
@@ -385,12 +404,50 @@ class _RowKernel:
             body += [f"if (row < {self.rows}) {{", *indent(inner_body), "}"]
         else:
             body += inner_body
-        signature, helpers = self.clustered(k.signature(entry, threads), body)
+        return self.finish(entry, body, threads, tpr, vec, slots, cached, min_blocks, grid=grid)
+
+    def finish(self, entry: str, body: list[str], threads: int, tpr: int, vec: int, slots: int, cached: bool,
+               min_blocks: int, grid: int, per_warp: int = 1) -> Emitted:
+        signature, helpers = self.clustered(self.k.signature(entry, threads), body)
         note = (f"// row template: {threads} threads, {tpr} per row, {vec}-element vectors, {slots} per thread, "
-                f"{'cached' if cached else 'streamed'}, min {min_blocks} blocks/SM, fast {int(self.fast)}, "
-                f"carried {len(self.carried)}, prefetched {len(self.prefetched)}")
+                f"{'cached' if cached else 'streamed'}{' raw' if self.raw_held else ''}, "
+                f"min {min_blocks} blocks/SM, fast {int(self.fast)}, "
+                f"carried {len(self.carried)}, prefetched {len(self.prefetched)}"
+                f"{f', {per_warp} rows a warp' if per_warp > 1 else ''}")
         lines = [note, *signature, *indent(body), "}"]
         return Emitted(lines, (grid, 1, 1), (threads, 1, 1), helpers="".join([helpers, *self.helpers]))
+
+    def pipelined_rows(self, cached_leaves: list, per_warp: int, guard: bool) -> list[str]:
+        """A warp's ``per_warp`` consecutive rows (from ``first``), each row's cached data loaded
+        while the warp still reduces the row before: two sets of cache registers, the second
+        renamed into the first as the unrolled loop moves on."""
+        k, p = self.k, self.p
+        current = {leaf: k.fresh("c") for leaf in cached_leaves}
+        upcoming = {leaf: k.fresh("n") for leaf in cached_leaves}
+        lead = self.coords("first", p.domain[: self.a], 0)
+        loop = ["const int row = first + rr;"]
+        if guard:
+            loop.append(f"if (row >= {self.rows}) break;")
+        loop += self.coords("row", p.domain[: self.a], 0)
+        ahead = self.coords("(row + 1)", p.domain[: self.a], 0)
+        condition = f"rr + 1 < {per_warp}" + (f" && row + 1 < {self.rows}" if guard else "")
+        loop += [f"if ({condition}) {{  // the next row's loads, in flight during this row's reductions",
+                 *indent(ahead + self.cache_loads(upcoming)), "}"]
+        for i in range(p.phases):
+            loop += self.open_accumulators(i)
+            loop += self.hoisted(self.slot_loop(i, True, current))
+            loop += self.reduce_across(i, True, 32)
+        loop += self.hoisted(self.slot_loop(None, True, current))
+        renames = [f"{current[leaf]}[s][e] = {upcoming[leaf]}[s][e];" for leaf in cached_leaves]
+        loop += [f"if (rr + 1 < {per_warp}) {{",
+                 *indent(["#pragma unroll", f"for (int s = 0; s < {self.slots}; ++s)", *indent(self.e_loop(renames))]),
+                 "}"]
+        out = self.cache_decl(current) + self.cache_decl(upcoming) + self.carried_decl()
+        out += ["{", *indent(lead + self.cache_loads(current)), "}"]
+        out += ["#pragma unroll", f"for (int rr = 0; rr < {per_warp}; ++rr) {{", *indent(loop), "}"]
+        if guard:
+            return [f"if (first < {self.rows}) {{", *indent(out), "}"]
+        return out
 
     def plan_registers(self, cached_leaves: list) -> None:
         """Cached rows: which reduction inputs later passes reuse (kept instead of recomputed),
@@ -438,7 +495,8 @@ class _RowKernel:
             chosen = 1
         else:
             per = self.slots * self.vec
-            cached = sum(per * max(1, k.dtype(v).itemsize // 4) for v, m in cached_leaves)
+            cached = sum(-(-per * k.dtype(v).itemsize // 4) if self.held_raw((v, m)) else per * max(1, k.dtype(v).itemsize // 4)
+                         for v, m in cached_leaves)
             carried = sum(per * max(1, k.dtype(v).itemsize // 4) for v, m in self.carried)
             # the final pass's other row operands, counted as if held with the row (prefetched or not:
             # at fewer registers these kernels ran slower, e.g. layernorm f16 [32768, 4096] at 8 blocks
@@ -481,17 +539,41 @@ class _RowKernel:
     def coord_contiguous(self, col: str):
         return lambda d: col if d == self.a else ("0" if d > self.a else f"c{d}")
 
+    def held_raw(self, leaf: tuple) -> bool:
+        """Is the cached ``leaf`` held in its storage type (a 16-bit type loaded by vectors)?"""
+        k, (v, m) = self.k, leaf
+        return (self.raw_cache and self.vec > 1 and k.contiguous_axis(v, m, self.a)
+                and k.dtype(v).itemsize < 4 and k.lang.ctype(k.dtype(v)) == "float")
+
+    def cache_decl(self, names: dict) -> list[str]:
+        k, vec = self.k, self.vec
+        return [f"__align__(16) {k.storage(v)} {n}[{self.slots}][{vec}];" if self.held_raw((v, m))
+                else f"{k.lang.ctype(k.dtype(v))} {n}[{self.slots}][{vec}];" for (v, m), n in names.items()]
+
+    def carried_decl(self) -> list[str]:
+        k, vec = self.k, self.vec
+        return [f"{k.lang.ctype(k.dtype(v))} {n}[{self.slots}][{vec}];" for (v, m), (i, n) in self.carried.items()]
+
     def load_cache(self, names: dict) -> list[str]:
         k, vec = self.k, self.vec
-        decl = [f"{k.lang.ctype(k.dtype(v))} {n}[{self.slots}][{vec}];" for (v, m), n in names.items()]
+        decl = self.cache_decl(names)
         decl += [f"__align__(16) {k.storage(v)} {n}[{self.slots}][{vec}];" for (v, m), n in self.prefetched.items()]
-        decl += [f"{k.lang.ctype(k.dtype(v))} {n}[{self.slots}][{vec}];" for (v, m), (i, n) in self.carried.items()]
+        decl += self.carried_decl()
         inner = []
         for (v, m), n in self.prefetched.items():
             off = k.offset(v, m, self.coord_contiguous(f"sv * {vec}"))
             inner.append(f"cvl_copy_vec<{k.storage(v)}, {vec}>({n}[s], {k.names[v]} + {off});")
+        return decl + self.cache_loads(names, inner)
+
+    def cache_loads(self, names: dict, inner: list[str] | None = None) -> list[str]:
+        """The loads of the thread's slots of the cached row data (from the row's coordinates)."""
+        k, vec = self.k, self.vec
+        inner = list(inner or [])
         for (v, m), n in names.items():
-            if vec > 1 and k.contiguous_axis(v, m, self.a):
+            if self.held_raw((v, m)):
+                off = k.offset(v, m, self.coord_contiguous(f"sv * {vec}"))
+                inner.append(f"cvl_copy_vec<{k.storage(v)}, {vec}>({n}[s], {k.names[v]} + {off});")
+            elif vec > 1 and k.contiguous_axis(v, m, self.a):
                 raw = k.fresh("raw")
                 off = k.offset(v, m, self.coord_contiguous(f"sv * {vec}"))
                 inner += [f"__align__(16) {k.storage(v)} {raw}[{vec}];",
@@ -499,7 +581,7 @@ class _RowKernel:
                           *self.e_loop([f"{n}[s][e] = {k.lang.load(f'{raw}[e]', k.dtype(v))};"])]
             else:
                 inner += self.e_loop([f"{n}[s][e] = {k.load(v, m, self.coord_contiguous(self.col()))};"])
-        return decl + self.unrolled_slots(inner)
+        return self.unrolled_slots(inner)
 
     def col(self) -> str:
         return f"(sv * {self.vec} + e)" if self.vec > 1 else "sv"
@@ -531,7 +613,8 @@ class _RowKernel:
 
         def leaf(value: str, m) -> str | None:
             if (value, tuple(m)) in cache_names:
-                return f"{cache_names[(value, tuple(m))]}[s][e]"
+                held = f"{cache_names[(value, tuple(m))]}[s][e]"
+                return k.lang.load(held, k.dtype(value)) if self.held_raw((value, tuple(m))) else held
             if (value, tuple(m)) in loaded:
                 return k.lang.load(f"{loaded[(value, tuple(m))]}[e]", k.dtype(value))
             if (value, tuple(m)) in self.prefetched:

@@ -186,6 +186,32 @@ def test_wgmma_library_epilogues_match_reference(name, mode, tmp_path, monkeypat
         assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
 
 
+ROW_TUNINGS = {  # cuda_rows.TUNING settings that change how rows of at most 1024 elements are walked
+    "3-rows-a-warp-raw": {"warp_rows": 3, "raw_cache": True},
+    "2-rows-a-warp": {"warp_rows": 2},
+    "raw-cache": {"raw_cache": True},
+}
+# the cases whose kernels include rows a warp takes whole (every dtype, ragged row counts, NaN rows, rows of one)
+WARP_ROW_CASES = ("f64_chain", "layernorm", "log_softmax_f32", "masked_fill", "multi_result", "reductions",
+                  "softmax", "two_graphs", "bool_logic", "nan_propagation", "norms", "reductions_axes",
+                  "rows_of_one", "softmax_short_f16")
+
+
+@pytest.mark.parametrize("tuning", list(ROW_TUNINGS))
+@pytest.mark.parametrize("path", [p for p in case_paths() if p.stem in WARP_ROW_CASES], ids=case_id)
+def test_row_template_tunings_match_reference(path, tuning, monkeypatch):
+    """Rows a warp takes several at a time (the next one's loads in flight during the current one's
+    reductions; row counts that leave the last warp short), and rows cached in their 16-bit storage type."""
+    from cuvil_dsl.codegen import cuda_rows
+
+    monkeypatch.setattr(cuda_rows, "TUNING", dict(ROW_TUNINGS[tuning]))
+    case = load_case(path)
+    got, want = run_on_gpu(case)
+    for r in case.pipeline.results:
+        rtol, atol = case.loaded.spec.check.tolerances(r.type.dtype, case.tf32)
+        assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
+
+
 @pytest.mark.parametrize("mode", list(WGMMA_MODES))
 @pytest.mark.parametrize("path", [p for p in case_paths() if p.stem in ("gemm_wgmma", "gemm_bf16", "gemm_f16_layouts")],
                          ids=case_id)
