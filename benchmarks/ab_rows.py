@@ -95,26 +95,33 @@ ROW_VARIANTS = {
     ],
     "shapes/layernorm_f16-narrow": [
         ("default (a warp a row, no prefetch)", {}, {}),
-        ("raw cache, min 4 blocks (64 registers)", {"raw_cache": True, "min_blocks": 4}, {}),
-        ("2 rows a warp, raw cache (128 registers)", {"raw_cache": True, "warp_rows": 2}, {}),
         ("4 rows a warp, raw cache (128 registers)", {"raw_cache": True, "warp_rows": 4}, {}),
-        ("2 rows a warp (116 registers)", {"warp_rows": 2}, {}),
+        ("16 lanes a row, min 2 blocks (128 registers)", {"row_lanes": 16, "min_blocks": 2}, {}),
+        ("16 lanes a row, raw cache, min 3 blocks (80 registers)", {"row_lanes": 16, "raw_cache": True, "min_blocks": 3}, {}),
     ],
     # session 16: rows of at most 1024 elements (a warp a row). Each warp reduced one row and left, so a
     # warp's loads were in flight only before its first reduction, and blocks of 8 warps came and went
     # by the tens of thousands. "warp_rows": a warp takes R consecutive rows, the next row's loads issued
     # before the current row's reductions; "raw_cache": the cached row held as halves (exact), half the
     # registers, so more warps or rows fit.
+    # First call (`2026-12-01-h200-ab_rows-session16.md`, 3 rotated rounds): short softmax rows 134.3 us by
+    # default; 2 rows a warp 142.1, with the raw cache 132.3; 4 rows raw 133.0, 4 rows at min 4 blocks 133.9;
+    # narrow layernorm 133.3 by default, every variant slower (raw at min 4 blocks 134.4, 4 rows raw 134.1,
+    # 2 rows 156-158); f32 rows of 1000 130.4, 2 rows 131.2. Second call: 16 lanes a row (two rows a warp at
+    # once, twice the vectors a thread), and the best of the first call around its registers.
     "shapes/softmax_f16-short-rows": [
         ("default (a warp a row, 31 registers)", {}, {}),
-        ("2 rows a warp (53 registers)", {"warp_rows": 2}, {}),
         ("2 rows a warp, raw cache (47 registers)", {"warp_rows": 2, "raw_cache": True}, {}),
-        ("4 rows a warp, raw cache (63 registers)", {"warp_rows": 4, "raw_cache": True}, {}),
-        ("4 rows a warp, min 4 blocks (56 registers)", {"warp_rows": 4, "min_blocks": 4}, {}),
+        ("2 rows a warp, raw cache, min 6 blocks (40 registers)", {"warp_rows": 2, "raw_cache": True, "min_blocks": 6}, {}),
+        ("3 rows a warp, raw cache (47 registers)", {"warp_rows": 3, "raw_cache": True}, {}),
+        ("16 lanes a row, raw cache (46 registers)", {"row_lanes": 16, "raw_cache": True}, {}),
+        ("16 lanes a row, 2 rows, raw cache, min 3 blocks (80 registers)",
+         {"row_lanes": 16, "warp_rows": 2, "raw_cache": True, "min_blocks": 3}, {}),
     ],
     "shapes/softmax_f32-odd-rows": [
         ("default (a warp a row, 48 registers)", {}, {}),
-        ("2 rows a warp (104 registers)", {"warp_rows": 2}, {}),
+        ("16 lanes a row, min 3 blocks (78 registers)", {"row_lanes": 16, "min_blocks": 3}, {}),
+        ("16 lanes a row, min 2 blocks (128 registers)", {"row_lanes": 16, "min_blocks": 2}, {}),
     ],
 }
 

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""``cuvil-dsl bench`` with cuda_wgmma's library switches set first, to compare a GEMM kernel variant in the
-bench's own method (interleaved, rotated rounds against the same baselines) before it becomes the default:
+"""``cuvil-dsl bench`` with code-generation switches set first, to compare a kernel variant in the bench's own
+method (interleaved, rotated rounds against the same baselines) before it becomes the default:
 
     python3 benchmarks/bench_mode.py LIBRARY_WS=tma MULTICAST=True -- bench benchmarks/gemm_gelu_f16.yaml --quick
+    python3 benchmarks/bench_mode.py cuda_rows.WARP_ROWS=2 cuda_rows.RAW_CACHE=True -- bench SPEC --quick
 
-Each ``NAME=VALUE`` before ``--`` sets ``cuvil_dsl.codegen.cuda_wgmma.NAME`` (VALUE read as a Python literal, or
-as a string when it is not one); the rest is the command line of ``cuvil-dsl``. The compile cache keys on the
-generated source, so a variant never reuses the default's binaries.
+Each ``[MODULE.]NAME=VALUE`` before ``--`` sets ``cuvil_dsl.codegen.MODULE.NAME`` (MODULE defaults to
+``cuda_wgmma``; VALUE read as a Python literal, or as a string when it is not one); the rest is the command line
+of ``cuvil-dsl``. The compile cache keys on the generated source, so a variant never reuses the default's
+binaries.
 """
 
 from __future__ import annotations
@@ -19,22 +21,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main(argv: list[str]) -> int:
+    import importlib
+
     from cuvil_dsl.cli import main as cli
-    from cuvil_dsl.codegen import cuda_wgmma
 
     if "--" not in argv:
         raise SystemExit("usage: bench_mode.py NAME=VALUE ... -- CUVIL-DSL ARGS")
     cut = argv.index("--")
     for item in argv[:cut]:
-        name, _, text = item.partition("=")
-        if not hasattr(cuda_wgmma, name):
-            raise SystemExit(f"cuda_wgmma has no switch {name!r}")
+        target, _, text = item.partition("=")
+        module_name, _, name = target.rpartition(".")
+        module = importlib.import_module(f"cuvil_dsl.codegen.{module_name or 'cuda_wgmma'}")
+        if not hasattr(module, name):
+            raise SystemExit(f"{module.__name__} has no switch {name!r}")
         try:
             value = ast.literal_eval(text)
         except (ValueError, SyntaxError):
             value = text
-        setattr(cuda_wgmma, name, value)
-        print(f"bench_mode: cuda_wgmma.{name} = {value!r}", file=sys.stderr)
+        setattr(module, name, value)
+        print(f"bench_mode: {module.__name__}.{name} = {value!r}", file=sys.stderr)
     return cli(argv[cut + 1:])
 
 

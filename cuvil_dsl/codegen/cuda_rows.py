@@ -62,10 +62,13 @@ REGISTER_FILE = 65536  # 32-bit registers per multiprocessor
 #   "warp_rows": rows of at most WARP_ROW_LIMIT elements (a warp a row): each warp takes this many
 #              consecutive rows, the next row's loads in flight while it reduces the current one.
 #              Default :data:`WARP_ROWS`.
+#   "row_lanes": lanes a row of at most WARP_ROW_LIMIT elements takes (32, 16 or 8), so a warp holds
+#              32 / lanes rows at once, each thread more of its row. Default :data:`ROW_LANES`.
 TUNING: dict = {}
 PREFETCH = False
 RAW_CACHE = False
 WARP_ROWS = 1
+ROW_LANES = 32
 
 MAX_NAN_HELPER = r"""
 // max that propagates NaN in one instruction (sm_80+), as cvl_max does
@@ -147,6 +150,7 @@ class _RowKernel:
         self.carried: dict[tuple, tuple[int, str]] = {}  # (value, map) -> (pass computing it, array)
         self.prefetched: dict[tuple, str] = {}  # (buffer, map) -> raw array loaded with the row
         self.raw_cache = False  # cached 16-bit rows held in their storage type (TUNING "raw_cache")
+        self.lanes = 32  # lanes a row of a warp-row kernel (TUNING "row_lanes")
         self.helpers: list[str] = []
         # most blocks per SM that __launch_bounds__ may ask for: a softmax of 2 vectors a thread runs
         # slower at 8 (its 32-register cap: 134.4 us, f16 [32768, 4096], H200) than at 4 (131.4) or 1
@@ -329,8 +333,14 @@ class _RowKernel:
         stores = [(s.value, s.map) for s in p.stores if self.a in s.map]
         vectorizable = [v for v, m in all_leaves + stores if k.contiguous_axis(v, m, self.a)]
         warp_mode = self.L <= WARP_ROW_LIMIT
+        self.lanes = 32
         if warp_mode:
-            tpr, threads = 32, k.config.block
+            # lanes a row: fewer than a warp's only when the row count keeps every warp's rows all in or
+            # all out of range (the shuffles span the whole warp)
+            lanes = int(TUNING.get("row_lanes", ROW_LANES))
+            if lanes < 32 and 32 % lanes == 0 and self.rows % (32 // lanes) == 0:
+                self.lanes = lanes
+            tpr, threads = self.lanes, k.config.block
         else:
             if "block" in k.config.overridden:
                 tpr = k.config.block
@@ -371,16 +381,18 @@ class _RowKernel:
         per_warp = int(TUNING.get("warp_rows", WARP_ROWS)) if warp_mode and cached and not self.prefetched else 1
 
         body = []
+        lanes, group = self.lanes, 32 // self.lanes  # a warp's rows at once
         if warp_mode and per_warp > 1:
-            rpb = threads // 32
-            body += ["const int tid = threadIdx.x % 32;",
-                     f"const int first = (blockIdx.x * {rpb} + threadIdx.x / 32) * {per_warp};"]
-            body += self.pipelined_rows(cached_leaves, per_warp, guard=self.rows % (rpb * per_warp) != 0)
+            warps, span = threads // 32, per_warp * group
+            sub = f" + threadIdx.x % 32 / {lanes}" if group > 1 else ""
+            body += [f"const int tid = threadIdx.x % {lanes};",
+                     f"const int first = (blockIdx.x * {warps} + threadIdx.x / 32) * {span}{sub};"]
+            body += self.pipelined_rows(cached_leaves, per_warp, guard=self.rows % (warps * span) != 0)
             return self.finish(entry, body, threads, tpr, vec, slots, cached, min_blocks,
-                               grid=-(-self.rows // (rpb * per_warp)), per_warp=per_warp)
+                               grid=-(-self.rows // (warps * span)), per_warp=per_warp)
         if warp_mode:
-            rpb = threads // 32
-            body += ["const int tid = threadIdx.x % 32;", f"const int row = blockIdx.x * {rpb} + threadIdx.x / 32;"]
+            rpb = threads // lanes
+            body += [f"const int tid = threadIdx.x % {lanes};", f"const int row = blockIdx.x * {rpb} + threadIdx.x / {lanes};"]
             grid = -(-self.rows // rpb)
         elif self.cluster > 1:
             body += [f"const int tid = blockIdx.x % {self.cluster} * {threads} + threadIdx.x;",
@@ -400,7 +412,7 @@ class _RowKernel:
             inner_body += self.hoisted(self.slot_loop(i, cached, cache_names))
             inner_body += self.reduce_across(i, warp_mode, threads)
         inner_body += self.hoisted(self.slot_loop(None, cached, cache_names))
-        if warp_mode and self.rows % (threads // 32):
+        if warp_mode and self.rows % (threads // lanes):
             body += [f"if (row < {self.rows}) {{", *indent(inner_body), "}"]
         else:
             body += inner_body
@@ -424,13 +436,14 @@ class _RowKernel:
         k, p = self.k, self.p
         current = {leaf: k.fresh("c") for leaf in cached_leaves}
         upcoming = {leaf: k.fresh("n") for leaf in cached_leaves}
+        group = 32 // self.lanes  # rows a warp holds at once, ``group`` apart in the warp's run
         lead = self.coords("first", p.domain[: self.a], 0)
-        loop = ["const int row = first + rr;"]
+        loop = [f"const int row = first + rr{f' * {group}' if group > 1 else ''};"]
         if guard:
             loop.append(f"if (row >= {self.rows}) break;")
         loop += self.coords("row", p.domain[: self.a], 0)
-        ahead = self.coords("(row + 1)", p.domain[: self.a], 0)
-        condition = f"rr + 1 < {per_warp}" + (f" && row + 1 < {self.rows}" if guard else "")
+        ahead = self.coords(f"(row + {group})", p.domain[: self.a], 0)
+        condition = f"rr + 1 < {per_warp}" + (f" && row + {group} < {self.rows}" if guard else "")
         loop += [f"if ({condition}) {{  // the next row's loads, in flight during this row's reductions",
                  *indent(ahead + self.cache_loads(upcoming)), "}"]
         for i in range(p.phases):
@@ -659,7 +672,7 @@ class _RowKernel:
         out = []
         if warp_mode:
             for r in reds:
-                out += self.close(r, f"{_WARP_REDUCE[r.op.op]}(acc_{self.acc_names[r.op.out]}, 32)")
+                out += self.close(r, f"{_WARP_REDUCE[r.op.op]}(acc_{self.acc_names[r.op.out]}, {self.lanes})")
             return out
         warps = threads // 32
         for r in reds:
