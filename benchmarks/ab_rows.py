@@ -110,13 +110,19 @@ ROW_VARIANTS = {
     # 2 rows 156-158); f32 rows of 1000 130.4, 2 rows 131.2. Second call: 16 lanes a row (two rows a warp at
     # once, twice the vectors a thread), and the best of the first call around its registers.
     "shapes/softmax_f16-short-rows": [
-        ("default (a warp a row, 31 registers)", {}, {}),
+        ("a row a warp (the previous default, 31 registers)", {"warp_rows": 1, "raw_cache": False}, {}),
         ("2 rows a warp, raw cache (47 registers)", {"warp_rows": 2, "raw_cache": True}, {}),
         ("2 rows a warp, raw cache, min 6 blocks (40 registers)", {"warp_rows": 2, "raw_cache": True, "min_blocks": 6}, {}),
         ("3 rows a warp, raw cache (47 registers)", {"warp_rows": 3, "raw_cache": True}, {}),
         ("16 lanes a row, raw cache (46 registers)", {"row_lanes": 16, "raw_cache": True}, {}),
         ("16 lanes a row, 2 rows, raw cache, min 3 blocks (80 registers)",
          {"row_lanes": 16, "warp_rows": 2, "raw_cache": True, "min_blocks": 3}, {}),
+    ],
+    # Third call: the new default for short 16-bit rows of one cached operand (2 rows a warp, halves), which
+    # also covers a layernorm's rows of 512 (its weight and bias are loaded at the store, not cached).
+    "shapes/layernorm_f16-short-rows": [
+        ("default (2 rows a warp, raw cache: session 16)", {}, {}),
+        ("a row a warp (the previous default)", {"warp_rows": 1, "raw_cache": False}, {}),
     ],
     "shapes/softmax_f32-odd-rows": [
         ("default (a warp a row, 48 registers)", {}, {}),

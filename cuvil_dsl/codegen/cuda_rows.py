@@ -69,6 +69,17 @@ PREFETCH = False
 RAW_CACHE = False
 WARP_ROWS = 1
 ROW_LANES = 32
+# Short 16-bit rows (at most this many vectors a thread, a warp a row) are taken two a warp
+# (SHORT_ROW_WARP_ROWS), the cache held as halves: each warp used to load its row, reduce it and leave,
+# its loads in flight only before the first reduction. softmax f16 [262144, 512] (2 vectors a thread):
+# 132.3 / 133.0 us against 134.3 / 135.0 in two calls of rotated rounds, and in `cuvil-dsl bench` 132.7
+# against 134.9 (torch.compile 131.2 / 131.6 in the same runs); without the half cache (53 registers, 4
+# blocks a multiprocessor) 142.1; 3 rows 133.8, 4 rows 133.0; 16 lanes a row 134.4. Longer rows gained
+# nothing: layernorm f16 [131072, 1024] (4 vectors) 133.3 by default, 134.1 at 4 rows with halves, 156-158
+# at 2 rows; f32 softmax rows of 1000 130.4 against 131.2 at 2 rows. H200, session 16,
+# benchmarks/ab_rows.py.
+SHORT_ROW_SLOTS = 2
+SHORT_ROW_WARP_ROWS = 2
 
 MAX_NAN_HELPER = r"""
 // max that propagates NaN in one instruction (sm_80+), as cvl_max does
@@ -373,12 +384,18 @@ class _RowKernel:
         cached_leaves = list(dict.fromkeys(x for i in range(p.phases) for x in self.row_leaves(i)))
         cached = bool(cached_leaves) and len(cached_leaves) * slots * vec <= CACHE_BUDGET
         self.vec, self.tpr, self.nv, self.slots = vec, tpr, nv, slots
-        self.raw_cache = bool(TUNING.get("raw_cache", RAW_CACHE))
+        # short 16-bit rows of one operand (a softmax; a warp a row, at most SHORT_ROW_SLOTS vectors a
+        # thread): two rows a warp, held as halves (see SHORT_ROW_SLOTS)
+        short = (warp_mode and cached and slots <= SHORT_ROW_SLOTS and len(cached_leaves) == 1
+                 and self.raw_eligible(cached_leaves[0]))
+        self.raw_cache = bool(TUNING.get("raw_cache", RAW_CACHE or short))
         if cached:
             self.plan_registers(cached_leaves)
         self.raw_held = cached and any(self.held_raw(leaf) for leaf in cached_leaves)
         min_blocks = self.occupancy(threads, cached_leaves if cached else [])
-        per_warp = int(TUNING.get("warp_rows", WARP_ROWS)) if warp_mode and cached and not self.prefetched else 1
+        per_warp = 1
+        if warp_mode and cached and not self.prefetched:
+            per_warp = int(TUNING.get("warp_rows", SHORT_ROW_WARP_ROWS if short else WARP_ROWS))
 
         body = []
         lanes, group = self.lanes, 32 // self.lanes  # a warp's rows at once
@@ -552,11 +569,15 @@ class _RowKernel:
     def coord_contiguous(self, col: str):
         return lambda d: col if d == self.a else ("0" if d > self.a else f"c{d}")
 
-    def held_raw(self, leaf: tuple) -> bool:
-        """Is the cached ``leaf`` held in its storage type (a 16-bit type loaded by vectors)?"""
+    def raw_eligible(self, leaf: tuple) -> bool:
+        """Can the cached ``leaf`` be held in its storage type (a 16-bit type loaded by vectors)?"""
         k, (v, m) = self.k, leaf
-        return (self.raw_cache and self.vec > 1 and k.contiguous_axis(v, m, self.a)
+        return (self.vec > 1 and k.contiguous_axis(v, m, self.a)
                 and k.dtype(v).itemsize < 4 and k.lang.ctype(k.dtype(v)) == "float")
+
+    def held_raw(self, leaf: tuple) -> bool:
+        """Is the cached ``leaf`` held in its storage type?"""
+        return self.raw_cache and self.raw_eligible(leaf)
 
     def cache_decl(self, names: dict) -> list[str]:
         k, vec = self.k, self.vec

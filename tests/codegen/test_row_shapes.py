@@ -87,3 +87,53 @@ def test_a_second_block_only_where_its_registers_suffice(entry, n, threads, bloc
     k, note = _render(spec)
     assert k.block == (threads, 1, 1) and _min_blocks(k) == blocks and "cached" in note, note
     assert compile_kernel(k, monkeypatch, tmp_path / "cache").resources[k.entry].spill_bytes == 0
+
+
+def test_short_16_bit_rows_go_two_to_a_warp_held_as_halves(monkeypatch, tmp_path):
+    """Rows of 512 halves (two vectors a thread): each warp takes two rows, the second row's loads issued
+    before the first row's reductions, the cache held as halves (47 registers); the grid halves."""
+    k, note = _render(SHAPES / "softmax_f16-short-rows.yaml")
+    assert "2 rows a warp" in note and "cached raw" in note, note
+    assert k.grid == (262144 // 16, 1, 1) and k.block == (256, 1, 1)
+    loop = k.source[k.source.index("for (int rr = 0; rr < 2; ++rr)"):]
+    # the next row's loads come before this row's first reduction
+    assert loop.index("the next row's loads") < loop.index("cvl_warp_max")
+    assert re.search(r"__align__\(16\) __half c\d+\[2\]\[8\];", k.source)  # halves, not floats
+    assert compile_kernel(k, monkeypatch, tmp_path).resources[k.entry].spill_bytes == 0
+
+
+@pytest.mark.parametrize("name", ["layernorm_f16-narrow", "softmax_f32-odd-rows"])
+def test_longer_or_32_bit_rows_keep_a_row_a_warp(name):
+    """Rows of four vectors a thread (2 rows a warp: 128 registers, 17% slower) and f32 rows (nothing to
+    halve) stay one a warp, their cache in f32."""
+    k, note = _render(SHAPES / f"{name}.yaml")
+    assert "rows a warp" not in note and "cached raw" not in note and "cached" in note, note
+
+
+@pytest.mark.parametrize("rows", [45, 46, 47, 48, 49])
+def test_two_rows_a_warp_guard_a_short_last_warp(rows):
+    """Row counts that leave the last warp one row or none: every row loop and look-ahead is guarded, the
+    grid covers every row once."""
+    k, note = _render(SHAPES / "softmax_f16-short-rows.yaml", M=rows)
+    assert "2 rows a warp" in note
+    assert k.grid == (-(-rows // 16), 1, 1)
+    if rows % 16:
+        assert f"if (first < {rows})" in k.source and f"if (row >= {rows}) break;" in k.source
+        assert f"row + 1 < {rows}" in k.source
+    else:
+        assert "break;" not in k.source
+
+
+def test_16_lanes_a_row_only_where_the_rows_pair_up():
+    """row_lanes 16 puts two rows in a warp's shuffles; an odd row count would split a warp's rows across
+    the end, so it stays at 32 lanes."""
+    from cuvil_dsl.codegen import cuda_rows
+
+    cuda_rows.TUNING.update({"row_lanes": 16})
+    try:
+        k_even, note_even = _render(SHAPES / "softmax_f16-short-rows.yaml", M=64)
+        k_odd, note_odd = _render(SHAPES / "softmax_f16-short-rows.yaml", M=63)
+    finally:
+        cuda_rows.TUNING.clear()
+    assert "16 per row" in note_even and "cvl_warp_max(acc_0, 16)" in k_even.source
+    assert "32 per row" in note_odd and "cvl_warp_max(acc_0, 32)" in k_odd.source

@@ -113,7 +113,7 @@ __device__ __forceinline__ float cvl_exp_le0(float x) {
     return r;
 }
 
-// row template: 256 threads, 32 per row, 4-element vectors, 1 per thread, cached, min 1 blocks/SM, fast 1, carried 2, prefetched 0
+// row template: 256 threads, 32 per row, 4-element vectors, 1 per thread, cached raw, min 1 blocks/SM, fast 1, carried 2, prefetched 0, 2 rows a warp
 extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
     const __half* __restrict__ b0,  // x: f16[R, C] input
     __half* __restrict__ b1,  // y: f16[R, C] output
@@ -121,79 +121,101 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_main_k1(
     float u0  // %1: f16[] scalar
 ) {
     const int tid = threadIdx.x % 32;
-    const int row = blockIdx.x * 8 + threadIdx.x / 32;
-    if (row < 45) {
-        const int c0 = row;
-        float c47[1][4];
+    const int first = (blockIdx.x * 8 + threadIdx.x / 32) * 2;
+    if (first < 45) {
+        __align__(16) __half c47[1][4];
+        __align__(16) __half n48[1][4];
         float keep27[1][4];
         float keep32[1][4];
-        #pragma unroll
-        for (int s = 0; s < 1; ++s) {
-            const int sv = s * 32 + tid;
-            if (sv < 25) {
-                __align__(16) __half raw48[4];
-                cvl_copy_vec<__half, 4>(raw48, b0 + c0 * 100 + sv * 4);
-                #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    c47[s][e] = __half2float(raw48[e]);
+        {
+            const int c0 = first;
+            #pragma unroll
+            for (int s = 0; s < 1; ++s) {
+                const int sv = s * 32 + tid;
+                if (sv < 25) {
+                    cvl_copy_vec<__half, 4>(c47[s], b0 + c0 * 100 + sv * 4);
                 }
             }
         }
-        float acc_0 = (-__int_as_float(0x7f800000));
-        float acc_2 = (-__int_as_float(0x7f800000));
         #pragma unroll
-        for (int s = 0; s < 1; ++s) {
-            const int sv = s * 32 + tid;
-            if (sv < 25) {
+        for (int rr = 0; rr < 2; ++rr) {
+            const int row = first + rr;
+            if (row >= 45) break;
+            const int c0 = row;
+            if (rr + 1 < 2 && row + 1 < 45) {  // the next row's loads, in flight during this row's reductions
+                const int c0 = (row + 1);
                 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const float t50 = (c47[s][e] * u0);
-                    acc_0 = cvl_max_nan(acc_0, t50);
-                    acc_2 = cvl_max_nan(acc_2, c47[s][e]);
-                    keep27[s][e] = t50;
+                for (int s = 0; s < 1; ++s) {
+                    const int sv = s * 32 + tid;
+                    if (sv < 25) {
+                        cvl_copy_vec<__half, 4>(n48[s], b0 + c0 * 100 + sv * 4);
+                    }
                 }
             }
-        }
-        const float r_0 = cvl_warp_max(acc_0, 32);
-        const float r_2 = cvl_warp_max(acc_2, 32);
-        float acc_1 = (0.0f);
-        float acc_3 = (0.0f);
-        #pragma unroll
-        for (int s = 0; s < 1; ++s) {
-            const int sv = s * 32 + tid;
-            if (sv < 25) {
-                #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const float t56 = (keep27[s][e] - r_0);
-                    const float t57 = cvl_exp_le0(t56);
-                    acc_1 = (acc_1 + t57);
-                    const float t58 = (c47[s][e] - r_2);
-                    const float t59 = cvl_exp_le0(t58);
-                    acc_3 = (acc_3 + t59);
-                    keep32[s][e] = t57;
+            float acc_0 = (-__int_as_float(0x7f800000));
+            float acc_2 = (-__int_as_float(0x7f800000));
+            #pragma unroll
+            for (int s = 0; s < 1; ++s) {
+                const int sv = s * 32 + tid;
+                if (sv < 25) {
+                    #pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const float t50 = (__half2float(c47[s][e]) * u0);
+                        acc_0 = cvl_max_nan(acc_0, t50);
+                        acc_2 = cvl_max_nan(acc_2, __half2float(c47[s][e]));
+                        keep27[s][e] = t50;
+                    }
                 }
             }
-        }
-        const float r_1 = cvl_warp_sum(acc_1, 32);
-        const float r_3 = cvl_warp_sum(acc_3, 32);
-        const float inv_1 = 1.0f / r_1;
-        const float t71 = logf(r_3);
-        #pragma unroll
-        for (int s = 0; s < 1; ++s) {
-            const int sv = s * 32 + tid;
-            if (sv < 25) {
-                __align__(16) __half out67[4];
-                __align__(16) __half out68[4];
-                #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const float t69 = cvl_f16((keep32[s][e] * inv_1));
-                    out67[e] = __float2half_rn((keep32[s][e] * inv_1));
-                    const float t70 = (c47[s][e] - r_2);
-                    const float t72 = cvl_f16((t70 - t71));
-                    out68[e] = __float2half_rn((t70 - t71));
+            const float r_0 = cvl_warp_max(acc_0, 32);
+            const float r_2 = cvl_warp_max(acc_2, 32);
+            float acc_1 = (0.0f);
+            float acc_3 = (0.0f);
+            #pragma unroll
+            for (int s = 0; s < 1; ++s) {
+                const int sv = s * 32 + tid;
+                if (sv < 25) {
+                    #pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const float t56 = (keep27[s][e] - r_0);
+                        const float t57 = cvl_exp_le0(t56);
+                        acc_1 = (acc_1 + t57);
+                        const float t58 = (__half2float(c47[s][e]) - r_2);
+                        const float t59 = cvl_exp_le0(t58);
+                        acc_3 = (acc_3 + t59);
+                        keep32[s][e] = t57;
+                    }
                 }
-                cvl_copy_vec<__half, 4>(b1 + c0 * 100 + sv * 4, out67);
-                cvl_copy_vec<__half, 4>(b2 + c0 * 100 + sv * 4, out68);
+            }
+            const float r_1 = cvl_warp_sum(acc_1, 32);
+            const float r_3 = cvl_warp_sum(acc_3, 32);
+            const float inv_1 = 1.0f / r_1;
+            const float t71 = logf(r_3);
+            #pragma unroll
+            for (int s = 0; s < 1; ++s) {
+                const int sv = s * 32 + tid;
+                if (sv < 25) {
+                    __align__(16) __half out67[4];
+                    __align__(16) __half out68[4];
+                    #pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const float t69 = cvl_f16((keep32[s][e] * inv_1));
+                        out67[e] = __float2half_rn((keep32[s][e] * inv_1));
+                        const float t70 = (__half2float(c47[s][e]) - r_2);
+                        const float t72 = cvl_f16((t70 - t71));
+                        out68[e] = __float2half_rn((t70 - t71));
+                    }
+                    cvl_copy_vec<__half, 4>(b1 + c0 * 100 + sv * 4, out67);
+                    cvl_copy_vec<__half, 4>(b2 + c0 * 100 + sv * 4, out68);
+                }
+            }
+            if (rr + 1 < 2) {
+                #pragma unroll
+                for (int s = 0; s < 1; ++s)
+                    #pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        c47[s][e] = n48[s][e];
+                    }
             }
         }
     }
