@@ -76,8 +76,9 @@ ROW_LANES = 32
 # against 134.9 (torch.compile 131.2 / 131.6 in the same runs); without the half cache (53 registers, 4
 # blocks a multiprocessor) 142.1; 3 rows 133.8, 4 rows 133.0; 16 lanes a row 134.4. Longer rows gained
 # nothing: layernorm f16 [131072, 1024] (4 vectors) 133.3 by default, 134.1 at 4 rows with halves, 156-158
-# at 2 rows; f32 softmax rows of 1000 130.4 against 131.2 at 2 rows. H200, session 16,
-# benchmarks/ab_rows.py.
+# at 2 rows; f32 softmax rows of 1000 130.4 against 131.2 at 2 rows. A layernorm's rows of 512, whose final
+# pass also loads the weight and bias, ran 9.8% slower two a warp (147.5 against 134.4), so the rule takes
+# only rows whose final pass reads nothing else along the row. H200, session 16, benchmarks/ab_rows.py.
 SHORT_ROW_SLOTS = 2
 SHORT_ROW_WARP_ROWS = 2
 
@@ -340,7 +341,8 @@ class _RowKernel:
     def render_contiguous(self, entry: str) -> Emitted:
         k, p = self.k, self.p
         self.acc_names = {r.op.out: str(i) for i, r in enumerate(p.reductions)}
-        all_leaves = [x for i in [*range(p.phases), None] for x in self.row_leaves(i)]
+        leaves_of = {i: self.row_leaves(i) for i in [*range(p.phases), None]}
+        all_leaves = [x for leaves in leaves_of.values() for x in leaves]
         stores = [(s.value, s.map) for s in p.stores if self.a in s.map]
         vectorizable = [v for v, m in all_leaves + stores if k.contiguous_axis(v, m, self.a)]
         warp_mode = self.L <= WARP_ROW_LIMIT
@@ -384,10 +386,11 @@ class _RowKernel:
         cached_leaves = list(dict.fromkeys(x for i in range(p.phases) for x in self.row_leaves(i)))
         cached = bool(cached_leaves) and len(cached_leaves) * slots * vec <= CACHE_BUDGET
         self.vec, self.tpr, self.nv, self.slots = vec, tpr, nv, slots
-        # short 16-bit rows of one operand (a softmax; a warp a row, at most SHORT_ROW_SLOTS vectors a
-        # thread): two rows a warp, held as halves (see SHORT_ROW_SLOTS)
+        # short 16-bit rows of one operand that the final pass reads alone (a softmax; a warp a row, at most
+        # SHORT_ROW_SLOTS vectors a thread): two rows a warp, held as halves (see SHORT_ROW_SLOTS)
         short = (warp_mode and cached and slots <= SHORT_ROW_SLOTS and len(cached_leaves) == 1
-                 and self.raw_eligible(cached_leaves[0]))
+                 and self.raw_eligible(cached_leaves[0])
+                 and all(leaf in cached_leaves for leaf in leaves_of[None]))
         self.raw_cache = bool(TUNING.get("raw_cache", RAW_CACHE or short))
         if cached:
             self.plan_registers(cached_leaves)

@@ -113,59 +113,78 @@ __device__ __forceinline__ float cvl_exp_le0(float x) {
     return r;
 }
 
-// row template: 256 threads, 32 per row, 8-element vectors, 1 per thread, cached, min 1 blocks/SM, fast 1, carried 1, prefetched 0
+// row template: 256 threads, 32 per row, 8-element vectors, 1 per thread, cached raw, min 1 blocks/SM, fast 1, carried 1, prefetched 0, 2 rows a warp
 extern "C" __global__ void __launch_bounds__(256, 1) cvl_row_softmax(
     const __half* __restrict__ b0,  // x: f16[R, C] input
     __half* __restrict__ b1  // y: f16[R, C] output
 ) {
     const int tid = threadIdx.x % 32;
-    const int row = blockIdx.x * 8 + threadIdx.x / 32;
-    const int c0 = row;
-    float c13[1][8];
+    const int first = (blockIdx.x * 8 + threadIdx.x / 32) * 2;
+    __align__(16) __half c13[1][8];
+    __align__(16) __half n14[1][8];
     float keep9[1][8];
-    #pragma unroll
-    for (int s = 0; s < 1; ++s) {
-        const int sv = s * 32 + tid;
-        __align__(16) __half raw14[8];
-        cvl_copy_vec<__half, 8>(raw14, b0 + c0 * 256 + sv * 8);
+    {
+        const int c0 = first;
         #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-            c13[s][e] = __half2float(raw14[e]);
+        for (int s = 0; s < 1; ++s) {
+            const int sv = s * 32 + tid;
+            cvl_copy_vec<__half, 8>(c13[s], b0 + c0 * 256 + sv * 8);
         }
     }
-    float acc_0 = (-__int_as_float(0x7f800000));
     #pragma unroll
-    for (int s = 0; s < 1; ++s) {
-        const int sv = s * 32 + tid;
-        #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-            acc_0 = cvl_max_nan(acc_0, c13[s][e]);
+    for (int rr = 0; rr < 2; ++rr) {
+        const int row = first + rr;
+        const int c0 = row;
+        if (rr + 1 < 2) {  // the next row's loads, in flight during this row's reductions
+            const int c0 = (row + 1);
+            #pragma unroll
+            for (int s = 0; s < 1; ++s) {
+                const int sv = s * 32 + tid;
+                cvl_copy_vec<__half, 8>(n14[s], b0 + c0 * 256 + sv * 8);
+            }
         }
-    }
-    const float r_0 = cvl_warp_max(acc_0, 32);
-    float acc_1 = (0.0f);
-    #pragma unroll
-    for (int s = 0; s < 1; ++s) {
-        const int sv = s * 32 + tid;
+        float acc_0 = (-__int_as_float(0x7f800000));
         #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-            const float t17 = (c13[s][e] - r_0);
-            const float t18 = cvl_exp_le0(t17);
-            acc_1 = (acc_1 + t18);
-            keep9[s][e] = t18;
+        for (int s = 0; s < 1; ++s) {
+            const int sv = s * 32 + tid;
+            #pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                acc_0 = cvl_max_nan(acc_0, __half2float(c13[s][e]));
+            }
         }
-    }
-    const float r_1 = cvl_warp_sum(acc_1, 32);
-    const float inv_1 = 1.0f / r_1;
-    #pragma unroll
-    for (int s = 0; s < 1; ++s) {
-        const int sv = s * 32 + tid;
-        __align__(16) __half out22[8];
+        const float r_0 = cvl_warp_max(acc_0, 32);
+        float acc_1 = (0.0f);
         #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-            const float t23 = cvl_f16((keep9[s][e] * inv_1));
-            out22[e] = __float2half_rn((keep9[s][e] * inv_1));
+        for (int s = 0; s < 1; ++s) {
+            const int sv = s * 32 + tid;
+            #pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                const float t17 = (__half2float(c13[s][e]) - r_0);
+                const float t18 = cvl_exp_le0(t17);
+                acc_1 = (acc_1 + t18);
+                keep9[s][e] = t18;
+            }
         }
-        cvl_copy_vec<__half, 8>(b1 + c0 * 256 + sv * 8, out22);
+        const float r_1 = cvl_warp_sum(acc_1, 32);
+        const float inv_1 = 1.0f / r_1;
+        #pragma unroll
+        for (int s = 0; s < 1; ++s) {
+            const int sv = s * 32 + tid;
+            __align__(16) __half out22[8];
+            #pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                const float t23 = cvl_f16((keep9[s][e] * inv_1));
+                out22[e] = __float2half_rn((keep9[s][e] * inv_1));
+            }
+            cvl_copy_vec<__half, 8>(b1 + c0 * 256 + sv * 8, out22);
+        }
+        if (rr + 1 < 2) {
+            #pragma unroll
+            for (int s = 0; s < 1; ++s)
+                #pragma unroll
+                for (int e = 0; e < 8; ++e) {
+                    c13[s][e] = n14[s][e];
+                }
+        }
     }
 }
