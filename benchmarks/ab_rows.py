@@ -111,18 +111,19 @@ ROW_VARIANTS = {
     # once, twice the vectors a thread), and the best of the first call around its registers.
     "shapes/softmax_f16-short-rows": [
         ("a row a warp (the previous default, 31 registers)", {"warp_rows": 1, "raw_cache": False}, {}),
-        ("2 rows a warp, raw cache (47 registers)", {"warp_rows": 2, "raw_cache": True}, {}),
+        ("2 rows a warp, raw cache (47 registers; the default since session 16)", {"warp_rows": 2, "raw_cache": True}, {}),
         ("2 rows a warp, raw cache, min 6 blocks (40 registers)", {"warp_rows": 2, "raw_cache": True, "min_blocks": 6}, {}),
         ("3 rows a warp, raw cache (47 registers)", {"warp_rows": 3, "raw_cache": True}, {}),
         ("16 lanes a row, raw cache (46 registers)", {"row_lanes": 16, "raw_cache": True}, {}),
         ("16 lanes a row, 2 rows, raw cache, min 3 blocks (80 registers)",
          {"row_lanes": 16, "warp_rows": 2, "raw_cache": True, "min_blocks": 3}, {}),
     ],
-    # Third call: the new default for short 16-bit rows of one cached operand (2 rows a warp, halves), which
-    # also covers a layernorm's rows of 512 (its weight and bias are loaded at the store, not cached).
+    # Third call (`-session16-3.md`): the rule as first written (short 16-bit rows of one cached operand: 2 rows
+    # a warp, halves) also took a layernorm's rows of 512, whose final pass loads the weight and bias: 147.5 us
+    # against 134.4 a row a warp. The rule now takes only rows whose final pass reads nothing else along the row.
     "shapes/layernorm_f16-short-rows": [
-        ("default (2 rows a warp, raw cache: session 16)", {}, {}),
-        ("a row a warp (the previous default)", {"warp_rows": 1, "raw_cache": False}, {}),
+        ("default (a row a warp)", {}, {}),
+        ("2 rows a warp, raw cache (the first rule)", {"warp_rows": 2, "raw_cache": True}, {}),
     ],
     "shapes/softmax_f32-odd-rows": [
         ("default (a warp a row, 48 registers)", {}, {}),
