@@ -121,6 +121,13 @@ ROW_VARIANTS = {
     # Third call (`-session16-3.md`): the rule as first written (short 16-bit rows of one cached operand: 2 rows
     # a warp, halves) also took a layernorm's rows of 512, whose final pass loads the weight and bias: 147.5 us
     # against 134.4 a row a warp. The rule now takes only rows whose final pass reads nothing else along the row.
+    # Fourth call: the new default's block size (8 warps) against 4 and 16.
+    "shapes/softmax_f16-short-rows#blocks": [
+        ("default (2 rows a warp, halves, blocks of 256)", {}, {}),
+        ("blocks of 128", {"warp_block": 128}, {}),
+        ("blocks of 512", {"warp_block": 512}, {}),
+        ("blocks of 1024", {"warp_block": 1024}, {}),
+    ],
     "shapes/layernorm_f16-short-rows": [
         ("default (a row a warp)", {}, {}),
         ("2 rows a warp, raw cache (the first rule)", {"warp_rows": 2, "raw_cache": True}, {}),
@@ -267,7 +274,8 @@ def main() -> int:
     print("\n".join(lines), flush=True)
     failed = False
     for name in names:
-        session = open_spec(ROOT / "benchmarks" / f"{name}.yaml", backend="cuda")
+        # "SPEC#LABEL": another list of variants of the same spec
+        session = open_spec(ROOT / "benchmarks" / f"{name.partition('#')[0]}.yaml", backend="cuda")
         fresh_inputs(session, args.seed)
         expected = reference_execute(session.pipeline, session.inputs, session.binding.params)
         body, bad = time_variants(name, session, expected, ROW_VARIANTS[name], args.rounds, timer)

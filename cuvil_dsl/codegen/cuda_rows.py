@@ -62,6 +62,7 @@ REGISTER_FILE = 65536  # 32-bit registers per multiprocessor
 #   "warp_rows": rows of at most WARP_ROW_LIMIT elements (a warp a row): each warp takes this many
 #              consecutive rows, the next row's loads in flight while it reduces the current one.
 #              Default :data:`WARP_ROWS`.
+#   "warp_block": threads a block of a warp-row kernel (a spec's `block` wins). Default: the config's.
 #   "row_lanes": lanes a row of at most WARP_ROW_LIMIT elements takes (32, 16 or 8), so a warp holds
 #              32 / lanes rows at once, each thread more of its row. Default :data:`ROW_LANES`.
 TUNING: dict = {}
@@ -353,7 +354,10 @@ class _RowKernel:
             lanes = int(TUNING.get("row_lanes", ROW_LANES))
             if lanes < 32 and 32 % lanes == 0 and self.rows % (32 // lanes) == 0:
                 self.lanes = lanes
-            tpr, threads = self.lanes, k.config.block
+            threads = k.config.block
+            if "block" not in k.config.overridden and TUNING.get("warp_block"):
+                threads = int(TUNING["warp_block"])
+            tpr = self.lanes
         else:
             if "block" in k.config.overridden:
                 tpr = k.config.block

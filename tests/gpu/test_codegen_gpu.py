@@ -192,6 +192,7 @@ ROW_TUNINGS = {  # cuda_rows.TUNING settings that change how rows of at most 102
     "raw-cache": {"raw_cache": True},
     "16-lanes-2-rows-raw": {"row_lanes": 16, "warp_rows": 2, "raw_cache": True},
     "8-lanes": {"row_lanes": 8},
+    "3-rows-blocks-of-96": {"warp_rows": 3, "warp_block": 96},
 }
 # the cases whose kernels include rows a warp takes whole (every dtype, ragged row counts, NaN rows, rows of one)
 WARP_ROW_CASES = ("f64_chain", "layernorm", "log_softmax_f32", "masked_fill", "multi_result", "reductions",
