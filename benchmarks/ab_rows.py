@@ -121,7 +121,8 @@ ROW_VARIANTS = {
     # Third call (`-session16-3.md`): the rule as first written (short 16-bit rows of one cached operand: 2 rows
     # a warp, halves) also took a layernorm's rows of 512, whose final pass loads the weight and bias: 147.5 us
     # against 134.4 a row a warp. The rule now takes only rows whose final pass reads nothing else along the row.
-    # Fourth call: the new default's block size (8 warps) against 4 and 16.
+    # Fourth call (`-session16-4.md`, 2 rounds): blocks of 256 132.6 us, 128 132.5, 512 146.9, 1024 148.3 (at 47
+    # registers 40 warps a multiprocessor fit in blocks of 128 or 256, 32 in blocks of 512 or 1024).
     "shapes/softmax_f16-short-rows#blocks": [
         ("default (2 rows a warp, halves, blocks of 256)", {}, {}),
         ("blocks of 128", {"warp_block": 128}, {}),
