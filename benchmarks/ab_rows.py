@@ -104,7 +104,7 @@ ROW_VARIANTS = {
     # by the tens of thousands. "warp_rows": a warp takes R consecutive rows, the next row's loads issued
     # before the current row's reductions; "raw_cache": the cached row held as halves (exact), half the
     # registers, so more warps or rows fit.
-    # First call (`2026-12-01-h200-ab_rows-session16.md`, 3 rotated rounds): short softmax rows 134.3 us by
+    # First call (`2026-12-01-h200-ab_rows-session16-1.md`, 3 rotated rounds): short softmax rows 134.3 us by
     # default; 2 rows a warp 142.1, with the raw cache 132.3; 4 rows raw 133.0, 4 rows at min 4 blocks 133.9;
     # narrow layernorm 133.3 by default, every variant slower (raw at min 4 blocks 134.4, 4 rows raw 134.1,
     # 2 rows 156-158); f32 rows of 1000 130.4, 2 rows 131.2. Second call: 16 lanes a row (two rows a warp at
