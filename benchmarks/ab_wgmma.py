@@ -283,8 +283,8 @@ def timeline_summary(launch, label: str) -> str:
         parts.append(f"partials met {spread(at(2))}")
     if (notes[:, 3] > 0).any():
         parts.append(f"ticket {spread(at(3))}")
-    ends = at(4)
-    parts += [f"exit (CTAs that stored) {spread(ends)}", f"span {max(ends.max() if len(ends) else 0, at(3).max() if len(at(3)) else 0):.2f}"]
+    leaves = np.concatenate([at(3), at(4)])  # a CTA leaves at its ticket or after storing
+    parts += [f"exit (CTAs that stored) {spread(at(4))}", f"span {leaves.max() if len(leaves) else 0:.2f}"]
     return f"- {label}, timeline of the last timed launch (us from the first CTA's start): " + "; ".join(parts)
 
 

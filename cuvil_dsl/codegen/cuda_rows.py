@@ -163,6 +163,7 @@ class _RowKernel:
         self.carried: dict[tuple, tuple[int, str]] = {}  # (value, map) -> (pass computing it, array)
         self.prefetched: dict[tuple, str] = {}  # (buffer, map) -> raw array loaded with the row
         self.raw_cache = False  # cached 16-bit rows held in their storage type (TUNING "raw_cache")
+        self.raw_held = False  # some cached row is held so (the note says "raw")
         self.lanes = 32  # lanes a row of a warp-row kernel (TUNING "row_lanes")
         self.helpers: list[str] = []
         # most blocks per SM that __launch_bounds__ may ask for: a softmax of 2 vectors a thread runs
@@ -412,8 +413,8 @@ class _RowKernel:
             body += [f"const int tid = threadIdx.x % {lanes};",
                      f"const int first = (blockIdx.x * {warps} + threadIdx.x / 32) * {span}{sub};"]
             body += self.pipelined_rows(cached_leaves, per_warp, guard=self.rows % (warps * span) != 0)
-            return self.finish(entry, body, threads, tpr, vec, slots, cached, min_blocks,
-                               grid=-(-self.rows // (warps * span)), per_warp=per_warp)
+            return self.finish(entry, body, threads, cached, min_blocks, grid=-(-self.rows // (warps * span)),
+                               per_warp=per_warp)
         if warp_mode:
             rpb = threads // lanes
             body += [f"const int tid = threadIdx.x % {lanes};", f"const int row = blockIdx.x * {rpb} + threadIdx.x / {lanes};"]
@@ -440,12 +441,14 @@ class _RowKernel:
             body += [f"if (row < {self.rows}) {{", *indent(inner_body), "}"]
         else:
             body += inner_body
-        return self.finish(entry, body, threads, tpr, vec, slots, cached, min_blocks, grid=grid)
+        return self.finish(entry, body, threads, cached, min_blocks, grid=grid)
 
-    def finish(self, entry: str, body: list[str], threads: int, tpr: int, vec: int, slots: int, cached: bool,
-               min_blocks: int, grid: int, per_warp: int = 1) -> Emitted:
+    def finish(self, entry: str, body: list[str], threads: int, cached: bool, min_blocks: int, grid: int,
+               per_warp: int = 1) -> Emitted:
+        """The kernel around ``body``, with the note that names its shape (tpr, vec, slots as planned)."""
         signature, helpers = self.clustered(self.k.signature(entry, threads), body)
-        note = (f"// row template: {threads} threads, {tpr} per row, {vec}-element vectors, {slots} per thread, "
+        note = (f"// row template: {threads} threads, {self.tpr} per row, {self.vec}-element vectors, "
+                f"{self.slots} per thread, "
                 f"{'cached' if cached else 'streamed'}{' raw' if self.raw_held else ''}, "
                 f"min {min_blocks} blocks/SM, fast {int(self.fast)}, "
                 f"carried {len(self.carried)}, prefetched {len(self.prefetched)}"
