@@ -202,6 +202,10 @@ SETTINGS_OF["library plain kernel, tiles in groups of 8 row tiles"] = {"RASTER_R
 # (cuda_wgmma.SPLIT_CLUSTER_GROUPS, the default), against the workspace alone (the last CTA sums every part).
 SETTINGS_OF["library plain kernel, split-K of 4+ parts through the workspace alone (before session 15)"] = {
     "SPLIT_CLUSTER_GROUPS": False}
+# Session 17: the split kernels' cluster epilogue loads every chunk's sums before it stores any chunk
+# (cuda_wgmma.SPLIT_LOADS_FIRST, the default), against each chunk loaded after the previous chunk's store.
+LOADS_INTERLEAVED = "library plain kernel, split-K epilogue loading each chunk after the last one's store (before session 17)"
+SETTINGS_OF[LOADS_INTERLEAVED] = {"SPLIT_LOADS_FIRST": False}
 # Session 16: the timeline (the kernel's work unchanged): thread 0 of each CTA notes %globaltimer at its start,
 # at the end of its main loop, after its cluster's partials met (split-K in clusters), at its ticket (split-K
 # through the workspace) and at its exit, with its SM, into the module's `cvl_tl_notes`; `timeline_summary`
@@ -225,7 +229,7 @@ _TICKET = re.compile(r"^(\s*)if \(cvl_ticket != (\d+)u\) return;(.*)$")
 
 def timeline_patch(src: str) -> str:
     """``src`` with the timeline's notes (TIMELINE): 0 start, 1 main loop done, 2 the cluster's partials met,
-    3 ticket taken, 4 exit; 6 the SM, 7 set (a CTA that noted)."""
+    5 the peers' partials read (summed), 3 ticket taken, 4 exit; 6 the SM, 7 set (a CTA that noted)."""
     out, loop_done = [], False
     lines = src.splitlines()
     last = max(i for i, line in enumerate(lines) if line.strip() == "}")
@@ -249,6 +253,8 @@ def timeline_patch(src: str) -> str:
         out.append(line)
         if "cvl_split_sync();  // every part of the cluster is in its CTA's shared memory" in line:
             out.append(line[: len(line) - len(line.lstrip())] + "CVL_NOTE(2);")
+        if "cvl_split_arrive();" in line:
+            out.append(line[: len(line) - len(line.lstrip())] + "CVL_NOTE(5);")
     return "\n".join(out)
 
 
@@ -281,10 +287,15 @@ def timeline_summary(launch, label: str) -> str:
              f"loop ends {spread(at(1))}"]
     if (notes[:, 2] > 0).any():
         parts.append(f"partials met {spread(at(2))}")
+    if (notes[:, 5] > 0).any():
+        parts.append(f"peers read {spread(at(5))}")
     if (notes[:, 3] > 0).any():
         parts.append(f"ticket {spread(at(3))}")
     leaves = np.concatenate([at(3), at(4)])  # a CTA leaves at its ticket or after storing
-    parts += [f"exit (CTAs that stored) {spread(at(4))}", f"span {leaves.max() if len(leaves) else 0:.2f}"]
+    stored = notes[(notes[:, 4] > 0) & (notes[:, 1] > 0)]
+    parts += [f"exit (CTAs that stored) {spread(at(4))}",
+              f"exit after the loop's end, a CTA that stored {spread((stored[:, 4] - stored[:, 1]) / 1000.0)}",
+              f"span {leaves.max() if len(leaves) else 0:.2f}"]
     return f"- {label}, timeline of the last timed launch (us from the first CTA's start): " + "; ".join(parts)
 
 

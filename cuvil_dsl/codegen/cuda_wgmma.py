@@ -140,6 +140,12 @@ SPLIT_CLUSTER = True
 # split_cluster_epilogue). The last CTA of a tile in 4 parts read 3 x 128 KB of partials alone; now it reads
 # 64 KB, and half the tile's epilogue runs on each of two CTAs.
 SPLIT_CLUSTER_GROUPS = True
+# Session 17: in a split kernel's cluster epilogue, each thread loads the parts' sums of all its chunks (from its
+# peers' shared memory, or from the workspace) before it stores any chunk. Interleaved (False, as before), a
+# chunk's store kept the next chunk's loads behind it (generic addresses that may alias it): a timeline of
+# 1024 x 2048 x 8192 (`2026-12-01-h200-ab_wgmma-session17-timeline.md`) had the half-tile epilogue at 6.0 us
+# after the main loop's 47.8, against about 6.5 for a whole tile's unsplit epilogue.
+SPLIT_LOADS_FIRST = True
 
 
 def split_cluster(parts: int) -> int:
