@@ -202,10 +202,17 @@ SETTINGS_OF["library plain kernel, tiles in groups of 8 row tiles"] = {"RASTER_R
 # (cuda_wgmma.SPLIT_CLUSTER_GROUPS, the default), against the workspace alone (the last CTA sums every part).
 SETTINGS_OF["library plain kernel, split-K of 4+ parts through the workspace alone (before session 15)"] = {
     "SPLIT_CLUSTER_GROUPS": False}
-# Session 17: the split kernels' cluster epilogue loads every chunk's sums before it stores any chunk
-# (cuda_wgmma.SPLIT_LOADS_FIRST, the default), against each chunk loaded after the previous chunk's store.
-LOADS_INTERLEAVED = "library plain kernel, split-K epilogue loading each chunk after the last one's store (before session 17)"
-SETTINGS_OF[LOADS_INTERLEAVED] = {"SPLIT_LOADS_FIRST": False}
+# Session 17, the split kernels' meeting (each against the new default; "session 17" selects them all):
+# cuda_wgmma.SPLIT_LOADS_FIRST (every chunk's sums loaded before any chunk is stored), SPLIT_OWN_LOCAL (a CTA's
+# own part read through its shared memory, not the cluster's window) and TICKET_FENCE_SC (__threadfence in every
+# thread around the ticket instead of thread 0's fence.acq_rel).
+SETTINGS_OF["library plain kernel, split-K meeting as before session 17"] = {
+    "SPLIT_LOADS_FIRST": False, "SPLIT_OWN_LOCAL": False, "TICKET_FENCE_SC": True}
+SETTINGS_OF["library plain kernel, split-K epilogue loading each chunk after the last one's store (session 17 A/B)"] = {
+    "SPLIT_LOADS_FIRST": False}
+SETTINGS_OF["library plain kernel, split-K own part through the cluster's window (session 17 A/B)"] = {
+    "SPLIT_OWN_LOCAL": False}
+SETTINGS_OF["library plain kernel, split-K tickets between __threadfence (session 17 A/B)"] = {"TICKET_FENCE_SC": True}
 # Session 16: the timeline (the kernel's work unchanged): thread 0 of each CTA notes %globaltimer at its start,
 # at the end of its main loop, after its cluster's partials met (split-K in clusters), at its ticket (split-K
 # through the workspace) and at its exit, with its SM, into the module's `cvl_tl_notes`; `timeline_summary`

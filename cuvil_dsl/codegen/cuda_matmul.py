@@ -601,8 +601,19 @@ class _GemmKernel:
                 return [*each_chunk(loads), *between, *each_chunk(uses)]
             return [*each_chunk(loads + uses), *between]
 
-        peers = [f"    const unsigned at = smem0 + (unsigned)(r * {ld} + nc) * 4u;",
-                 *summed("cvl_ld_peer4(at, q)", "cvl_ld_peer4(at + 16u, q)", size, "the CTA")]
+        peers = [f"    const unsigned at = smem0 + (unsigned)(r * {ld} + nc) * 4u;"]
+        if cuda_wgmma.SPLIT_OWN_LOCAL and size == 2:
+            # its own part through the CTA's shared memory, its peer's through the cluster's; own + peer is
+            # peer + own as floats, so the bits are those of rank order
+            add = ["        v[0] += x.x; v[1] += x.y; v[2] += x.z; v[3] += x.w;",
+                   "        v[4] += y.x; v[5] += y.y; v[6] += y.z; v[7] += y.w;"]
+            peers += ["    #pragma unroll", "    for (int e = 0; e < 8; ++e) v[e] = 0.0f;",
+                      f"    const float4* const own = reinterpret_cast<const float4*>(cvl_part + r * {ld} + nc);",
+                      "    {", "        const float4 x = own[0], y = own[1];", *add, "    }",
+                      "    {", f"        const float4 x = cvl_ld_peer4(at, {rank} ^ 1), y = cvl_ld_peer4(at + 16u, {rank} ^ 1);",
+                      *add, "    }"]
+        else:
+            peers += summed("cvl_ld_peer4(at, q)", "cvl_ld_peer4(at + 16u, q)", size, "the CTA")
         arrive = ("cvl_split_arrive();  // done with the peers' shared memory",)
         out = [
             "__syncthreads();  // every warpgroup is past its last wgmma: the stages are free",
@@ -642,16 +653,23 @@ class _GemmKernel:
 
     @staticmethod
     def last_ticket(counter: str, arrivals: int) -> list[str]:
-        """The CUDA guide's last-block pattern: every thread's writes made visible device-wide, a block
-        barrier, one thread's ticket from ``counter``; all but the block that takes the last of ``arrivals``
-        tickets leave, and that one sees every other block's writes."""
-        return ["__threadfence();  // this thread's writes are visible device-wide before the ticket is taken",
-                "__shared__ unsigned cvl_ticket;",
+        """The last-block pattern: a block barrier (every thread's writes before it), then one thread's ticket from
+        ``counter`` between two fences: the first makes the block's writes visible device-wide before the ticket
+        (a release pattern, cumulative over the writes the barrier ordered before it), the second, after it, makes
+        every block's writes before theirs visible to this block (an acquire pattern, passed on to the block's
+        threads by the second barrier). All but the block that takes the last of ``arrivals`` tickets leave.
+        ``fence.acq_rel.gpu`` (MEMBAR.ALL.GPU), as CUTLASS's semaphore does, or ``__threadfence()`` (``fence.sc.gpu``)
+        when :data:`cuda_wgmma.TICKET_FENCE_SC` asks (before session 17 every thread ran one)."""
+        fence = "__threadfence();" if cuda_wgmma.TICKET_FENCE_SC else 'asm volatile("fence.acq_rel.gpu;" ::: "memory");'
+        return ["__shared__ unsigned cvl_ticket;",
+                "__syncthreads();  // every thread's writes before the ticket",
+                "if (threadIdx.x == 0) {",
+                f"    {fence}  // release: the block's writes are visible device-wide before its ticket",
+                f"    cvl_ticket = atomicAdd(&{counter}, 1u);",
+                f"    {fence}  // acquire: so are every block's before this one reads them",
+                "}",
                 "__syncthreads();",
-                f"if (threadIdx.x == 0) cvl_ticket = atomicAdd(&{counter}, 1u);",
-                "__syncthreads();",
-                f"if (cvl_ticket != {arrivals - 1}u) return;  // the last to arrive finishes it",
-                "__threadfence();"]
+                f"if (cvl_ticket != {arrivals - 1}u) return;  // the last to arrive finishes it"]
 
     def split_fixup(self, tiles: int, parts: int) -> list[str]:
         """Split-K's meeting point (cuda_wgmma.SPLIT_K), after the main loop of CTA (``part``, ``tile_``):

@@ -146,6 +146,12 @@ SPLIT_CLUSTER_GROUPS = True
 # 1024 x 2048 x 8192 (`2026-12-01-h200-ab_wgmma-session17-timeline.md`) had the half-tile epilogue at 6.0 us
 # after the main loop's 47.8, against about 6.5 for a whole tile's unsplit epilogue.
 SPLIT_LOADS_FIRST = True
+# Session 17: a CTA of such a cluster reads its own part through its own shared memory (ld.shared), not through the
+# cluster's window like its peer's (the cluster's shared memory is the slower path).
+SPLIT_OWN_LOCAL = True
+# Session 17: the split kernels' tickets fenced by fence.acq_rel.gpu (MEMBAR.ALL.GPU), enough for the last-block
+# pattern, instead of __threadfence()'s fence.sc.gpu (MEMBAR.SC.GPU) when True (as before).
+TICKET_FENCE_SC = False
 
 
 def split_cluster(parts: int) -> int:

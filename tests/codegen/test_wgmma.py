@@ -784,17 +784,19 @@ def test_split_k_kernels(tmp_path, monkeypatch):
             (ws,) = [a for a in k.args if a.kind == "workspace"]
             assert ws.workspace == 256 + tiles * parts * 128 * bn * 4 and "__cluster_dims__" not in body
             assert f"const int tile_ = blockIdx.x % {tiles};" in body and f"const int part = blockIdx.x / {tiles};" in body
-            fence, ticket = body.index("__threadfence();"), body.index("atomicAdd(&cvl_count[tile_], 1u)")
+            fence, ticket = body.index('asm volatile("fence.acq_rel.gpu;"'), body.index("atomicAdd(&cvl_count[tile_], 1u)")
+            assert body.index("fence.acq_rel.gpu", ticket) < body.index(f"if (cvl_ticket != {parts - 1}u) return;")
             leave = body.index(f"if (cvl_ticket != {parts - 1}u) return;")
             assert fence < ticket < leave < adds < body.index("cvl_count[tile_] = 0u;") < body.index("float& ACC0")
             continue
         assert body.startswith(" __global__ void __cluster_dims__(2, 1, 1)")
         assert f"const int part = blockIdx.x % {parts};" in body and f"const int tile_ = blockIdx.x / {parts};" in body
-        assert "for (int q = 0; q < 2; ++q)" in body  # a cluster's two partials, in rank order
+        # a cluster's two partials: its own from its shared memory, its peer's through the cluster's
+        assert "own[0], y = own[1]" in body and "cvl_ld_peer4(at, " in body
         sync, arrive, wait = (next(i for i, line in enumerate(lines) if f"cvl_split_{step}();" in line)
                               for step in ("sync", "arrive", "wait"))
         loads, between = "\n".join(lines[sync:arrive]), "\n".join(lines[arrive:wait])
-        assert "make_float2(acc[" in lines[sync - 1] and "cvl_ld_peer4(at, q)" in loads and sync < arrive < wait
+        assert "make_float2(acc[" in lines[sync - 1] and "cvl_ld_peer4(at, " in loads and sync < arrive < wait
         assert "__stcg" not in loads and "reinterpret_cast<uint4*>(&" not in loads  # every chunk loaded before a store
         assert "cvl_ld_peer4" not in "\n".join(lines[arrive:])  # nothing read from a peer once arrived
         if k is w:  # one cluster a tile: each CTA stores its half of the columns, then waits for its peer
