@@ -202,17 +202,14 @@ SETTINGS_OF["library plain kernel, tiles in groups of 8 row tiles"] = {"RASTER_R
 # (cuda_wgmma.SPLIT_CLUSTER_GROUPS, the default), against the workspace alone (the last CTA sums every part).
 SETTINGS_OF["library plain kernel, split-K of 4+ parts through the workspace alone (before session 15)"] = {
     "SPLIT_CLUSTER_GROUPS": False}
-# Session 17, the split kernels' meeting (each against the new default; "session 17" selects them all):
-# cuda_wgmma.SPLIT_LOADS_FIRST (every chunk's sums loaded before any chunk is stored), SPLIT_OWN_LOCAL (a CTA's
-# own part read through its shared memory, not the cluster's window) and TICKET_FENCE_SC (__threadfence in every
-# thread around the ticket instead of thread 0's fence.acq_rel).
-SETTINGS_OF["library plain kernel, split-K meeting as before session 17"] = {
-    "SPLIT_LOADS_FIRST": False, "SPLIT_OWN_LOCAL": False, "TICKET_FENCE_SC": True}
-SETTINGS_OF["library plain kernel, split-K epilogue loading each chunk after the last one's store (session 17 A/B)"] = {
-    "SPLIT_LOADS_FIRST": False}
-SETTINGS_OF["library plain kernel, split-K own part through the cluster's window (session 17 A/B)"] = {
-    "SPLIT_OWN_LOCAL": False}
-SETTINGS_OF["library plain kernel, split-K tickets between __threadfence (session 17 A/B)"] = {"TICKET_FENCE_SC": True}
+# Session 17, the split kernels' meeting in clusters (the code is at commit b626532; `2026-12-01-h200-ab_wgmma-session17-
+# split{,-2}.md`, 4-5 rounds, medians of rounds). Each thread loading every chunk's sums before storing any (the
+# SASS had each chunk's DSMEM loads behind the previous chunk's store): 1024 x 1024 x 8192 43.5 us against 39.8 for
+# the session-16 code; its timeline showed the 64 KB of peer reads alone taking 4.6 us (about 14 GB/s a
+# multiprocessor), which the interleaved order had hidden under the gelu. A CTA's own part read by ld.shared
+# instead of through the cluster's window, and thread 0's fence.acq_rel.gpu around the ticket instead of every
+# thread's __threadfence: 40.1 (with chunks interleaved) against 39.8; 512 x 1024 x 8192 30.6 against 30.7;
+# 256 x 512 x 8192 20.3 against 20.7; 1024 x 2048 x 8192 61.3 against 60.4. Level: none kept.
 # Session 16: the timeline (the kernel's work unchanged): thread 0 of each CTA notes %globaltimer at its start,
 # at the end of its main loop, after its cluster's partials met (split-K in clusters), at its ticket (split-K
 # through the workspace) and at its exit, with its SM, into the module's `cvl_tl_notes`; `timeline_summary`
@@ -236,7 +233,7 @@ _TICKET = re.compile(r"^(\s*)if \(cvl_ticket != (\d+)u\) return;(.*)$")
 
 def timeline_patch(src: str) -> str:
     """``src`` with the timeline's notes (TIMELINE): 0 start, 1 main loop done, 2 the cluster's partials met,
-    5 the peers' partials read (summed), 3 ticket taken, 4 exit; 6 the SM, 7 set (a CTA that noted)."""
+    3 ticket taken, 4 exit; 6 the SM, 7 set (a CTA that noted)."""
     out, loop_done = [], False
     lines = src.splitlines()
     last = max(i for i, line in enumerate(lines) if line.strip() == "}")
@@ -260,8 +257,6 @@ def timeline_patch(src: str) -> str:
         out.append(line)
         if "cvl_split_sync();  // every part of the cluster is in its CTA's shared memory" in line:
             out.append(line[: len(line) - len(line.lstrip())] + "CVL_NOTE(2);")
-        if "cvl_split_arrive();" in line:
-            out.append(line[: len(line) - len(line.lstrip())] + "CVL_NOTE(5);")
     return "\n".join(out)
 
 
@@ -294,8 +289,6 @@ def timeline_summary(launch, label: str) -> str:
              f"loop ends {spread(at(1))}"]
     if (notes[:, 2] > 0).any():
         parts.append(f"partials met {spread(at(2))}")
-    if (notes[:, 5] > 0).any():
-        parts.append(f"peers read {spread(at(5))}")
     if (notes[:, 3] > 0).any():
         parts.append(f"ticket {spread(at(3))}")
     leaves = np.concatenate([at(3), at(4)])  # a CTA leaves at its ticket or after storing

@@ -97,13 +97,6 @@ __device__ __forceinline__ float4 cvl_ld_peer4(unsigned local, unsigned rank) {
 __device__ __forceinline__ void cvl_split_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
-// the two halves of cvl_split_sync, for work between a CTA's last read of its peers and its wait for theirs
-__device__ __forceinline__ void cvl_split_arrive() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void cvl_split_wait() {
-    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
 """
 LOG2E = "1.4426950408889634f"
 BAND_HELPERS = r"""
@@ -549,9 +542,7 @@ class _GemmKernel:
         (tile, slice) counter, as :meth:`split_fixup` does; the CTA with the last ticket adds the clusters' sums
         in cluster order, runs the epilogue on its slice and puts the counter back to 0: it reads one slice a
         cluster instead of a whole partial tile a part. A second cluster barrier keeps each CTA's shared memory
-        alive until its peers have read it: each CTA arrives once it has read its peers and waits just before it
-        may leave. Each thread loads every one of its chunks before it stores any (the sums of the loads it
-        issued together wait out one latency, not one a chunk)."""
+        alive until its peers have read it."""
         k, eng = self.k, self.eng
         s, scalar = self.chunked_output()
         ld = eng.bn + 8
@@ -562,59 +553,29 @@ class _GemmKernel:
         chunks = eng.bm * per_row
         if width % 8 or chunks % eng.threads or parts % size:
             raise InternalError(f"split-K in a cluster: {size} CTAs do not split {eng.bn} columns in chunks")
-        groups, iters = parts // size, chunks // eng.threads
+        groups = parts // size
         rank = "part" if groups == 1 else f"(part % {size})"
         body = self.paired_body(stage=("cvl_o", 0))
         store = (f"*reinterpret_cast<uint4*>(&{k.names[s.value]}[{k.offset(s.value, s.map, self.coord)}]) = "
                  "*reinterpret_cast<const uint4*>(cvl_o);")
-
-        def each_chunk(lines: list[str]) -> list[str]:
-            """``lines`` for each of this thread's chunks ``i`` of its CTA's slice (row ``r``, column ``nc``)."""
-            return ["#pragma unroll", f"for (int i = 0; i < {iters}; ++i) {{",
-                    f"    const int c = i * {eng.threads} + threadIdx.x;  // a chunk of this CTA's slice",
-                    f"    const int r = c / {per_row};", f"    const int nc = {rank} * {width} + c % {per_row} * 8;",
-                    "    float* const v = cvl_sum[i];", *lines, "}"]
-
-        def summed(low: str, high: str, count: int, what: str) -> list[str]:
-            """Sum ``count`` pairs of float4 ``low`` and ``high`` (of ``q``: the chunk's columns 0-3 and 4-7) into its
-            ``v``, in the order q = 0, 1, ..."""
-            return ["    #pragma unroll", "    for (int e = 0; e < 8; ++e) v[e] = 0.0f;",
-                    "    #pragma unroll", f"    for (int q = 0; q < {count}; ++q) {{  // in order: the bits do not depend on {what}",
-                    f"        const float4 x = {low}, y = {high};",
-                    "        v[0] += x.x; v[1] += x.y; v[2] += x.z; v[3] += x.w;",
-                    "        v[4] += y.x; v[5] += y.y; v[6] += y.z; v[7] += y.w;", "    }"]
-
-        epilogue = [
-            "    const int m = m0 + r;", "    const int nb = n0 + nc;", f"    __align__(16) {scalar} cvl_o[8];",
-            "    #pragma unroll", "    for (int j = 0; j < 4; ++j) {",
-            "        const int n = nb + 2 * j;", "        const int n0 = nb;  // cvl_o's column 0",
-            "        const int slot = 0;", "        (void)slot;",
-            "        const float ACC0 = v[2 * j], ACC1 = v[2 * j + 1];",
-            *indent(indent(body)), "    }",
-            "    {", "        const int n = nb;", *indent(indent(self.edge_guarded([store]))), "    }"]
-        # Every chunk's loads before any store (cuda_wgmma.SPLIT_LOADS_FIRST): a store between them keeps the next
-        # chunk's loads (generic addresses, which may alias it) behind it, so each chunk waits out their latency.
-        def loads_then(loads: list[str], uses: list[str], between: tuple[str, ...] = ()) -> list[str]:
-            """Each chunk's ``loads`` (which fill its ``v``), ``between``, then each chunk's ``uses`` of ``v`` (or
-            without SPLIT_LOADS_FIRST, each chunk's loads and uses, then ``between``)."""
-            if cuda_wgmma.SPLIT_LOADS_FIRST:
-                return [*each_chunk(loads), *between, *each_chunk(uses)]
-            return [*each_chunk(loads + uses), *between]
-
-        peers = [f"    const unsigned at = smem0 + (unsigned)(r * {ld} + nc) * 4u;"]
-        if cuda_wgmma.SPLIT_OWN_LOCAL and size == 2:
-            # its own part through the CTA's shared memory, its peer's through the cluster's; own + peer is
-            # peer + own as floats, so the bits are those of rank order
-            add = ["        v[0] += x.x; v[1] += x.y; v[2] += x.z; v[3] += x.w;",
-                   "        v[4] += y.x; v[5] += y.y; v[6] += y.z; v[7] += y.w;"]
-            peers += ["    #pragma unroll", "    for (int e = 0; e < 8; ++e) v[e] = 0.0f;",
-                      f"    const float4* const own = reinterpret_cast<const float4*>(cvl_part + r * {ld} + nc);",
-                      "    {", "        const float4 x = own[0], y = own[1];", *add, "    }",
-                      "    {", f"        const float4 x = cvl_ld_peer4(at, {rank} ^ 1), y = cvl_ld_peer4(at + 16u, {rank} ^ 1);",
-                      *add, "    }"]
-        else:
-            peers += summed("cvl_ld_peer4(at, q)", "cvl_ld_peer4(at + 16u, q)", size, "the CTA")
-        arrive = ("cvl_split_arrive();  // done with the peers' shared memory",)
+        chunk = [f"    const int c = i * {eng.threads} + threadIdx.x;  // a chunk of this CTA's slice",
+                 f"    const int r = c / {per_row};", f"    const int nc = {rank} * {width} + c % {per_row} * 8;"]
+        epilogue = ["    const int m = m0 + r;", "    const int nb = n0 + nc;", f"    __align__(16) {scalar} cvl_o[8];",
+                    "    #pragma unroll", "    for (int j = 0; j < 4; ++j) {",
+                    "        const int n = nb + 2 * j;", "        const int n0 = nb;  // cvl_o's column 0",
+                    "        const int slot = 0;", "        (void)slot;",
+                    "        const float ACC0 = v[2 * j], ACC1 = v[2 * j + 1];",
+                    *indent(indent(body)), "    }",
+                    "    {", "        const int n = nb;", *indent(indent(self.edge_guarded([store]))), "    }"]
+        cluster_sum = [
+            f"    const unsigned at = smem0 + (unsigned)(r * {ld} + nc) * 4u;",
+            "    float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};",
+            "    #pragma unroll",
+            f"    for (int p = 0; p < {size}; ++p) {{  // in order: the bits do not depend on the CTA",
+            "        const float4 x = cvl_ld_peer4(at, p), y = cvl_ld_peer4(at + 16u, p);",
+            "        v[0] += x.x; v[1] += x.y; v[2] += x.z; v[3] += x.w;",
+            "        v[4] += y.x; v[5] += y.y; v[6] += y.z; v[7] += y.w;",
+            "    }"]
         out = [
             "__syncthreads();  // every warpgroup is past its last wgmma: the stages are free",
             "float* const cvl_part = reinterpret_cast<float*>(cvl_smem + (smem0 - cvl_smem_addr(cvl_smem)));"
@@ -623,24 +584,31 @@ class _GemmKernel:
             "#pragma unroll", "for (int h = 0; h < 2; ++h)",
             f"    *reinterpret_cast<float2*>(&cvl_part[(wg * 64 + wl * 16 + lane / 4 + h * 8) * {ld} + ni * 8 + lane % 4 * 2])"
             " = make_float2(acc[ni * 4 + h * 2], acc[ni * 4 + h * 2 + 1]);",
-            "cvl_split_sync();  // every part of the cluster is in its CTA's shared memory",
-            f"float cvl_sum[{iters}][8];  // this thread's chunks: sums of the parts' columns"]
+            "cvl_split_sync();  // every part of the cluster is in its CTA's shared memory"]
+        each_chunk = ["#pragma unroll", f"for (int i = 0; i < {chunks // eng.threads}; ++i) {{", *chunk]
         if groups == 1:
-            return [*out, *loads_then(peers, epilogue, arrive),
-                    "cvl_split_wait();  // no CTA leaves while a peer may still read its shared memory"]
+            return out + [*each_chunk, *cluster_sum, *epilogue, "}",
+                          "cvl_split_sync();  // no CTA leaves while a peer may still read its shared memory"]
         words = chunks * 2  # float4 of one slice's sum
         slot = f"((size_t)({{g}} * {tiles} + tile_) * {size} + {rank}) * {words} + c * 2"
         counter = f"cvl_count[tile_ * {size} + {rank}]"  # the (tile, slice) counter
-        mine = f"cvl_sums + {slot.format(g=f'(part / {size})')}"
-        theirs = f"cvl_sums + {slot.format(g='q')}"
-        return [
-            *out, *self.counted_workspace(tiles * size, groups * tiles * size * words * 16, "cvl_sums"),
-            *loads_then(peers, [f"    __stcg({mine}, make_float4(v[0], v[1], v[2], v[3]));",
-                                f"    __stcg({mine} + 1, make_float4(v[4], v[5], v[6], v[7]));"], arrive),
-            "cvl_split_wait();  // every peer has read this CTA's shared memory",
+        return out + [
+            *self.counted_workspace(tiles * size, groups * tiles * size * words * 16, "cvl_sums"),
+            *each_chunk, *cluster_sum,
+            f"    float4* const to = cvl_sums + {slot.format(g=f'(part / {size})')};",
+            "    __stcg(to, make_float4(v[0], v[1], v[2], v[3]));", "    __stcg(to + 1, make_float4(v[4], v[5], v[6], v[7]));",
+            "}",
+            "cvl_split_sync();  // every peer has read this CTA's shared memory",
             *self.last_ticket(counter, groups),
-            *loads_then(summed(f"__ldcg({theirs})", f"__ldcg({theirs} + 1)", groups, "which cluster came last"),
-                        epilogue),
+            *each_chunk,
+            "    float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};",
+            "    #pragma unroll",
+            f"    for (int g = 0; g < {groups}; ++g) {{  // in order: the bits do not depend on which cluster came last",
+            f"        const float4* const from = cvl_sums + {slot.format(g='g')};",
+            "        const float4 x = __ldcg(from), y = __ldcg(from + 1);",
+            "        v[0] += x.x; v[1] += x.y; v[2] += x.z; v[3] += x.w;",
+            "        v[4] += y.x; v[5] += y.y; v[6] += y.z; v[7] += y.w;",
+            "    }", *epilogue, "}",
             f"if (threadIdx.x == 0) {counter} = 0u;  // ready for the next launch"]
 
     def counted_workspace(self, counters: int, payload: int, data: str) -> list[str]:
@@ -653,23 +621,16 @@ class _GemmKernel:
 
     @staticmethod
     def last_ticket(counter: str, arrivals: int) -> list[str]:
-        """The last-block pattern: a block barrier (every thread's writes before it), then one thread's ticket from
-        ``counter`` between two fences: the first makes the block's writes visible device-wide before the ticket
-        (a release pattern, cumulative over the writes the barrier ordered before it), the second, after it, makes
-        every block's writes before theirs visible to this block (an acquire pattern, passed on to the block's
-        threads by the second barrier). All but the block that takes the last of ``arrivals`` tickets leave.
-        ``fence.acq_rel.gpu`` (MEMBAR.ALL.GPU), as CUTLASS's semaphore does, or ``__threadfence()`` (``fence.sc.gpu``)
-        when :data:`cuda_wgmma.TICKET_FENCE_SC` asks (before session 17 every thread ran one)."""
-        fence = "__threadfence();" if cuda_wgmma.TICKET_FENCE_SC else 'asm volatile("fence.acq_rel.gpu;" ::: "memory");'
-        return ["__shared__ unsigned cvl_ticket;",
-                "__syncthreads();  // every thread's writes before the ticket",
-                "if (threadIdx.x == 0) {",
-                f"    {fence}  // release: the block's writes are visible device-wide before its ticket",
-                f"    cvl_ticket = atomicAdd(&{counter}, 1u);",
-                f"    {fence}  // acquire: so are every block's before this one reads them",
-                "}",
+        """The CUDA guide's last-block pattern: every thread's writes made visible device-wide, a block
+        barrier, one thread's ticket from ``counter``; all but the block that takes the last of ``arrivals``
+        tickets leave, and that one sees every other block's writes."""
+        return ["__threadfence();  // this thread's writes are visible device-wide before the ticket is taken",
+                "__shared__ unsigned cvl_ticket;",
                 "__syncthreads();",
-                f"if (cvl_ticket != {arrivals - 1}u) return;  // the last to arrive finishes it"]
+                f"if (threadIdx.x == 0) cvl_ticket = atomicAdd(&{counter}, 1u);",
+                "__syncthreads();",
+                f"if (cvl_ticket != {arrivals - 1}u) return;  // the last to arrive finishes it",
+                "__threadfence();"]
 
     def split_fixup(self, tiles: int, parts: int) -> list[str]:
         """Split-K's meeting point (cuda_wgmma.SPLIT_K), after the main loop of CTA (``part``, ``tile_``):

@@ -140,18 +140,6 @@ SPLIT_CLUSTER = True
 # split_cluster_epilogue). The last CTA of a tile in 4 parts read 3 x 128 KB of partials alone; now it reads
 # 64 KB, and half the tile's epilogue runs on each of two CTAs.
 SPLIT_CLUSTER_GROUPS = True
-# Session 17: in a split kernel's cluster epilogue, each thread loads the parts' sums of all its chunks (from its
-# peers' shared memory, or from the workspace) before it stores any chunk. Interleaved (False, as before), a
-# chunk's store kept the next chunk's loads behind it (generic addresses that may alias it): a timeline of
-# 1024 x 2048 x 8192 (`2026-12-01-h200-ab_wgmma-session17-timeline.md`) had the half-tile epilogue at 6.0 us
-# after the main loop's 47.8, against about 6.5 for a whole tile's unsplit epilogue.
-SPLIT_LOADS_FIRST = True
-# Session 17: a CTA of such a cluster reads its own part through its own shared memory (ld.shared), not through the
-# cluster's window like its peer's (the cluster's shared memory is the slower path).
-SPLIT_OWN_LOCAL = True
-# Session 17: the split kernels' tickets fenced by fence.acq_rel.gpu (MEMBAR.ALL.GPU), enough for the last-block
-# pattern, instead of __threadfence()'s fence.sc.gpu (MEMBAR.SC.GPU) when True (as before).
-TICKET_FENCE_SC = False
 
 
 def split_cluster(parts: int) -> int:

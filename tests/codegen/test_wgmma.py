@@ -758,10 +758,7 @@ def test_split_k_kernels(tmp_path, monkeypatch):
     the fences, the last CTA adds the parts in order and resets the counter. Two parts (w) are one cluster:
     partials in shared memory, each CTA sums half the columns from both. More (u, t: 4, x: 8) are clusters of two
     that sum their pair's halves the same way, then meet through the workspace per (tile, half): each CTA's
-    half sum out, a ticket, the last adds the clusters' sums in order. Each thread loads all its chunks before it
-    stores one (a store between them would hold the next chunk's loads behind it), and a CTA arrives at its
-    cluster's second barrier once done with its peers' shared memory and waits there only before it may leave.
-    All compile for sm_90a with no spills."""
+    half sum out, a ticket, the last adds the clusters' sums in order. All compile for sm_90a with no spills."""
     import sys
 
     from cuvil_dsl.codegen import render_cuda
@@ -784,46 +781,37 @@ def test_split_k_kernels(tmp_path, monkeypatch):
             (ws,) = [a for a in k.args if a.kind == "workspace"]
             assert ws.workspace == 256 + tiles * parts * 128 * bn * 4 and "__cluster_dims__" not in body
             assert f"const int tile_ = blockIdx.x % {tiles};" in body and f"const int part = blockIdx.x / {tiles};" in body
-            fence, ticket = body.index('asm volatile("fence.acq_rel.gpu;"'), body.index("atomicAdd(&cvl_count[tile_], 1u)")
-            assert body.index("fence.acq_rel.gpu", ticket) < body.index(f"if (cvl_ticket != {parts - 1}u) return;")
+            fence, ticket = body.index("__threadfence();"), body.index("atomicAdd(&cvl_count[tile_], 1u)")
             leave = body.index(f"if (cvl_ticket != {parts - 1}u) return;")
             assert fence < ticket < leave < adds < body.index("cvl_count[tile_] = 0u;") < body.index("float& ACC0")
             continue
         assert body.startswith(" __global__ void __cluster_dims__(2, 1, 1)")
         assert f"const int part = blockIdx.x % {parts};" in body and f"const int tile_ = blockIdx.x / {parts};" in body
-        # a cluster's two partials: its own from its shared memory, its peer's through the cluster's
-        assert "own[0], y = own[1]" in body and "cvl_ld_peer4(at, " in body
-        sync, arrive, wait = (next(i for i, line in enumerate(lines) if f"cvl_split_{step}();" in line)
-                              for step in ("sync", "arrive", "wait"))
-        loads, between = "\n".join(lines[sync:arrive]), "\n".join(lines[arrive:wait])
-        assert "make_float2(acc[" in lines[sync - 1] and "cvl_ld_peer4(at, " in loads and sync < arrive < wait
-        assert "__stcg" not in loads and "reinterpret_cast<uint4*>(&" not in loads  # every chunk loaded before a store
-        assert "cvl_ld_peer4" not in "\n".join(lines[arrive:])  # nothing read from a peer once arrived
-        if k is w:  # one cluster a tile: each CTA stores its half of the columns, then waits for its peer
+        assert "for (int p = 0; p < 2; ++p)" in body  # a cluster's two partials, in rank order
+        first, second = (i for i, line in enumerate(lines) if "cvl_split_sync();" in line)
+        assert "make_float2(acc[" in lines[first - 1] and "cvl_ld_peer4(at, p)" in "\n".join(lines[first:second])
+        if k is w:  # one cluster a tile: each CTA stores its half of the columns
             assert not any(a.kind == "workspace" for a in k.args) and "cvl_ticket" not in body
             assert f"const int nc = part * {bn // 2} + c % {bn // 2 // 8} * 8;" in body
-            assert "*reinterpret_cast<uint4*>(&b" in between and "reinterpret_cast<uint4*>(&" not in "\n".join(lines[wait:])
+            assert "*reinterpret_cast<uint4*>(&b" in "\n".join(lines[first:second])
             continue
         groups, half = parts // 2, 128 * bn // 2 // 4  # a half tile's sum in float4
         (ws,) = [a for a in k.args if a.kind == "workspace"]
         assert ws.workspace == 256 + groups * tiles * 2 * half * 16
         assert f"const int nc = (part % 2) * {bn // 2} + c % {bn // 2 // 8} * 8;" in body
-        text = "\n".join(lines[wait:])
+        text = "\n".join(lines[second:])
         ticket, leave = text.index("atomicAdd(&cvl_count[tile_ * 2 + (part % 2)], 1u)"), text.index(
             f"if (cvl_ticket != {groups - 1}u) return;")
-        adds = text.index(f"for (int q = 0; q < {groups}; ++q)")
-        # the first pass only stores its sums, and waits for its peer before it may leave at its ticket; the
-        # last cluster's CTA loads every chunk's sums, then stores outputs
-        assert "__stcg(cvl_sums + " in between and "reinterpret_cast<uint4*>(&" not in between
+        adds = text.index(f"for (int g = 0; g < {groups}; ++g)")
+        assert "__stcg(to" in "\n".join(lines[first:second]) and "*reinterpret_cast<uint4*>(&" not in "\n".join(
+            lines[first:second])  # the first pass only stores its sums; the last cluster's CTA stores outputs
         assert ticket < leave < adds < text.index("*reinterpret_cast<uint4*>(&") < text.index(
             "cvl_count[tile_ * 2 + (part % 2)] = 0u;")
-        assert "__ldcg" not in text[text.index("*reinterpret_cast<uint4*>(&"):]
         unit = compile_kernel(k, monkeypatch, tmp_path, fallback="none")
         r = unit.resources[k.entry]
         assert r.spill_bytes == 0 and r.stack_bytes == 0 and "serializ" not in unit.log.lower(), unit.log
     assert "cvl_tma_2d(" in y.source and "cvl_cp_async16s(" in z.source and "cvl_cp_async16s(" in t.source
-    for k in (w, u):
-        assert [k.source.count(f"cvl_split_{step}();") for step in ("sync", "arrive", "wait")] == [1, 1, 1]
+    assert w.source.count("cvl_split_sync();") == 2 and u.source.count("cvl_split_sync();") == 2
     assert "__nv_bfloat16 cvl_o[8];" in t.source  # a batched bf16 GEMM's clusters store 16-byte chunks of bf16
 
 
