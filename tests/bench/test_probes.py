@@ -1,5 +1,6 @@
 """The session-13 probes without a GPU: benchmarks/flush_probe.py's replica kernels build for sm_90 (NVRTC
-needs no GPU), and it and benchmarks/placement_probe.py say they have no GPU to run on with exit status 2;
+needs no GPU), and it, benchmarks/placement_probe.py and benchmarks/graph_probe.py (session 17) say they have no
+GPU to run on with exit status 2;
 benchmarks/shapes/ holds specs that check, each matched to its benchmark's baselines."""
 
 from __future__ import annotations
@@ -17,13 +18,18 @@ def test_flush_probe_replicas_build_for_sm_90(tmp_path):
     build_for_sm_90(stream.SOURCE + probe.STREAM_SOURCE, probe.STREAM_KERNELS, tmp_path, ("-std=c++17",))
 
 
+def test_graph_probe_kernels_build_for_sm_90(tmp_path):
+    probe, stream = load_script("graph_probe"), load_script("ab_stream")
+    build_for_sm_90(stream.SOURCE + probe.EMPTY, ("vec2", "empty_kernel"), tmp_path, ("-std=c++17",))
+
+
 def test_flush_probe_needs_specs_or_stream(capsys):
     with pytest.raises(SystemExit):
         load_script("flush_probe").main([])
     assert "name one or more specs, or --stream" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("stem, argv", [("flush_probe", ["--stream"]), ("placement_probe", [])])
+@pytest.mark.parametrize("stem, argv", [("flush_probe", ["--stream"]), ("placement_probe", []), ("graph_probe", [])])
 def test_probes_exit_2_without_gpu(stem, argv, capsys):
     exits_2_without_gpu(load_script(stem), stem, capsys, argv)
 
