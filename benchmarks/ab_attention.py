@@ -419,6 +419,16 @@ CHECKED_VARIANTS = [
     # 102.8 / 102.5; Q and K loads evict_last 101.8 / 103.4; against 99.5 / 100.1 for the default's
     # identical row at the end of each run (the default itself, timed first, 102.8 / 103.3: drift within
     # a run, see placement_probe.py). None faster; not kept.
+    # session 17: the band is latency bound at 3 CTAs (12 warps) a multiprocessor; 4 need at most 128
+    # registers and about 56 KB. Two column tiles a CTA in clusters of 16 (non-portable: the loader opts the
+    # kernel in) instead of four in clusters of 8: 127 registers at min 4 blocks, 43 KB + 11 KB of shared
+    # memory without the A band's second buffer (PREFETCH), no spills (ptxas, CPU). The cost: every CTA loads
+    # the band's Q rows (twice the Q traffic from L2), 15 peers' statistics a band instead of 7, and each
+    # band's fixed work over half the elements. Predicted 95-105 us.
+    ("lagged, clusters of 16 CTAs of 2 tiles, 4/SM, no A prefetch (all cases)",
+     {"cluster_tiles": 2, "cluster_max": 16, "cluster": (1, 4, 1.0, True), "prefetch": False}),
+    ("lagged, clusters of 16 CTAs of 2 tiles, 3/SM (all cases)",
+     {"cluster_tiles": 2, "cluster_max": 16}),
 ]
 # Timing-only ablations of the lagged band on the first case (--ablations): parts of the work left out, so
 # the results are wrong and not counted as failures; they bound what removing each part could gain. They

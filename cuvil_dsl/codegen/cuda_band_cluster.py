@@ -168,11 +168,20 @@ __device__ __forceinline__ unsigned cvl_lds32(unsigned at) {
 MAX_DEPTH = 128
 
 
+NON_PORTABLE_CLUSTER = 16  # CTAs: the largest cluster sm_90 runs, once the kernel allows it (runtime/modules.py)
+
+
 def layout(n: int) -> tuple[int, int] | None:
-    """(CTAs a cluster, column tiles of 64 a CTA) for N columns, or None when N does not fit."""
+    """(CTAs a cluster, column tiles of 64 a CTA) for N columns, or None when N does not fit. ROW_BAND_TUNING
+    "cluster_tiles" (at most MAX_TILES) and "cluster_max" (at most NON_PORTABLE_CLUSTER) change MAX_TILES and
+    MAX_CLUSTER: fewer tiles a CTA hold fewer registers and less shared memory, in more CTAs a cluster."""
+    from cuvil_dsl.codegen.cuda_matmul import ROW_BAND_TUNING
+
+    most_tiles = min(int(ROW_BAND_TUNING.get("cluster_tiles", MAX_TILES)), MAX_TILES)
+    most_ctas = min(int(ROW_BAND_TUNING.get("cluster_max", MAX_CLUSTER)), NON_PORTABLE_CLUSTER)
     tiles = -(-n // 64)
-    ctas = -(-tiles // MAX_TILES)
-    if ctas > MAX_CLUSTER:
+    ctas = -(-tiles // most_tiles)
+    if ctas > most_ctas:
         return None
     return ctas, -(-tiles // ctas)
 

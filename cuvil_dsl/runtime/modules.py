@@ -27,6 +27,8 @@ if TYPE_CHECKING:  # types only: importing the API must not pull in the renderer
 
 # Dynamic shared memory beyond this needs an explicit opt-in per function.
 DEFAULT_DYNAMIC_SHARED = 48 * 1024
+PORTABLE_CLUSTER = 8  # CTAs a cluster may have without the kernel's opt-in (cuda.h)
+CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # CUfunction_attribute (cuda.h), not in CuPy's driver module
 
 _SCALAR_CTYPES: dict[str, type] = {
     "float": ctypes.c_float,
@@ -261,6 +263,8 @@ def load_kernels(kernels: Iterable[RenderedKernel], units: Iterable[CompiledUnit
         if kernel.shared_bytes > DEFAULT_DYNAMIC_SHARED:
             driver.funcSetAttribute(function.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                     kernel.shared_bytes)
+        if kernel.persistent_cluster > PORTABLE_CLUSTER:  # before the driver is asked how many clusters fit
+            driver.funcSetAttribute(function.ptr, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
         try:
             params, chosen = _parameter_array(kernel, cells)
         except NoRoomForWorkspace:

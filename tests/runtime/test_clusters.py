@@ -31,6 +31,14 @@ def test_launch_config_matches_the_header_field_by_field(cuda_h):
     assert declared and declared.group(1).count(",") == 2 and "const CUlaunchConfig *" in declared.group(1)
 
 
+def test_non_portable_cluster_attribute_is_the_headers(cuda_h):
+    """A persistent kernel of more than 8 CTAs a cluster opts in to non-portable sizes before it is loaded."""
+    from cuvil_dsl.runtime import modules
+
+    value = modules.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+    assert re.search(rf"CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED\s*=\s*{value}\b", cuda_h)
+
+
 def _kernel(grid: int, cluster: int) -> RenderedKernel:
     return RenderedKernel("k", "cvl_k", "", (grid, 1, 1), (128, 1, 1), 1024, (), (), None, Span("k.cuvil", 1, 1, 1, 2),
                           persistent_cluster=cluster)
