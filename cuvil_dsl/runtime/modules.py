@@ -25,8 +25,6 @@ if TYPE_CHECKING:  # types only: importing the API must not pull in the renderer
     from cuvil_dsl.compile.units import CompiledUnit
     from cuvil_dsl.types import DType
 
-# Dynamic shared memory beyond this needs an explicit opt-in per function.
-DEFAULT_DYNAMIC_SHARED = 48 * 1024
 PORTABLE_CLUSTER = 8  # CTAs a cluster may have without the kernel's opt-in (cuda.h)
 CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # CUfunction_attribute (cuda.h), not in CuPy's driver module
 
@@ -260,7 +258,10 @@ def load_kernels(kernels: Iterable[RenderedKernel], units: Iterable[CompiledUnit
             message = (f"kernel `{kernel.name}` needs {kernel.shared_bytes} bytes of dynamic shared memory per "
                        f"block; this GPU allows {max_shared}")
             raise UserError([error("E503", message, kernel.span, hint="use smaller tiles for this kernel")])
-        if kernel.shared_bytes > DEFAULT_DYNAMIC_SHARED:
+        # without the opt-in a function may take 48 KB of shared memory in all, dynamic and static: ask for the
+        # dynamic bytes beyond what the driver says it allows now
+        if kernel.shared_bytes > driver.funcGetAttribute(driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                         function.ptr):
             driver.funcSetAttribute(function.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                     kernel.shared_bytes)
         if kernel.persistent_cluster > PORTABLE_CLUSTER:  # before the driver is asked how many clusters fit

@@ -448,6 +448,45 @@ def test_tma_gemm_reencodes_its_descriptors_when_inputs_are_rebound(tmp_path):
     compiled.close()
 
 
+@pytest.mark.parametrize("dynamic", [40 * 1024, 60 * 1024])
+def test_a_kernel_whose_static_and_dynamic_shared_memory_pass_48_kb_launches(dynamic):
+    """Without the opt-in a function may take 48 KB of shared memory in all: 16 KB static beside 40 KB dynamic
+    (under 48 alone) needs it as much as 60 KB dynamic does; the loader asks for it (found in session 17, when a
+    band of 43 KB dynamic and 11 KB static failed to launch with CUDA_ERROR_INVALID_VALUE)."""
+    import cupy
+
+    from cuvil_dsl.diagnostics import Span
+    from cuvil_dsl.runtime.device import device_arch, max_dynamic_shared_bytes
+    from cuvil_dsl.runtime.modules import ArgumentCells, load_kernels
+
+    n = dynamic // 4
+    source = textwrap.dedent(f"""
+        extern "C" __global__ void cvl_through_shared(const float* __restrict__ x, float* __restrict__ y) {{
+            extern __shared__ float dyn[];
+            __shared__ float fixed[4096];  // 16 KB of static shared memory
+            for (int i = threadIdx.x; i < {n}; i += blockDim.x) dyn[i] = x[i];
+            for (int i = threadIdx.x; i < 4096; i += blockDim.x) fixed[i] = x[i] * 2.0f;
+            __syncthreads();
+            for (int i = threadIdx.x; i < {n}; i += blockDim.x) y[i] = dyn[{n} - 1 - i] + fixed[i % 4096];
+        }}
+    """)
+    args = (KernelArg("buffer", "x", DType.F32, "const float* __restrict__"),
+            KernelArg("buffer", "y", DType.F32, "float* __restrict__"))
+    kernel = RenderedKernel("through_shared", "cvl_through_shared", source, (1, 1, 1), (256, 1, 1), dynamic, args, (),
+                            None, Span("t.cuvil", 1, 1, 1, 2))
+    (unit,) = compile_units([CompileUnit(kernel.entry, source, (kernel.entry,), ())], device_arch())
+    assert unit.resources[kernel.entry].shared_bytes == 16 * 1024
+    x = cupy.arange(n, dtype=cupy.float32)
+    y = cupy.full(n, cupy.nan, dtype=cupy.float32)
+    cells = ArgumentCells()
+    cells.set_pointer("x", x.data.ptr)
+    cells.set_pointer("y", y.data.ptr)
+    loaded = load_kernels([kernel], [unit], cells, max_dynamic_shared_bytes())
+    loaded["through_shared"].launch(cupy.cuda.get_current_stream().ptr)
+    host = np.arange(n, dtype=np.float32)
+    np.testing.assert_array_equal(y.get(), host[::-1] + 2.0 * host[np.arange(n) % 4096])
+
+
 @pytest.mark.parametrize("device_inputs", ["bind", "copy"])
 def test_api_copies_unbindable_device_arrays_on_every_call(device_inputs):
     import cupy
