@@ -500,6 +500,12 @@ def cases(tmp: Path) -> list[tuple[str, Path]]:
 SWEEP = [(4, 2048, 2048), (8, 2048, 2048), (16, 2048, 2048), (32, 1024, 1024), (64, 512, 512), (128, 256, 256)]
 SWEEP_RUNS = [("mma.sync band", {"mma": True}), ("wgmma band", {"wgmma": (64, 4, 2)}),
               ("cluster band", {"cluster": (1,)}), ("lagged cluster band", {"cluster": (1, None, 0.9, True)})]
+# --small (session 17): grids that leave most SMs idle, where a band spread over more CTAs of fewer column tiles
+# (ROW_BAND_TUNING "cluster_tiles") may pay: [4, 256, 256] ran 6.9 us by default (16 CTAs), 6.5 in clusters of two
+# CTAs of 2 tiles; masked [4, 256, 256] 10.7 against 8.3.
+SMALL = [(1, 256, 256), (4, 256, 256), (16, 256, 256), (2, 512, 512), (8, 512, 512), (1, 1024, 1024),
+         (4, 1024, 1024), (1, 2048, 2048), (2, 2048, 2048)]
+SMALL_RUNS = [("2 tiles a CTA", {"cluster_tiles": 2}), ("1 tile a CTA", {"cluster_tiles": 1})]
 
 
 def sweep_cases(tmp: Path, sizes=SWEEP, kind: str = "sweep") -> list[tuple[str, Path]]:
@@ -727,6 +733,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --ablations: only the ABLATIONS whose name contains TEXT (repeatable)")
     parser.add_argument("--sweep", action="store_true",
                         help="also time the default and each engine of the band on attention_f16 at SWEEP's sizes")
+    parser.add_argument("--small", action="store_true",
+                        help="also time the default and fewer column tiles a CTA on attention_f16 at SMALL's sizes")
     parser.add_argument("--batches", metavar="B,B,...",
                         help="also time the default kernel on attention_f16 [B, 2048, 2048] for each B (its time "
                              "against its rounds of bands: the fixed cost of a launch)")
@@ -756,14 +764,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_flush:
         clock.flush = lambda stream: None
     timer = GpuTimer(clock, Settings(budget_s=0.02, min_samples=samples, max_samples=max(samples, 200)))
-    rows, notes, ok_all, variant_rows, sweep_rows = [], [], True, [], []
+    rows, notes, ok_all, variant_rows, sweep_rows, small_rows = [], [], True, [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         extra = (sweep_cases(Path(tmp)) if args.sweep else []) + (sweep_cases(Path(tmp), batches, "batch") if batches else [])
+        extra += sweep_cases(Path(tmp), SMALL, "small") if args.small else []
         listed = cases(Path(tmp))
         if args.first:
             listed[0] = (Path(args.first).stem, Path(args.first).resolve())
         for label, path in listed + extra:
-            sweep = label.startswith(("sweep", "batch"))
+            sweep = label.startswith(("sweep", "batch", "small"))
             loaded, pipeline, binding = load(path)
             host = fresh_inputs(binding, pipeline, seed=int(time.time()) & 0xFFFF)
             batch = next((a.shape[0] for a in host.values() if a.ndim == 3), 1)
@@ -782,7 +791,8 @@ def main(argv: list[str] | None = None) -> int:
                          if not args.ablation or any(a in name for a in args.ablation)]
             if sweep:  # the default and each engine (only the default in a batch scan)
                 runs = [(True, None, "row band"),
-                        *((True, tuning, name) for name, tuning in SWEEP_RUNS if label.startswith("sweep"))]
+                        *((True, tuning, name) for name, tuning in SWEEP_RUNS if label.startswith("sweep")),
+                        *((True, tuning, name) for name, tuning in SMALL_RUNS if label.startswith("small"))]
             prewarm(loaded, pipeline, binding, runs, arch)
             for band, tuning, name in runs:
                 built = Built(loaded, pipeline, binding, host, band, arch, tuning)
@@ -820,6 +830,9 @@ def main(argv: list[str] | None = None) -> int:
                 if tuning is not None and not rows:
                     variant_rows.append((name, tuning, timing[key], worst, "; ".join(built.resources)))
                 del built
+            if sweep and label.startswith("small"):
+                small_rows.append((label, timing[True], *(timing.get(name, float("nan")) for name, _ in SMALL_RUNS)))
+                continue
             if sweep:
                 sweep_rows.append((label, timing[True], *(timing.get(name, float("nan")) for name, _ in SWEEP_RUNS)))
                 continue
@@ -849,6 +862,12 @@ def main(argv: list[str] | None = None) -> int:
                   "|---|---|" + "---|" * len(SWEEP_RUNS)]
         lines += [f"| {label} | " + " | ".join(f"{t:.1f}" if t == t else "-" for t in times) + " |"
                   for label, *times in sweep_rows]
+    if small_rows:
+        lines += ["", "Small grids: the default against fewer column tiles a CTA (attention_f16, D 64; us):", "",
+                  "| case | default | " + " | ".join(name for name, _ in SMALL_RUNS) + " |",
+                  "|---|---|" + "---|" * len(SMALL_RUNS)]
+        lines += [f"| {label} | " + " | ".join(f"{t:.1f}" if t == t else "-" for t in times) + " |"
+                  for label, *times in small_rows]
     lines += ["", *notes, "", f"total {time.perf_counter() - t0:.1f} s"]
     text = "\n".join(lines) + "\n"
     print(text)
