@@ -182,6 +182,10 @@ __device__ __forceinline__ void cvl_ldsm_x4_at(unsigned (&r)[4], unsigned addr) 
 #           exchange split across a row's four lanes, its loads a band ahead and its write pieces among
 #           the next tiles' exps (cuda_band_cluster.LAZY, QUAD_MERGE, PREFETCH, INTERLEAVE; all on by
 #           default).
+#   "cluster_tiles", "cluster_max": the cluster bands' column tiles of 64 a CTA (at most
+#           cuda_band_cluster.MAX_TILES, 4) and CTAs a cluster (up to 16, non-portable: the loader opts the
+#           kernel in). Session 17: 2 tiles in clusters of 16 fit 4 CTAs a multiprocessor and ran 35% slower on
+#           attention_f16; on small grids 0.1-0.6 us faster at the smallest only (benchmarks/NOTES.md).
 #   "ablate": names of parts the lagged band leaves out, for timing only (its results are then wrong):
 #           "store" (the output's stores), "stage" (the numerators' stmatrix staging), "sts" (shared
 #           stores instead of global ones), "store_l2" (stores kept within the output's first 4 MB),
