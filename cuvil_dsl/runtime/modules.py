@@ -235,7 +235,7 @@ def load_kernels(kernels: Iterable[RenderedKernel], units: Iterable[CompiledUnit
                  max_shared: int) -> dict[str, LoadedKernel]:
     """Load each unit's CUBIN once and resolve every kernel's entry in it, by kernel name.
 
-    ``max_shared`` is the device's opt-in limit for dynamic shared memory per block (E503 beyond).
+    ``max_shared`` is the device's opt-in limit for shared memory per block, dynamic and static (E503 beyond).
     """
     from cupy.cuda.function import Module
     from cupy_backends.cuda.api import driver
@@ -254,9 +254,10 @@ def load_kernels(kernels: Iterable[RenderedKernel], units: Iterable[CompiledUnit
             module = modules[unit.key] = Module()
             module.load(unit.cubin)
         function = module.get_function(kernel.entry)
-        if kernel.shared_bytes > max_shared:
-            message = (f"kernel `{kernel.name}` needs {kernel.shared_bytes} bytes of dynamic shared memory per "
-                       f"block; this GPU allows {max_shared}")
+        static = driver.funcGetAttribute(driver.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function.ptr)
+        if kernel.shared_bytes + static > max_shared:
+            message = (f"kernel `{kernel.name}` needs {kernel.shared_bytes + static} bytes of shared memory per block"
+                       f" ({kernel.shared_bytes} dynamic, {static} static); this GPU allows {max_shared}")
             raise UserError([error("E503", message, kernel.span, hint="use smaller tiles for this kernel")])
         # without the opt-in a function may take 48 KB of shared memory in all, dynamic and static: ask for the
         # dynamic bytes beyond what the driver says it allows now

@@ -487,6 +487,31 @@ def test_a_kernel_whose_static_and_dynamic_shared_memory_pass_48_kb_launches(dyn
     np.testing.assert_array_equal(y.get(), host[::-1] + 2.0 * host[np.arange(n) % 4096])
 
 
+
+def test_static_shared_memory_counts_toward_the_e503_limit():
+    """Dynamic shared memory under the device's limit, but not beside 16 KB of static: E503, not a CUDA error."""
+    from dataclasses import replace
+
+    from cuvil_dsl.diagnostics import Span
+    from cuvil_dsl.runtime.device import device_arch, max_dynamic_shared_bytes
+    from cuvil_dsl.runtime.modules import ArgumentCells, load_kernels
+
+    source = ('extern "C" __global__ void cvl_static(float* y) { extern __shared__ float dyn[]; __shared__ float '
+              "fixed[4096]; fixed[threadIdx.x] = dyn[threadIdx.x]; __syncthreads(); y[threadIdx.x] = fixed[4095 - threadIdx.x]; }")
+    args = (KernelArg("buffer", "y", DType.F32, "float*"),)
+    limit = max_dynamic_shared_bytes()
+    kernel = RenderedKernel("static", "cvl_static", source, (1, 1, 1), (128, 1, 1), limit - 8 * 1024, args, (), None,
+                            Span("t.cuvil", 3, 5, 3, 9))
+    (unit,) = compile_units([CompileUnit(kernel.entry, source, (kernel.entry,), ())], device_arch())
+    cells = ArgumentCells()
+    cells.set_pointer("y", 0)
+    with pytest.raises(UserError) as err:
+        load_kernels([kernel], [unit], cells, limit)
+    (diag,) = err.value.diagnostics
+    assert diag.code == "E503" and "16384 static" in diag.message and (diag.span.line, diag.span.column) == (3, 5)
+    load_kernels([replace(kernel, shared_bytes=limit - 16 * 1024)], [unit], cells, limit)  # exactly the limit: loads
+
+
 @pytest.mark.parametrize("device_inputs", ["bind", "copy"])
 def test_api_copies_unbindable_device_arrays_on_every_call(device_inputs):
     import cupy
