@@ -159,3 +159,17 @@ def test_light_cache_load_leaves_an_unknown_numba_alone(monkeypatch):
     monkeypatch.setattr(caching.Cache, "load_overload", original)
     cpu_modules._load_caches_lightly()
     assert caching.Cache.load_overload is original
+
+
+@pytest.mark.parametrize("preset, want", [(None, "4"), ("30", "30")])
+def test_importing_cuvil_dsl_shortens_openblas_spinning_unless_set(preset, want):
+    """OpenBLAS's workers spin for about 2^28 cycles after each call and thrash with the numba kernels that follow a
+    BLAS GEMM; importing cuvil_dsl (before NumPy, as the command line does) asks for short spins, and a value the
+    user set stays. NumPy imported after it sees the variable when its OpenBLAS loads."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    if preset is not None:
+        env["OPENBLAS_THREAD_TIMEOUT"] = preset
+    code = ("import sys, os, cuvil_dsl; assert 'numpy' not in sys.modules; import numpy; "
+            "print(os.environ['OPENBLAS_THREAD_TIMEOUT'])")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == want
