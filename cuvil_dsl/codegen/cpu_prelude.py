@@ -190,8 +190,9 @@ def exp_f32(x):
 
 @numba.njit(**_JIT)
 def exp_sum_f32(hi, lo):
-    """exp(hi + lo) for an ``hi`` near a multiple of ln 2 / 512 and a small ``lo``, the sum never rounded (hi's
-    reduction by t ln 2 is exact, then lo joins the small remainder); as exp_f32 where the sum is clamped."""
+    """exp(hi + lo) without rounding the sum to f32, for a ``lo`` of at most about 1 (gelu_f32's is under half an ulp
+    of hi): hi's reduction by t ln 2 is exact for any f32 hi (ln 2's upper part has 9 bits, and hi lies within a
+    factor 2 of t ln 2), then lo joins the small remainder. As exp_f32 where the sum is clamped or NaN."""
     s = hi + lo
     xc = np.minimum(np.maximum(s, np.float32(-104.0)), np.float32(89.0))
     clamped = xc != s
