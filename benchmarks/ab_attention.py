@@ -856,18 +856,13 @@ def main(argv: list[str] | None = None) -> int:
                   f"| default | {{}} | {default:.1f} | 1.00x | {generic / default:.2f}x | {rows[0][3]:.3f} | |"]
         for name, tuning, us, err, res in variant_rows:
             lines.append(f"| {name} | {tuning} | {us:.1f} | {default / us:.2f}x | {generic / us:.2f}x | {err:.3f} | {res} |")
-    if sweep_rows:
-        lines += ["", "Engines of the row band at other sizes (attention_f16, D 64; us):", "",
-                  "| case | default | " + " | ".join(name for name, _ in SWEEP_RUNS) + " |",
-                  "|---|---|" + "---|" * len(SWEEP_RUNS)]
-        lines += [f"| {label} | " + " | ".join(f"{t:.1f}" if t == t else "-" for t in times) + " |"
-                  for label, *times in sweep_rows]
-    if small_rows:
-        lines += ["", "Small grids: the default against fewer column tiles a CTA (attention_f16, D 64; us):", "",
-                  "| case | default | " + " | ".join(name for name, _ in SMALL_RUNS) + " |",
-                  "|---|---|" + "---|" * len(SMALL_RUNS)]
-        lines += [f"| {label} | " + " | ".join(f"{t:.1f}" if t == t else "-" for t in times) + " |"
-                  for label, *times in small_rows]
+    for title, runs, found in (("Engines of the row band at other sizes", SWEEP_RUNS, sweep_rows),
+                               ("Small grids: the default against fewer column tiles a CTA", SMALL_RUNS, small_rows)):
+        if found:
+            lines += ["", f"{title} (attention_f16, D 64; us):", "",
+                      "| case | default | " + " | ".join(name for name, _ in runs) + " |", "|---|---|" + "---|" * len(runs)]
+            lines += [f"| {label} | " + " | ".join(f"{t:.1f}" if t == t else "-" for t in times) + " |"
+                      for label, *times in found]
     lines += ["", *notes, "", f"total {time.perf_counter() - t0:.1f} s"]
     text = "\n".join(lines) + "\n"
     print(text)
