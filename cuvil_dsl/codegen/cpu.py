@@ -67,6 +67,16 @@ class Gemm:
     workspace: str  # the workspace's generated name
 
 
+def _balanced(text: str) -> bool:
+    """Whether every parenthesis of ``text`` closes within it (so it is one argument, not ``a) + f(b``)."""
+    depth = 0
+    for ch in text:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth < 0:
+            return False
+    return depth == 0
+
+
 class CpuKernel:
     """One kernel being rendered: its parameters, addressing, stores and walks."""
 
@@ -136,6 +146,20 @@ class CpuKernel:
     def load(self, value: str, m: Map, coord: Coord, flat: str | None = None) -> str:
         ref = f"{self.names[value]}[{self.at.offset(value, m, coord, flat)}]"
         return self.lang.load(ref, self.dtype(value))
+
+    def unrounded(self, lines: list[str], expr: str, value: str) -> str:
+        """``expr`` to store as ``value``: a name that ``lines`` bind to a value rounded to ``value``'s 16-bit dtype
+        (``t = cvl.round_f16(...)``) is stored from the unrounded form, since the store rounds it the same way
+        (rounding to the nearest half is idempotent: the same bits, one conversion instead of three), as
+        ``CudaKernel.unrounded`` does for the GPU."""
+        dtype = self.dtype(value)
+        if dtype not in (DType.F16, DType.BF16):
+            return expr
+        prefix = f"{expr} = cvl.round_{dtype.value}("
+        for line in reversed(lines):
+            if line.startswith(prefix) and line.endswith(")") and _balanced(line[len(prefix):-1]):
+                return line[len(prefix):-1]
+        return expr
 
     def store_lines(self, store: Store, expr: str, coord: Coord, flat: str | None = None,
                     skip: tuple[int, ...] = ()) -> list[str]:

@@ -22,7 +22,7 @@ def render(k: CpuKernel, entry: str) -> list[str]:
         # rank 0 or 1, or every access flat: the flat index is every coordinate there is
         w = k.walk(inner.append, lambda d: "i", "i")
         for s in p.stores:
-            inner += k.store_lines(s, w.value(s.value, s.map), lambda d: "i", "i")
+            inner += k.store_lines(s, k.unrounded(inner, w.value(s.value, s.map), s.value), lambda d: "i", "i")
         body = [f"for i in numba.prange({prod(domain)}):", *indent(inner)]
     else:
         last = len(domain) - 1
@@ -32,7 +32,7 @@ def render(k: CpuKernel, entry: str) -> list[str]:
 
         w = k.walk(inner.append, coord)
         for s in p.stores:
-            inner += k.store_lines(s, w.value(s.value, s.map), coord)
+            inner += k.store_lines(s, k.unrounded(inner, w.value(s.value, s.map), s.value), coord)
         body = [f"for q in numba.prange({prod(domain[:-1])}):",
                 *indent(k.coords("q", list(range(last)))),
                 f"    for c{last} in range({domain[-1]}):", *indent(inner, 2)]

@@ -146,7 +146,7 @@ class _RowKernel:
             body: list[str] = []
             w = k.walk(body.append, self.coord, None, self.anchor)
             for s in varying:
-                body += k.store_lines(s, w.value(s.value, s.map), self.coord)
+                body += k.store_lines(s, k.unrounded(body, w.value(s.value, s.map), s.value), self.coord)
             lines += self.hoisted(self.along_row(body))
         for s in self.p.stores:
             if self.a not in s.map:

@@ -47,7 +47,7 @@ def cvl_qk_softmax_epilogue(
             r10 = (r10 + part9[e])
         for c2 in range(128):
             t11 = cvl.round_f16((row6[c2] / r10))
-            b2[c0 * 16384 + c1 * 128 + c2] = cvl.f32_to_f16(t11)
+            b2[c0 * 16384 + c1 * 128 + c2] = cvl.f32_to_f16((row6[c2] / r10))
 
 
 def cvl_qk_softmax(

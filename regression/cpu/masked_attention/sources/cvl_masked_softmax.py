@@ -50,7 +50,7 @@ def cvl_masked_softmax_epilogue(
             r11 = (r11 + part10[e])
         for c2 in range(128):
             t12 = cvl.round_f16((row7[c2] / r11))
-            b3[c0 * 8192 + c1 * 128 + c2] = cvl.f32_to_f16(t12)
+            b3[c0 * 8192 + c1 * 128 + c2] = cvl.f32_to_f16((row7[c2] / r11))
 
 
 def cvl_masked_softmax(

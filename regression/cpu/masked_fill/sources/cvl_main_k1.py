@@ -34,5 +34,5 @@ def cvl_main_k1(
         for c1 in range(256):
             t5 = (cvl.f16_to_f32(b0[c0 * 256 + c1]) * u0)
             t6 = cvl.round_f16((t5 if b1[c0 * 256 + c1] else u1))
-            b2[c0 * 256 + c1] = cvl.f32_to_f16(t6)
+            b2[c0 * 256 + c1] = cvl.f32_to_f16((t5 if b1[c0 * 256 + c1] else u1))
         b3[c0] = r4

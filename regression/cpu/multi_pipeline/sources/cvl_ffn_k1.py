@@ -19,7 +19,7 @@ def cvl_ffn_k1_epilogue(
 ):
     for i in numba.prange(32768):
         t1 = cvl.round_bf16(w2[i])
-        b2[i] = cvl.f32_to_bf16(t1)
+        b2[i] = cvl.f32_to_bf16(w2[i])
 
 
 def cvl_ffn_k1(

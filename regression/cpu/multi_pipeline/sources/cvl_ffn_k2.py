@@ -22,7 +22,7 @@ def cvl_ffn_k2_epilogue(
         t3 = cvl.silu_f32(cvl.bf16_to_f32(b2[i]))
         t4 = cvl.round_bf16(w2[i])
         t5 = cvl.round_bf16((t3 * t4))
-        b3[i] = cvl.f32_to_bf16(t5)
+        b3[i] = cvl.f32_to_bf16((t3 * t4))
 
 
 def cvl_ffn_k2(

@@ -34,4 +34,4 @@ def cvl_main_k1(
         for c1 in range(256):
             t9 = (cvl.bf16_to_f32(b0[c0 * 256 + c1]) * t8)
             t10 = cvl.round_bf16((t9 * cvl.bf16_to_f32(b1[c1])))
-            b2[c0 * 256 + c1] = cvl.f32_to_bf16(t10)
+            b2[c0 * 256 + c1] = cvl.f32_to_bf16((t9 * cvl.bf16_to_f32(b1[c1])))

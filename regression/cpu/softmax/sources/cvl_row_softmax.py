@@ -39,4 +39,4 @@ def cvl_row_softmax(
             r8 = (r8 + part7[e])
         for c1 in range(256):
             t9 = cvl.round_f16((row4[c1] / r8))
-            b1[c0 * 256 + c1] = cvl.f32_to_f16(t9)
+            b1[c0 * 256 + c1] = cvl.f32_to_f16((row4[c1] / r8))

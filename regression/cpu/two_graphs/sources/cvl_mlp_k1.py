@@ -24,7 +24,7 @@ def cvl_mlp_k1_epilogue(
             t3 = w2[c0 * 256 + c1]
             t4 = (t3 + cvl.f16_to_f32(b2[c1]))
             t5 = cvl.round_f16(cvl.gelu_f32(t4))
-            b3[c0 * 256 + c1] = cvl.f32_to_f16(t5)
+            b3[c0 * 256 + c1] = cvl.f32_to_f16(cvl.gelu_f32(t4))
 
 
 def cvl_mlp_k1(

@@ -49,4 +49,4 @@ def cvl_norm_k1(
             t15 = (t10 * t14)
             t16 = (t15 * cvl.f16_to_f32(b1[c1]))
             t17 = cvl.round_f16((t16 + cvl.f16_to_f32(b2[c1])))
-            b3[c0 * 256 + c1] = cvl.f32_to_f16(t17)
+            b3[c0 * 256 + c1] = cvl.f32_to_f16((t16 + cvl.f16_to_f32(b2[c1])))
