@@ -81,6 +81,24 @@ class Language:
         raise NotImplementedError
 
 
+def rounded_argument(lines: list[str], prefix: str, suffix: str) -> str | None:
+    """The ``X`` of the last of ``lines`` that reads ``prefix + X + suffix`` (a name bound to a rounded value:
+    ``prefix`` holds the name and the rounding call), where ``X`` is one expression (its parentheses all close
+    within it, so not ``a) + f(b``); None when no line does. The kernels' ``unrounded`` store such a name's
+    value from ``X``, since the store rounds it the same way."""
+    for line in reversed(lines):
+        if line.startswith(prefix) and line.endswith(suffix):
+            inner = line[len(prefix):len(line) - len(suffix)]
+            depth = 0
+            for ch in inner:
+                depth += {"(": 1, ")": -1}.get(ch, 0)
+                if depth < 0:
+                    break
+            if depth == 0:
+                return inner
+    return None
+
+
 def rounds(op: ir.Op) -> bool:
     """Is ``op``'s value rounded to its dtype where it is computed? (Named values are.)"""
     return op.named

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from cuvil_dsl.codegen.addressing import Addressing, Coord
-from cuvil_dsl.codegen.base import rounds
+from cuvil_dsl.codegen.base import rounded_argument, rounds
 from cuvil_dsl.codegen.cpu_lang import NumbaLanguage, PythonWalk
 from cuvil_dsl.codegen.names import comment_text, entry_name
 from cuvil_dsl.codegen.program import KernelProgram, Store, build_program
@@ -65,16 +65,6 @@ class Gemm:
 
     value: str  # the matmul op's id
     workspace: str  # the workspace's generated name
-
-
-def _balanced(text: str) -> bool:
-    """Whether every parenthesis of ``text`` closes within it (so it is one argument, not ``a) + f(b``)."""
-    depth = 0
-    for ch in text:
-        depth += {"(": 1, ")": -1}.get(ch, 0)
-        if depth < 0:
-            return False
-    return depth == 0
 
 
 class CpuKernel:
@@ -155,11 +145,8 @@ class CpuKernel:
         dtype = self.dtype(value)
         if dtype not in (DType.F16, DType.BF16):
             return expr
-        prefix = f"{expr} = cvl.round_{dtype.value}("
-        for line in reversed(lines):
-            if line.startswith(prefix) and line.endswith(")") and _balanced(line[len(prefix):-1]):
-                return line[len(prefix):-1]
-        return expr
+        found = rounded_argument(lines, f"{expr} = cvl.round_{dtype.value}(", ")")
+        return expr if found is None else found
 
     def store_lines(self, store: Store, expr: str, coord: Coord, flat: str | None = None,
                     skip: tuple[int, ...] = ()) -> list[str]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from cuvil_dsl.codegen.artifact import KernelArg, RenderedKernel, TensorMap
-from cuvil_dsl.codegen.base import PointWalk
+from cuvil_dsl.codegen.base import PointWalk, rounded_argument
 from cuvil_dsl.codegen.cuda_lang import PRELUDE, STORAGE, CudaLanguage
 from cuvil_dsl.codegen.names import comment_text, entry_name
 from cuvil_dsl.codegen.program import KernelProgram, Store, build_program
@@ -169,11 +169,8 @@ class CudaKernel:
         dtype = self.dtype(value)
         if dtype not in (DType.F16, DType.BF16):
             return expr
-        prefix = f"const float {expr} = cvl_{dtype.value}("
-        for line in reversed(lines):
-            if line.startswith(prefix) and line.endswith(");"):
-                return line[len(prefix):-2]
-        return expr
+        found = rounded_argument(lines, f"const float {expr} = cvl_{dtype.value}(", ");")
+        return expr if found is None else found
 
     def store_lines(self, store: Store, expr: str, coord: Coord, flat: str | None = None) -> list[str]:
         target = f"{self.names[store.value]}[{self.offset(store.value, store.map, coord, flat)}]"

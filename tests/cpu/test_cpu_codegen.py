@@ -76,7 +76,7 @@ def test_a_rounded_16_bit_value_is_stored_from_its_unrounded_form():
     its rounding keeps it for those uses, and the results still match the reference bit for bit."""
     import numpy as np
 
-    from cuvil_dsl.codegen.cpu import _balanced
+    from cuvil_dsl.codegen.base import rounded_argument
 
     source = ("pipeline f(x: f16[R, C], keep: bool[R, C]) -> (y: f16[R, C], z: f16[R, C]) {\n"
               "    y = where(keep, x * 2.0, 0)\n    z = softmax(x * 0.5, axis=-1)\n}\n")
@@ -93,4 +93,5 @@ def test_a_rounded_16_bit_value_is_stored_from_its_unrounded_form():
     x = inputs["x"].astype(np.float32)
     want = np.where(inputs["keep"], (x * np.float32(2.0)).astype(np.float16), np.float16(0))
     assert np.array_equal(got["y"].view(np.uint16), want.view(np.uint16))
-    assert _balanced("(t5 if b1[i] else u1)") and not _balanced("a) + cvl.round_f16(b")
+    assert rounded_argument(["t6 = cvl.round_f16((t5 if b1[i] else u1))"], "t6 = cvl.round_f16(", ")") == "(t5 if b1[i] else u1)"
+    assert rounded_argument(["t6 = cvl.round_f16(a) + cvl.round_f16(b)"], "t6 = cvl.round_f16(", ")") is None
