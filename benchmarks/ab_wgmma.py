@@ -210,6 +210,11 @@ SETTINGS_OF["library plain kernel, split-K of 4+ parts through the workspace alo
 # instead of through the cluster's window, and thread 0's fence.acq_rel.gpu around the ticket instead of every
 # thread's __threadfence: 40.1 (with chunks interleaved) against 39.8; 512 x 1024 x 8192 30.6 against 30.7;
 # 256 x 512 x 8192 20.3 against 20.7; 1024 x 2048 x 8192 61.3 against 60.4. Level: none kept.
+# Session 18: a cluster's parts meet through the workspace from the accumulators (cuda_wgmma.SPLIT_EXCHANGE "l2",
+# the default) against the shared-memory meeting of sessions 14-17 ("dsmem"): the timeline had the 64 KB read from
+# the peer's shared memory at about 14 GB/s a multiprocessor, the L2 about 75.
+SPLIT_DSMEM = "library plain kernel, split-K clusters meeting in distributed shared memory (before session 18)"
+SETTINGS_OF[SPLIT_DSMEM] = {"SPLIT_EXCHANGE": "dsmem"}
 # Session 16: the timeline (the kernel's work unchanged): thread 0 of each CTA notes %globaltimer at its start,
 # at the end of its main loop, after its cluster's partials met (split-K in clusters), at its ticket (split-K
 # through the workspace) and at its exit, with its SM, into the module's `cvl_tl_notes`; `timeline_summary`
@@ -255,7 +260,8 @@ def timeline_patch(src: str) -> str:
         elif i == last:
             out += ["    CVL_NOTE(4);", "    CVL_FLUSH();"]
         out.append(line)
-        if "cvl_split_sync();  // every part of the cluster is in its CTA's shared memory" in line:
+        if "cvl_split_sync();  // every part of the cluster is in its CTA's shared memory" in line or (
+                "cvl_split_sync();  // every CTA's parts of its peers' slices are in the workspace" in line):
             out.append(line[: len(line) - len(line.lstrip())] + "CVL_NOTE(2);")
     return "\n".join(out)
 

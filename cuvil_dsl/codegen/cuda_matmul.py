@@ -590,6 +590,8 @@ class _GemmKernel:
             " = make_float2(acc[ni * 4 + h * 2], acc[ni * 4 + h * 2 + 1]);",
             "cvl_split_sync();  // every part of the cluster is in its CTA's shared memory"]
         each_chunk = ["#pragma unroll", f"for (int i = 0; i < {chunks // eng.threads}; ++i) {{", *chunk]
+        if cuda_wgmma.SPLIT_EXCHANGE == "l2":
+            return self.split_cluster_l2(tiles, parts, size, rank, each_chunk, epilogue)
         if groups == 1:
             return out + [*each_chunk, *cluster_sum, *epilogue, "}",
                           "cvl_split_sync();  // no CTA leaves while a peer may still read its shared memory"]
@@ -614,6 +616,87 @@ class _GemmKernel:
             "        v[4] += y.x; v[5] += y.y; v[6] += y.z; v[7] += y.w;",
             "    }", *epilogue, "}",
             f"if (threadIdx.x == 0) {counter} = 0u;  // ready for the next launch"]
+
+    def split_cluster_l2(self, tiles: int, parts: int, size: int, rank: str, each_chunk: list[str],
+                         epilogue: list[str]) -> list[str]:
+        """:meth:`split_cluster_epilogue` meeting through the kernel's workspace (cuda_wgmma.SPLIT_EXCHANGE "l2").
+        Slice q of the columns is accumulators ``q * per .. (q + 1) * per`` of every thread. Each CTA stores the
+        slices its peers own straight from its accumulators (float4 i of thread t at ``i * threads + t``: a warp's
+        512 contiguous bytes a store), then a cluster barrier (the cluster's CTAs are resident together, so
+        waiting is safe); the CTA of rank r adds every part of slice r in rank order, its own from registers and
+        its peers' read back in the same layout, so the bits are those of the shared-memory meeting. With more
+        than one cluster a tile, the slice's sum goes to the workspace in that layout too and the CTA with the
+        (tile, slice) counter's last ticket adds the clusters' sums in cluster order (its own cluster's from its
+        registers). The sum then goes through the free stages (rows of ``BN + 8`` floats) to the chunked
+        epilogue, which stores 16-byte chunks of 8 columns."""
+        eng = self.eng
+        threads, groups = eng.threads, parts // size
+        per = eng.regs // size  # a slice's accumulators a thread
+        if per % 4:
+            raise InternalError(f"split-K in a cluster: {eng.regs} accumulators do not split in {size} float4 slices")
+        per4, ld, nis = per // 4, eng.bn + 8, eng.bn // 8 // size
+        block = per4 * threads  # float4 of one slice of one part
+        group = "0" if groups == 1 else f"(part / {size})"
+        pair_slots = tiles * groups * size * (size - 1)
+
+        def pair_slot(q: int, p: str) -> str:  # slice q written by rank p (!= q) of cluster (tile_, group)
+            writer = str(int(p) - (int(p) > q)) if p.isdigit() else f"({p} - ({p} > {q}))"
+            return f"cvl_pair + ((size_t)(tile_ * {groups} + {group}) * {size * (size - 1)} + {q * (size - 1)} + {writer}) * {block}"
+
+        def four(q: int, i: str = "i") -> str:
+            return ", ".join(f"acc[{q * per} + 4 * {i} + {j}]" for j in range(4))
+
+        def slices(body) -> list[str]:  # ``body(q)`` for this CTA's slice q (= rank): acc's indices stay constant
+            out = []
+            for q in range(size):
+                out += [f"if ({rank} == {q}) {{", *indent(body(q)), "}"]
+            return out
+
+        add = ["v.x += x.x; v.y += x.y; v.z += x.z; v.w += x.w;"]
+
+        def summed(q: int, order: str, count: int, own: str, load: str) -> list[str]:  # slice q's sum, in order
+            return ["#pragma unroll", f"for (int i = 0; i < {per4}; ++i) {{",
+                    "    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);", "    #pragma unroll",
+                    f"    for (int {order} = 0; {order} < {count}; ++{order}) {{"
+                    "  // in order: the bits do not depend on which CTA came last",
+                    f"        const float4 x = {own} ? make_float4({four(q)}) : __ldcg({load} + i * {threads} + threadIdx.x);",
+                    *indent(indent(add)), "    }",
+                    *(f"    acc[{q * per} + 4 * i + {j}] = v.{c};" for j, c in enumerate("xyzw")), "}"]
+
+        if groups == 1:
+            ws = self.k.workspace(pair_slots * block * 16)
+            lines = [f"float4* const cvl_pair = reinterpret_cast<float4*>({ws});"]
+        else:
+            sums = groups * tiles * size * block  # float4 of the clusters' slice sums
+            lines = [*self.counted_workspace(tiles * size, (sums + pair_slots * block) * 16, "cvl_sums"),
+                     f"float4* const cvl_pair = cvl_sums + {sums};"]
+        out = ["__syncthreads();  // every warpgroup is past its last wgmma: the stages are free", *lines]
+        for q in range(size):  # the slices the peers own
+            out += [f"if ({rank} != {q}) {{", f"    float4* const to = {pair_slot(q, rank)} + threadIdx.x;",
+                    "    #pragma unroll", f"    for (int i = 0; i < {per4}; ++i)",
+                    f"        __stcg(to + i * {threads}, make_float4({four(q)}));", "}"]
+        out += ["__threadfence();", "cvl_split_sync();  // every CTA's parts of its peers' slices are in the workspace"]
+        out += slices(lambda q: summed(q, "p", size, f"p == {q}", f"{pair_slot(q, 'p')}"))
+        if groups > 1:
+            sum_slot = f"cvl_sums + ((size_t)({{g}} * {tiles} + tile_) * {size} + {rank}) * {block}"
+            counter = f"cvl_count[tile_ * {size} + {rank}]"  # the (tile, slice) counter
+            out += slices(lambda q: [f"float4* const to = {sum_slot.format(g=group)} + threadIdx.x;",
+                                     "#pragma unroll", f"for (int i = 0; i < {per4}; ++i)",
+                                     f"    __stcg(to + i * {threads}, make_float4({four(q)}));"])
+            out += self.last_ticket(counter, groups)
+            out += slices(lambda q: summed(q, "g", groups, f"g == {group}", sum_slot.format(g="g")))
+            out += [f"if (threadIdx.x == 0) {counter} = 0u;  // ready for the next launch"]
+        out += ["float* const cvl_part = reinterpret_cast<float*>(cvl_smem + (smem0 - cvl_smem_addr(cvl_smem)));"
+                f"  // this CTA's slice of the tile, {ld} a row"]
+        out += slices(lambda q: [
+            "#pragma unroll", f"for (int ni = {q * nis}; ni < {(q + 1) * nis}; ++ni)", "#pragma unroll",
+            "for (int h = 0; h < 2; ++h)",
+            f"    *reinterpret_cast<float2*>(&cvl_part[(wg * 64 + wl * 16 + lane / 4 + h * 8) * {ld} + ni * 8 + lane % 4 * 2])"
+            " = make_float2(acc[ni * 4 + h * 2], acc[ni * 4 + h * 2 + 1]);"])
+        return out + ["__syncthreads();  // the slice's sums are staged", *each_chunk,
+                      f"    const float4 x = *reinterpret_cast<const float4*>(&cvl_part[r * {ld} + nc]);",
+                      f"    const float4 y = *reinterpret_cast<const float4*>(&cvl_part[r * {ld} + nc + 4]);",
+                      "    const float v[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};", *epilogue, "}"]
 
     def counted_workspace(self, counters: int, payload: int, data: str) -> list[str]:
         """Ask for the kernel's workspace as ``counters`` tickets' counters (``cvl_count``, 256-byte aligned)

@@ -140,6 +140,14 @@ SPLIT_CLUSTER = True
 # split_cluster_epilogue). The last CTA of a tile in 4 parts read 3 x 128 KB of partials alone; now it reads
 # 64 KB, and half the tile's epilogue runs on each of two CTAs.
 SPLIT_CLUSTER_GROUPS = True
+# Session 18: where a cluster's parts meet. "dsmem" (sessions 14-17): each CTA writes its whole partial into its own
+# shared memory and, after a cluster barrier, reads its slice of the columns from every CTA through the cluster's
+# window. The timeline (`2026-12-01-h200-ab_wgmma-session17-timeline.md`) put that read at 4.6 us for 64 KB from
+# the peer (about 14 GB/s a multiprocessor). "l2": each CTA writes the slices its peers own to the kernel's
+# workspace straight from its accumulators (a warp's 512 contiguous bytes a store), a cluster barrier (the cluster
+# keeps the CTAs resident together), then adds its peers' parts of its own slice, read back in the same layout,
+# into its accumulators; the sums, in rank order, are bit for bit the "dsmem" ones.
+SPLIT_EXCHANGE = "l2"
 
 
 def split_cluster(parts: int) -> int:

@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 
+from cuvil_dsl.codegen import cuda_wgmma
 from cuvil_dsl.codegen.cuda_wgmma import WgmmaEngine, WgmmaOperand, gemm_bias_gelu_source, supported
 from cuvil_dsl.types import DType
 
@@ -751,14 +752,18 @@ def test_split_parts_cover_k_with_no_empty_part(monkeypatch):
     assert cuda_wgmma.split_parts(16, 128, 132) == 1
 
 
-def test_split_k_kernels(tmp_path, monkeypatch):
+@pytest.mark.parametrize("exchange", ["l2", "dsmem"])
+def test_split_k_kernels(exchange, tmp_path, monkeypatch):
     """gemm_split_k's GEMMs: a CTA per (part, tile); each part walks its own steps of K (the batched one, with
     steps past K, tests K in its loads). Where the output has no 16-byte chunks (y, z) the parts meet in a
     workspace of the tiles' counters (256 bytes) and one f32 partial tile per CTA: partials out, a ticket after
-    the fences, the last CTA adds the parts in order and resets the counter. Two parts (w) are one cluster:
-    partials in shared memory, each CTA sums half the columns from both. More (u, t: 4, x: 8) are clusters of two
-    that sum their pair's halves the same way, then meet through the workspace per (tile, half): each CTA's
-    half sum out, a ticket, the last adds the clusters' sums in order. All compile for sm_90a with no spills."""
+    the fences, the last CTA adds the parts in order and resets the counter. Two parts (w) are one cluster,
+    each CTA summing half the columns from both; more (u, t: 4, x: 8) are clusters of two that sum their pair's
+    halves the same way, then meet through the workspace per (tile, half): each CTA's half sum out, a ticket,
+    the last adds the clusters' sums in order. A cluster's pair meets through the workspace from the
+    accumulators (cuda_wgmma.SPLIT_EXCHANGE "l2": the peer's half out, a cluster barrier, the peer's part of
+    this CTA's half read back) or in shared memory ("dsmem": whole partials in each CTA's shared memory, read
+    through the cluster's window). All compile for sm_90a with no spills."""
     import sys
 
     from cuvil_dsl.codegen import render_cuda
@@ -766,6 +771,7 @@ def test_split_k_kernels(tmp_path, monkeypatch):
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
     from codegen_cases import ROOT, compile_kernel, load_case
 
+    monkeypatch.setattr(cuda_wgmma, "SPLIT_EXCHANGE", exchange)
     case = load_case(ROOT / "tests" / "codegen" / "programs" / "gemm_split_k.yaml")
     y, z, u, w, x, t = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")
     for k, tiles, parts, per, loads_test_k, bn in ((y, 4 * 6, 4, 17, False, 128), (z, 2 * 3 * 3, 2, 17, True, 128),
@@ -788,30 +794,37 @@ def test_split_k_kernels(tmp_path, monkeypatch):
         assert body.startswith(" __global__ void __cluster_dims__(2, 1, 1)")
         assert f"const int part = blockIdx.x % {parts};" in body and f"const int tile_ = blockIdx.x / {parts};" in body
         assert "for (int p = 0; p < 2; ++p)" in body  # a cluster's two partials, in rank order
-        first, second = (i for i, line in enumerate(lines) if "cvl_split_sync();" in line)
-        assert "make_float2(acc[" in lines[first - 1] and "cvl_ld_peer4(at, p)" in "\n".join(lines[first:second])
-        if k is w:  # one cluster a tile: each CTA stores its half of the columns
-            assert not any(a.kind == "workspace" for a in k.args) and "cvl_ticket" not in body
-            assert f"const int nc = part * {bn // 2} + c % {bn // 2 // 8} * 8;" in body
-            assert "*reinterpret_cast<uint4*>(&b" in "\n".join(lines[first:second])
-            continue
         groups, half = parts // 2, 128 * bn // 2 // 4  # a half tile's sum in float4
-        (ws,) = [a for a in k.args if a.kind == "workspace"]
-        assert ws.workspace == 256 + groups * tiles * 2 * half * 16
-        assert f"const int nc = (part % 2) * {bn // 2} + c % {bn // 2 // 8} * 8;" in body
-        text = "\n".join(lines[second:])
-        ticket, leave = text.index("atomicAdd(&cvl_count[tile_ * 2 + (part % 2)], 1u)"), text.index(
+        rank = "part" if groups == 1 else "(part % 2)"
+        assert f"const int nc = {rank} * {bn // 2} + c % {bn // 2 // 8} * 8;" in body
+        syncs = [i for i, line in enumerate(lines) if "cvl_split_sync();" in line]
+        first = syncs[0]
+        before, after = "\n".join(lines[:first]), "\n".join(lines[first:])
+        pair_bytes = tiles * parts * half * 16 if exchange == "l2" else 0  # each CTA's part of its peer's half
+        (ws,) = [a for a in k.args if a.kind == "workspace"] or [None]
+        if exchange == "l2":
+            assert len(syncs) == 1 and "cvl_ld_peer4(" not in body and "__threadfence();" in lines[first - 1]
+            assert f"__stcg(to + i * 256, make_float4(acc[{bn // 4} + 4 * i + 0]" in before  # the peer's half out
+            assert after.index("for (int p = 0; p < 2; ++p)") < after.index("*reinterpret_cast<uint4*>(&")
+        else:
+            second = syncs[1]
+            assert len(syncs) == 2 and "make_float2(acc[" in lines[first - 1]
+            assert "cvl_ld_peer4(at, p)" in "\n".join(lines[first:second])
+        if k is w:  # one cluster a tile: each CTA stores its half of the columns
+            assert "cvl_ticket" not in body
+            assert ws.workspace == pair_bytes if exchange == "l2" else ws is None
+            continue
+        assert ws.workspace == 256 + groups * tiles * 2 * half * 16 + pair_bytes
+        ticket, leave = after.index("atomicAdd(&cvl_count[tile_ * 2 + (part % 2)], 1u)"), after.index(
             f"if (cvl_ticket != {groups - 1}u) return;")
-        adds = text.index(f"for (int g = 0; g < {groups}; ++g)")
-        assert "__stcg(to" in "\n".join(lines[first:second]) and "*reinterpret_cast<uint4*>(&" not in "\n".join(
-            lines[first:second])  # the first pass only stores its sums; the last cluster's CTA stores outputs
-        assert ticket < leave < adds < text.index("*reinterpret_cast<uint4*>(&") < text.index(
-            "cvl_count[tile_ * 2 + (part % 2)] = 0u;")
+        adds = after.index(f"for (int g = 0; g < {groups}; ++g)")
+        assert "*reinterpret_cast<uint4*>(&" not in after[:ticket]  # the last cluster's CTA alone stores outputs
+        assert ticket < leave < adds < after.index("*reinterpret_cast<uint4*>(&")
+        assert adds < after.index("cvl_count[tile_ * 2 + (part % 2)] = 0u;")
         unit = compile_kernel(k, monkeypatch, tmp_path, fallback="none")
         r = unit.resources[k.entry]
         assert r.spill_bytes == 0 and r.stack_bytes == 0 and "serializ" not in unit.log.lower(), unit.log
     assert "cvl_tma_2d(" in y.source and "cvl_cp_async16s(" in z.source and "cvl_cp_async16s(" in t.source
-    assert w.source.count("cvl_split_sync();") == 2 and u.source.count("cvl_split_sync();") == 2
     assert "__nv_bfloat16 cvl_o[8];" in t.source  # a batched bf16 GEMM's clusters store 16-byte chunks of bf16
 
 
@@ -825,37 +838,45 @@ def test_split_k_kernels(tmp_path, monkeypatch):
 ])
 def test_tile_and_split_choice(sizes, tile, parts):
     """cuda_wgmma.plain_engine's choice, as measured on the H200 in session 14 (cuda_wgmma.LARGE_WAVES,
-    SPLIT_K): the grid is the tiles times the parts of K, and only a split kernel has a workspace."""
+    SPLIT_K): the grid is the tiles times the parts of K, and only a split kernel has a workspace (where a
+    cluster's parts meet, cuda_wgmma.SPLIT_EXCHANGE "l2"; a ticket's counters with more than one cluster a tile)."""
     M, N, K = sizes
     k = _library_gemm(GELU, {"M": M, "N": N, "K": K})
     assert k.grid == (-(-M // 128) * -(-N // tile) * parts, 1, 1)
     # two parts meet in a cluster; more in clusters of two, whose sums meet through the workspace
     assert ("__cluster_dims__(2, 1, 1)" in k.source) == (parts > 1)
-    assert any(a.kind == "workspace" for a in k.args) == (parts > 2) and ("cvl_ticket" in k.source) == (parts > 2)
+    assert any(a.kind == "workspace" for a in k.args) == (parts > 1) and ("cvl_ticket" in k.source) == (parts > 2)
 
 
 @pytest.mark.parametrize("groups", [False, True])
 def test_four_parts_meet_in_clusters_of_two(groups, monkeypatch):
     """cuda_wgmma.SPLIT_CLUSTER_GROUPS: 4 parts as two clusters of two meeting through the workspace (a half tile's
-    sum per CTA: 64 KB); False: the workspace alone (a whole partial tile per CTA: 128 KB)."""
+    sum per CTA: 64 KB, after each pair met there: 64 KB a CTA, its peer's half); False: the workspace alone (a
+    whole partial tile per CTA: 128 KB)."""
     from cuvil_dsl.codegen import cuda_wgmma
 
     monkeypatch.setattr(cuda_wgmma, "SPLIT_CLUSTER_GROUPS", groups)
     k = _library_gemm(GELU, {"M": 1024, "N": 1024, "K": 8192})
     (ws,) = [a for a in k.args if a.kind == "workspace"]
     assert k.grid == (128, 1, 1) and ("__cluster_dims__(2, 1, 1)" in k.source) == groups
-    assert ws.workspace == 256 + (2 * 32 * 2 * 64 * 1024 if groups else 4 * 32 * 128 * 1024)
+    assert ws.workspace == 256 + (2 * (2 * 32 * 2 * 64 * 1024) if groups else 4 * 32 * 128 * 1024)
 
 
 @pytest.mark.parametrize("cluster", [False, True])
 def test_two_parts_meet_in_a_cluster(cluster, monkeypatch):
-    """cuda_wgmma.SPLIT_CLUSTER: two parts of a tile are one cluster (no workspace); False: the workspace."""
+    """cuda_wgmma.SPLIT_CLUSTER: two parts of a tile are one cluster, each CTA writing its peer's half of the
+    columns to the workspace (64 KB a CTA, no counters; none when they meet in shared memory); False: the
+    workspace alone (a whole partial tile a CTA, and the tiles' counters)."""
     from cuvil_dsl.codegen import cuda_wgmma
 
     monkeypatch.setattr(cuda_wgmma, "SPLIT_CLUSTER", cluster)
     k = _library_gemm(GELU, {"M": 1024, "N": 2048, "K": 8192})
-    assert k.grid == (128, 1, 1)
-    assert ("__cluster_dims__(2, 1, 1)" in k.source) == cluster and any(a.kind == "workspace" for a in k.args) != cluster
+    assert k.grid == (128, 1, 1) and ("__cluster_dims__(2, 1, 1)" in k.source) == cluster
+    (ws,) = [a for a in k.args if a.kind == "workspace"]
+    assert ws.workspace == (128 * 64 * 1024 if cluster else 256 + 128 * 128 * 1024)
+    monkeypatch.setattr(cuda_wgmma, "SPLIT_EXCHANGE", "dsmem")
+    k = _library_gemm(GELU, {"M": 1024, "N": 2048, "K": 8192})
+    assert any(a.kind == "workspace" for a in k.args) != cluster
 
 
 def _decode_lines(source: str) -> list[str]:
