@@ -212,7 +212,9 @@ SETTINGS_OF["library plain kernel, split-K of 4+ parts through the workspace alo
 # 256 x 512 x 8192 20.3 against 20.7; 1024 x 2048 x 8192 61.3 against 60.4. Level: none kept.
 # Session 18: a cluster's parts meet through the workspace from the accumulators (cuda_wgmma.SPLIT_EXCHANGE "l2",
 # the default) against the shared-memory meeting of sessions 14-17 ("dsmem"): the timeline had the 64 KB read from
-# the peer's shared memory at about 14 GB/s a multiprocessor, the L2 about 75.
+# the peer's shared memory at about 14 GB/s a multiprocessor, the L2 about 75. Measured (5 rounds,
+# `-session18-split-l2.md`), medians of rounds: 1024 x 1024 x 8192 39.2 us against 40.2; 1024 x 2048 x 8192 58.3 against
+# 59.6; 512 x 1024 x 8192 29.7 against 30.8; 256 x 512 x 8192 19.6 against 21.0. Kept.
 SPLIT_DSMEM = "library plain kernel, split-K clusters meeting in distributed shared memory (before session 18)"
 SETTINGS_OF[SPLIT_DSMEM] = {"SPLIT_EXCHANGE": "dsmem"}
 # Session 16: the timeline (the kernel's work unchanged): thread 0 of each CTA notes %globaltimer at its start,

@@ -146,7 +146,11 @@ SPLIT_CLUSTER_GROUPS = True
 # the peer (about 14 GB/s a multiprocessor). "l2": each CTA writes the slices its peers own to the kernel's
 # workspace straight from its accumulators (a warp's 512 contiguous bytes a store), a cluster barrier (the cluster
 # keeps the CTAs resident together), then adds its peers' parts of its own slice, read back in the same layout,
-# into its accumulators; the sums, in rank order, are bit for bit the "dsmem" ones.
+# into its accumulators; the sums, in rank order, are bit for bit the "dsmem" ones. Measured (`ab_wgmma.py
+# --library-modes "timeline,before session 18" --rounds 5`, `2026-12-01-h200-ab_wgmma-session18-split-l2.md`), medians
+# of 5 rotated rounds, "l2" against "dsmem": 1024 x 1024 x 8192 39.2 us against 40.2; 1024 x 2048 x 8192 58.3 against
+# 59.6; 512 x 1024 x 8192 29.7 against 30.8; 256 x 512 x 8192 19.6 against 21.0. Less than the 3 us predicted: all
+# 128 CTAs meet at once, so the exchange runs at the L2's shared rate (64 KB a CTA written in about 2.4 us).
 SPLIT_EXCHANGE = "l2"
 
 
