@@ -217,10 +217,6 @@ SETTINGS_OF["library plain kernel, split-K of 4+ parts through the workspace alo
 # 59.6; 512 x 1024 x 8192 29.7 against 30.8; 256 x 512 x 8192 19.6 against 21.0. Kept.
 SPLIT_DSMEM = "library plain kernel, split-K clusters meeting in distributed shared memory (before session 18)"
 SETTINGS_OF[SPLIT_DSMEM] = {"SPLIT_EXCHANGE": "dsmem"}
-# Session 18: the last cluster of a tile's parts takes SPLIT_SKEW more k steps than an even share (the others fewer),
-# so the first clusters' meeting and stores run under its main loop (cuda_wgmma.SPLIT_SKEW; 0, even, the default).
-for _skew in (2, 3, 5):
-    SETTINGS_OF[f"library plain kernel, split-K skewed by {_skew} steps to the last cluster"] = {"SPLIT_SKEW": _skew}
 # Session 16: the timeline (the kernel's work unchanged): thread 0 of each CTA notes %globaltimer at its start,
 # at the end of its main loop, after its cluster's partials met (split-K in clusters), at its ticket (split-K
 # through the workspace) and at its exit, with its SM, into the module's `cvl_tl_notes`; `timeline_summary`

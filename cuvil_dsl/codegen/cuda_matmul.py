@@ -501,11 +501,6 @@ class _GemmKernel:
                           f"const int tile_ = blockIdx.x / {parts};"]
             decode += self.tile_indices("tile_")
             k0 = lambda s: f"(part * {steps} + ({s})) * {eng.bk}"  # noqa: E731
-            skewed = self.split_skew(parts, cluster) if cluster else None
-            if skewed is not None:
-                decode += skewed[0]
-                steps, eng.k_overshoot = "steps_", skewed[1]
-                k0 = lambda s: f"(k_step0 + ({s})) * {eng.bk}"  # noqa: E731
         body = self.prologue(decode) + [f"const int n0 = nt * {eng.bn};"]
         body += eng.main_loop(steps, k0, lambda s: "n0", "m0", ("pa", "pb"), [])
         if cluster:
@@ -522,25 +517,6 @@ class _GemmKernel:
             lines = [lines[0].replace("__global__ void", f"__global__ void __cluster_dims__({cluster}, 1, 1)", 1), *lines[1:]]
         return Emitted(self.in_pairs(lines) if pair else lines, (tiles * parts, 1, 1), (eng.threads, 1, 1), eng.shared_bytes,
                        eng.helpers() + (SPLIT_CLUSTER_HELPERS if cluster else ""), eng.options)
-
-    def split_skew(self, parts: int, size: int) -> tuple[list[str], bool] | None:
-        """cuda_wgmma.SPLIT_SKEW: with more than one cluster a tile, the last cluster's parts take ``SPLIT_SKEW`` more
-        k steps than an even share and the others fewer, so the first clusters meet, store their halves' sums and
-        take their tickets while the last still multiplies (its CTAs then find every other sum stored). The lines
-        that set ``k_step0`` and ``steps_`` (this part's first step and count) and whether the last part's steps run
-        past K; None when nothing is skewed. The clusters' sums are still added in cluster order."""
-        groups, skew = parts // size, cuda_wgmma.SPLIT_SKEW
-        even = -(-self.kt // parts)
-        if groups < 2 or skew <= 0 or even - skew < cuda_wgmma.SPLIT_MIN_STEPS // 2:
-            return None
-        own = even + skew  # the last cluster's parts
-        helper_parts = size * (groups - 1)
-        help_ = -(-(self.kt - size * own) // helper_parts)
-        first_own = helper_parts * help_  # the last cluster's first step
-        return ([f"const bool owner_ = part >= {helper_parts};  // the last cluster: {own} steps, the others {help_}",
-                 f"const int steps_ = owner_ ? {own} : {help_};",
-                 f"const int k_step0 = owner_ ? {first_own} + (part - {helper_parts}) * {own} : part * {help_};"],
-                first_own + size * own != self.kt)
 
     def chunked_output(self) -> tuple | None:
         """(store, its C scalar type) where the plain wgmma kernel's one output can be written in 16-byte

@@ -152,9 +152,6 @@ SPLIT_CLUSTER_GROUPS = True
 # 59.6; 512 x 1024 x 8192 29.7 against 30.8; 256 x 512 x 8192 19.6 against 21.0. Less than the 3 us predicted: all
 # 128 CTAs meet at once, so the exchange runs at the L2's shared rate (64 KB a CTA written in about 2.4 us).
 SPLIT_EXCHANGE = "l2"
-# Session 18: k steps the last cluster of a tile's parts takes beyond an even share (the others take fewer), so the
-# other clusters' meeting, stores and tickets run under its main loop (cuda_matmul._GemmKernel.split_skew). 0: even.
-SPLIT_SKEW = 0
 
 
 def split_cluster(parts: int) -> int:

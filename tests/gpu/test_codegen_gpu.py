@@ -371,22 +371,3 @@ def test_split_k_exchanges_give_the_same_bits(monkeypatch):
     for r in case.pipeline.results:
         np.testing.assert_array_equal(np.ascontiguousarray(results["l2"][r.name]).view(np.uint8),
                                       np.ascontiguousarray(results["dsmem"][r.name]).view(np.uint8))
-
-
-@pytest.mark.parametrize("skew", [3, 5])
-def test_split_k_skewed_to_the_last_cluster_matches_reference(skew, monkeypatch):
-    """cuda_wgmma.SPLIT_SKEW: gemm_split_k's GEMMs of more than one cluster a tile (4 parts of 128 x 256 and of a
-    batched 128 x 128 by cp.async, 8 parts) with the last cluster's parts taking ``skew`` more k steps and the
-    others fewer: every k step is still walked once (runtime step counts, K-tested loads where the last part runs
-    past K), so every result matches float64, and two runs give the same bits."""
-    from cuvil_dsl.codegen import cuda_wgmma
-
-    monkeypatch.setattr(cuda_wgmma, "SPLIT_SKEW", skew)
-    case = load_case(Path(__file__).parents[1] / "codegen" / "programs" / "gemm_split_k.yaml")
-    first, want = run_on_gpu(case)
-    again, _ = run_on_gpu(case)
-    for r in case.pipeline.results:
-        rtol, atol = case.loaded.spec.check.tolerances(r.type.dtype, case.tf32)
-        assert_matches(first[r.name], want[r.name], r.type.dtype, rtol, atol)
-        np.testing.assert_array_equal(np.ascontiguousarray(first[r.name]).view(np.uint8),
-                                      np.ascontiguousarray(again[r.name]).view(np.uint8))
