@@ -307,6 +307,13 @@ def timeline_summary(launch, label: str) -> str:
     parts += [f"exit (CTAs that stored) {spread(at(4))}",
               f"exit after the loop's end, a CTA that stored {spread((stored[:, 4] - stored[:, 1]) / 1000.0)}",
               f"span {leaves.max() if len(leaves) else 0:.2f}"]
+    gaps = []  # on each SM, from a CTA's exit to the start of the next CTA there (grids of more than one wave)
+    for sm in set(notes[:, 6].tolist()):
+        on = notes[(notes[:, 6] == sm) & (notes[:, 4] > 0)]
+        on = on[np.argsort(on[:, 0])]
+        gaps += ((on[1:, 0] - on[:-1, 4]) / 1000.0).tolist()
+    if gaps:
+        parts.append(f"an SM's next CTA starts after the last one's exit {spread(np.array(gaps))} ({len(gaps)} hand-overs)")
     return f"- {label}, timeline of the last timed launch (us from the first CTA's start): " + "; ".join(parts)
 
 
