@@ -537,7 +537,9 @@ class _GemmKernel:
 
     def split_cluster_epilogue(self, tiles: int, parts: int, size: int) -> list[str]:
         """Split-K in clusters (cuda_wgmma.split_cluster): the ``parts`` CTAs of a tile are ``parts / size`` clusters
-        of ``size`` consecutive parts. Once every warpgroup is past its last wgmma, each CTA writes its f32 partial
+        of ``size`` consecutive parts. Where they meet is cuda_wgmma.SPLIT_EXCHANGE: "l2" (the default) is
+        :meth:`split_cluster_l2`, with this method's chunked epilogue; "dsmem" is the rest of this method, the
+        meeting of sessions 14-17. Once every warpgroup is past its last wgmma, each CTA writes its f32 partial
         tile into its own shared memory (rows of ``BN + 8`` floats: the 8-byte stores of 4 rows hit 32 banks); after
         a cluster barrier, the CTA of rank ``r`` sums slice ``r`` of the tile's columns (``BN / size``), 8 columns a
         thread at a time, from every CTA of its cluster in rank order (so the bits do not depend on the CTA).
@@ -571,6 +573,9 @@ class _GemmKernel:
                     "        const float ACC0 = v[2 * j], ACC1 = v[2 * j + 1];",
                     *indent(indent(body)), "    }",
                     "    {", "        const int n = nb;", *indent(indent(self.edge_guarded([store]))), "    }"]
+        each_chunk = ["#pragma unroll", f"for (int i = 0; i < {chunks // eng.threads}; ++i) {{", *chunk]
+        if cuda_wgmma.SPLIT_EXCHANGE == "l2":
+            return self.split_cluster_l2(tiles, parts, size, rank, each_chunk, epilogue)
         cluster_sum = [
             f"    const unsigned at = smem0 + (unsigned)(r * {ld} + nc) * 4u;",
             "    float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};",
@@ -589,9 +594,6 @@ class _GemmKernel:
             f"    *reinterpret_cast<float2*>(&cvl_part[(wg * 64 + wl * 16 + lane / 4 + h * 8) * {ld} + ni * 8 + lane % 4 * 2])"
             " = make_float2(acc[ni * 4 + h * 2], acc[ni * 4 + h * 2 + 1]);",
             "cvl_split_sync();  // every part of the cluster is in its CTA's shared memory"]
-        each_chunk = ["#pragma unroll", f"for (int i = 0; i < {chunks // eng.threads}; ++i) {{", *chunk]
-        if cuda_wgmma.SPLIT_EXCHANGE == "l2":
-            return self.split_cluster_l2(tiles, parts, size, rank, each_chunk, epilogue)
         if groups == 1:
             return out + [*each_chunk, *cluster_sum, *epilogue, "}",
                           "cvl_split_sync();  // no CTA leaves while a peer may still read its shared memory"]
