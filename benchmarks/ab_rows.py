@@ -133,6 +133,18 @@ ROW_VARIANTS = {
         ("default (a row a warp)", {}, {}),
         ("2 rows a warp, raw cache (the first rule)", {"warp_rows": 2, "raw_cache": True}, {}),
     ],
+    # session 18: elementwise_f32 at 2^20 (8 MB moved, 1024 blocks of the default shape, about 8 a multiprocessor):
+    # 7.4 us in `cuvil-dsl bench` against Triton's 6.4 (`2026-12-01-h200-shapes-session18.json`). More work a thread
+    # (fewer blocks to schedule) or larger blocks, predicted 0.2-0.5 us faster if block scheduling is the cost.
+    "shapes/elementwise_f32-small": [
+        ("default (128 threads, chunked, 2 vectors)", {}, {}),
+        ("128 threads, chunked, 4 vectors", {}, {"unroll": 4}),
+        ("128 threads, chunked, 8 vectors", {}, {"unroll": 8}),
+        ("256 threads, chunked, 2 vectors", {}, {"threads": 256}),
+        ("256 threads, chunked, 4 vectors", {}, {"threads": 256, "unroll": 4}),
+        ("512 threads, chunked, 2 vectors", {}, {"threads": 512}),
+        ("one wave, 128 threads, 2 vectors a grid stride apart", {}, {"waves": 1}),
+    ],
     "shapes/softmax_f32-odd-rows": [
         ("default (a warp a row, 48 registers)", {}, {}),
         ("16 lanes a row, min 3 blocks (78 registers)", {"row_lanes": 16, "min_blocks": 3}, {}),
