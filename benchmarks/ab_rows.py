@@ -136,6 +136,8 @@ ROW_VARIANTS = {
     # session 18: elementwise_f32 at 2^20 (8 MB moved, 1024 blocks of the default shape, about 8 a multiprocessor):
     # 7.4 us in `cuvil-dsl bench` against Triton's 6.4 (`2026-12-01-h200-shapes-session18.json`). More work a thread
     # (fewer blocks to schedule) or larger blocks, predicted 0.2-0.5 us faster if block scheduling is the cost.
+    # Measured (3 rounds, `2026-12-01-h200-ab_rows-session18-elementwise-small.md`): default 7.4, 4 or 8 vectors 7.2,
+    # 256 threads 7.5 / 7.3, 512 threads 7.5, one wave 7.6: the best inside the default's spread; unchanged.
     "shapes/elementwise_f32-small": [
         ("default (128 threads, chunked, 2 vectors)", {}, {}),
         ("128 threads, chunked, 4 vectors", {}, {"unroll": 4}),
