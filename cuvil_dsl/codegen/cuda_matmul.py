@@ -677,7 +677,7 @@ class _GemmKernel:
 
         def summed(q: int, order: str, count: int, own: str, load: str, local: str = "") -> list[str]:
             # slice q's sum, in order; ``local``: float4 i < pushed of the others' parts from this CTA's shared memory
-            other = f"__ldcg({load} + {f'(i - {pushed})' if local else 'i'} * {threads} + threadIdx.x)"
+            other = f"__ldcg({load} + {f'(i - {pushed})' if pushed else 'i'} * {threads} + threadIdx.x)"
             if local:
                 other = f"(i < {pushed} ? {local}[i * {threads} + threadIdx.x] : {other})"
             return ["#pragma unroll", f"for (int i = 0; i < {per4}; ++i) {{",

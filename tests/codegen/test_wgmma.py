@@ -936,32 +936,3 @@ def test_grouped_walk_of_pairs(M, N, monkeypatch):
                for t in range(0, mt * nt, 2))
     group = min(cuda_wgmma.RASTER_ROWS, mt)
     assert {m for m, _n, _b in walk[:group * nt]} == set(range(group))
-
-
-def test_split_k_pairs_push_part_of_a_slice_through_shared_memory(tmp_path, monkeypatch):
-    """cuda_wgmma.SPLIT_DSMEM_SHARE: a pair's first float4 of each slice a thread go into the owner's shared memory
-    (a buffer past the stages, within the arch's opt-in limit), the rest through the workspace, which shrinks by
-    as much; only the pair's meeting changes (the clusters' sums are read as before); no spills."""
-    from codegen_cases import ROOT, compile_kernel, load_case
-
-    from cuvil_dsl.codegen import render_cuda
-    from cuvil_dsl.passes import configs
-
-    case = load_case(ROOT / "tests" / "codegen" / "programs" / "gemm_split_k.yaml")
-    plain = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")
-    monkeypatch.setattr(cuda_wgmma, "SPLIT_DSMEM_SHARE", 0.5)
-    pushed = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")
-    for before, k, bn in ((plain[2], pushed[2], 256), (plain[3], pushed[3], 256), (plain[4], pushed[4], 128)):
-        per4 = bn // 32  # float4 pushed a thread: half of a slice's bn / 2 / 2 accumulators
-        half = 16 * 256 * per4  # bytes pushed a CTA
-        assert k.shared_bytes == before.shared_bytes + half <= configs.smem_limit("sm_90") - 1024
-        ws = lambda kern: next(a.workspace for a in kern.args if a.kind == "workspace")  # noqa: E731
-        assert ws(before) - ws(k) == half * (k.grid[0])  # each CTA's pushed half a slice is not in the workspace
-        body = k.source.split('extern "C"')[1]
-        assert f"if (i < {per4})  // into the owner's shared memory" in body and "cvl_st_peer4(smem0 + " in body
-        assert f"(i < {per4} ? cvl_inbox[i * 256 + threadIdx.x] : __ldcg(" in body
-        after = body[body.index("cvl_ticket") if "cvl_ticket" in body else len(body):]
-        assert f"(i - {per4})" not in after  # the clusters' sums: whole slices, read as before
-        unit = compile_kernel(k, monkeypatch, tmp_path, fallback="none")
-        r = unit.resources[k.entry]
-        assert r.spill_bytes == 0 and r.stack_bytes == 0 and "serializ" not in unit.log.lower(), unit.log
