@@ -220,11 +220,6 @@ SETTINGS_OF["library plain kernel, split-K of 4+ parts through the workspace alo
 # 8192 39.3 / 39.5 / 40.3 us against 39.05 even; 512 x 1024 x 8192 30.35 / 30.6 / 31.35 against 29.65.
 SPLIT_DSMEM = "library plain kernel, split-K clusters meeting in distributed shared memory (before session 18)"
 SETTINGS_OF[SPLIT_DSMEM] = {"SPLIT_EXCHANGE": "dsmem"}
-# Session 18: part of each slice pushed into the peer's shared memory (cuda_wgmma.SPLIT_DSMEM_SHARE; 0, the default:
-# all through the workspace), so the SM-to-SM network carries it beside the L2.
-for _share in (0.25, 0.5, 1.0):
-    SETTINGS_OF[f"library plain kernel, split-K pairs with {_share:g} of a slice through the peer's shared memory"] = {
-        "SPLIT_DSMEM_SHARE": _share}
 # Session 16: the timeline (the kernel's work unchanged): thread 0 of each CTA notes %globaltimer at its start,
 # at the end of its main loop, after its cluster's partials met (split-K in clusters), at its ticket (split-K
 # through the workspace) and at its exit, with its SM, into the module's `cvl_tl_notes`; `timeline_summary`

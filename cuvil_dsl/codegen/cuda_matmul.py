@@ -94,13 +94,6 @@ __device__ __forceinline__ float4 cvl_ld_peer4(unsigned local, unsigned rank) {
                  : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(remote) : "memory");
     return v;
 }
-// split-K in a cluster: the float4 v to shared address `local` of the cluster's CTA `rank`
-__device__ __forceinline__ void cvl_st_peer4(unsigned local, unsigned rank, float4 v) {
-    unsigned remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
-    asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n"
-                 :: "r"(remote), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
-}
 __device__ __forceinline__ void cvl_split_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
@@ -489,7 +482,6 @@ class _GemmKernel:
 
     def render_plain(self, entry: str) -> Emitted:
         eng = self.eng
-        self.split_extra_smem = 0  # shared memory past the stages (split_cluster_l2's buffer)
         if getattr(eng, "specialised", False):
             return self.render_specialised(entry)
         decode = self.tile_indices("blockIdx.x")
@@ -523,9 +515,8 @@ class _GemmKernel:
         lines = [*self.k.signature(entry, eng.threads), *indent(body), "}"]
         if cluster:
             lines = [lines[0].replace("__global__ void", f"__global__ void __cluster_dims__({cluster}, 1, 1)", 1), *lines[1:]]
-        return Emitted(self.in_pairs(lines) if pair else lines, (tiles * parts, 1, 1), (eng.threads, 1, 1),
-                       eng.shared_bytes + self.split_extra_smem, eng.helpers() + (SPLIT_CLUSTER_HELPERS if cluster else ""),
-                       eng.options)
+        return Emitted(self.in_pairs(lines) if pair else lines, (tiles * parts, 1, 1), (eng.threads, 1, 1), eng.shared_bytes,
+                       eng.helpers() + (SPLIT_CLUSTER_HELPERS if cluster else ""), eng.options)
 
     def chunked_output(self) -> tuple | None:
         """(store, its C scalar type) where the plain wgmma kernel's one output can be written in 16-byte
@@ -649,20 +640,10 @@ class _GemmKernel:
         block = per4 * threads  # float4 of one slice of one part
         group = "0" if groups == 1 else f"(part / {size})"
         pair_slots = tiles * groups * size * (size - 1)
-        # the first `pushed` float4 of each slice a thread go to the owner's shared memory (a buffer past the
-        # stages, one a sender), the rest through the workspace: the SM-to-SM network and the L2 at once
-        room = (configs.smem_limit(self.k.arch) - eng.shared_bytes - 1024) // (threads * 16)
-        pushed = max(0, min(room, int(per4 * cuda_wgmma.SPLIT_DSMEM_SHARE))) if size == 2 else 0
-        through = (per4 - pushed) * threads  # float4 of one slice of one part through the workspace
-        self.split_extra_smem = pushed * threads * 16
-        inbox = eng.shared_bytes - 1024  # the buffer's offset from smem0: right after the stages
 
-        def pair_slot(q: int, p: str) -> str:  # float4 0 of slice q written by rank p (!= q) of cluster (tile_, group)
+        def pair_slot(q: int, p: str) -> str:  # slice q written by rank p (!= q) of cluster (tile_, group)
             writer = str(int(p) - (int(p) > q)) if p.isdigit() else f"({p} - ({p} > {q}))"
-            return (f"cvl_pair + ((size_t)(tile_ * {groups} + {group}) * {size * (size - 1)} + {q * (size - 1)} + {writer})"
-                    f" * {through}")  # float4 i >= pushed of the slice, at i - pushed
-
-        inbox_at = f"smem0 + {inbox}u + (unsigned)(i * {threads} + threadIdx.x) * 16u"  # float4 i < pushed, from the peer
+            return f"cvl_pair + ((size_t)(tile_ * {groups} + {group}) * {size * (size - 1)} + {q * (size - 1)} + {writer}) * {block}"
 
         def four(q: int, i: str = "i") -> str:
             return ", ".join(f"acc[{q * per} + 4 * {i} + {j}]" for j in range(4))
@@ -675,44 +656,29 @@ class _GemmKernel:
 
         add = ["v.x += x.x; v.y += x.y; v.z += x.z; v.w += x.w;"]
 
-        def summed(q: int, order: str, count: int, own: str, load: str, local: str = "") -> list[str]:
-            # slice q's sum, in order; ``local``: float4 i < pushed of the others' parts from this CTA's shared memory
-            other = f"__ldcg({load} + {f'(i - {pushed})' if pushed else 'i'} * {threads} + threadIdx.x)"
-            if local:
-                other = f"(i < {pushed} ? {local}[i * {threads} + threadIdx.x] : {other})"
+        def summed(q: int, order: str, count: int, own: str, load: str) -> list[str]:  # slice q's sum, in order
             return ["#pragma unroll", f"for (int i = 0; i < {per4}; ++i) {{",
                     "    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);", "    #pragma unroll",
                     f"    for (int {order} = 0; {order} < {count}; ++{order}) {{"
                     "  // in order: the bits do not depend on which CTA came last",
-                    f"        const float4 x = {own} ? make_float4({four(q)}) : {other};",
+                    f"        const float4 x = {own} ? make_float4({four(q)}) : __ldcg({load} + i * {threads} + threadIdx.x);",
                     *indent(indent(add)), "    }",
                     *(f"    acc[{q * per} + 4 * i + {j}] = v.{c};" for j, c in enumerate("xyzw")), "}"]
 
         if groups == 1:
-            ws = self.k.workspace(pair_slots * through * 16)
+            ws = self.k.workspace(pair_slots * block * 16)
             lines = [f"float4* const cvl_pair = reinterpret_cast<float4*>({ws});"]
         else:
             sums = groups * tiles * size * block  # float4 of the clusters' slice sums
-            lines = [*self.counted_workspace(tiles * size, (sums + pair_slots * through) * 16, "cvl_sums"),
+            lines = [*self.counted_workspace(tiles * size, (sums + pair_slots * block) * 16, "cvl_sums"),
                      f"float4* const cvl_pair = cvl_sums + {sums};"]
         out = ["__syncthreads();  // every warpgroup is past its last wgmma: the stages are free", *lines]
         for q in range(size):  # the slices the peers own
             out += [f"if ({rank} != {q}) {{", f"    float4* const to = {pair_slot(q, rank)} + threadIdx.x;",
-                    "    #pragma unroll", f"    for (int i = 0; i < {per4}; ++i) {{"]
-            store = f"__stcg(to + {f'(i - {pushed})' if pushed else 'i'} * {threads}, make_float4({four(q)}));"
-            if pushed:
-                out += [f"        if (i < {pushed})  // into the owner's shared memory",
-                        f"            cvl_st_peer4({inbox_at}, {q}u, make_float4({four(q)}));", "        else",
-                        f"            {store}"]
-            else:
-                out += [f"        {store}"]
-            out += ["    }", "}"]
-        out += ["__threadfence();", "cvl_split_sync();  // every CTA's parts of its peers' slices are in the workspace"
-                + (" or its shared memory" if pushed else "")]
-        if pushed:
-            out += ["const float4* const cvl_inbox = reinterpret_cast<const float4*>(cvl_smem + (smem0 - "
-                    f"cvl_smem_addr(cvl_smem)) + {inbox});  // the peer's first {pushed} float4 a thread"]
-        out += slices(lambda q: summed(q, "p", size, f"p == {q}", f"{pair_slot(q, 'p')}", "cvl_inbox" if pushed else ""))
+                    "    #pragma unroll", f"    for (int i = 0; i < {per4}; ++i)",
+                    f"        __stcg(to + i * {threads}, make_float4({four(q)}));", "}"]
+        out += ["__threadfence();", "cvl_split_sync();  // every CTA's parts of its peers' slices are in the workspace"]
+        out += slices(lambda q: summed(q, "p", size, f"p == {q}", f"{pair_slot(q, 'p')}"))
         if groups > 1:
             sum_slot = f"cvl_sums + ((size_t)({{g}} * {tiles} + tile_) * {size} + {rank}) * {block}"
             counter = f"cvl_count[tile_ * {size} + {rank}]"  # the (tile, slice) counter

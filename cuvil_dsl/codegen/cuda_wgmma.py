@@ -152,10 +152,6 @@ SPLIT_CLUSTER_GROUPS = True
 # 59.6; 512 x 1024 x 8192 29.7 against 30.8; 256 x 512 x 8192 19.6 against 21.0. Less than the 3 us predicted: all
 # 128 CTAs meet at once, so the exchange runs at the L2's shared rate (64 KB a CTA written in about 2.4 us).
 SPLIT_EXCHANGE = "l2"
-# Session 18: with "l2", the share of each slice (its first float4 a thread) a CTA pushes into its peer's shared memory
-# (a buffer past the stages, as far as the arch's opt-in limit allows) instead of the workspace, so the SM-to-SM
-# network carries part of the meeting beside the L2. 0: all through the workspace.
-SPLIT_DSMEM_SHARE = 0.0
 
 
 def split_cluster(parts: int) -> int:
