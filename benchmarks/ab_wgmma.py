@@ -215,6 +215,9 @@ SETTINGS_OF["library plain kernel, split-K of 4+ parts through the workspace alo
 # the peer's shared memory at about 14 GB/s a multiprocessor, the L2 about 75. Measured (5 rounds,
 # `-session18-split-l2.md`), medians of rounds: 1024 x 1024 x 8192 39.2 us against 40.2; 1024 x 2048 x 8192 58.3 against
 # 59.6; 512 x 1024 x 8192 29.7 against 30.8; 256 x 512 x 8192 19.6 against 21.0. Kept.
+# Session 18, measured and removed (commit 866a307, `-session18-dsmem-share.md`): a pair pushing 0.25 / 0.5 / all of each
+# slice into the peer's shared memory beside the workspace: 1024 x 1024 x 8192 38.2 / 38.5 / 38.0 us against 38.8; level
+# at the other sizes.
 # Session 18, measured and removed (commit b0107e8, `-session18-skew.md`): the last cluster of a tile taking 2 / 3 / 5 k
 # steps more than an even share (the others fewer), so that the others' meeting ran under its main loop: 1024 x 1024 x
 # 8192 39.3 / 39.5 / 40.3 us against 39.05 even; 512 x 1024 x 8192 30.35 / 30.6 / 31.35 against 29.65.
