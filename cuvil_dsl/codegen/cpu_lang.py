@@ -41,8 +41,10 @@ class NumbaLanguage(Language):
     functions = {
         **{op: {"float32": name, "float64": name} for op, name in _NUMPY_FUNCS.items()},
         **{op: {"float32": f"cvl.{op}_f32", "float64": f"cvl.{op}_f64"} for op in _TYPED_HELPERS},
-        # libm's expf is a scalar call: the prelude's exp keeps f32 loops vectorized
+        # libm's expf, tanhf and erf are scalar calls: the prelude's keep f32 loops vectorized
         "exp": {"float32": "cvl.exp_f32", "float64": "np.exp"},
+        "tanh": {"float32": "cvl.tanh_f32", "float64": "np.tanh"},
+        "erf": {"float32": "cvl.erf_f32", "float64": "math.erf"},
     }
 
     def literal(self, value, dtype: DType) -> str:

@@ -137,6 +137,31 @@ def test_gelu_f32_keeps_its_relative_accuracy_for_negative_inputs():
     assert np.array_equal(got, want, equal_nan=True) and np.array_equal(np.signbit(got[numbers]), np.signbit(want[numbers]))
 
 
+@pytest.mark.parametrize("name", ["tanh", "erf"])
+def test_tanh_and_erf_f32_are_within_one_and_a_half_ulp(name):
+    """The prelude's tanh_f32 and erf_f32 (vectorizable, unlike libm's scalar calls) against float64's, rounded
+    nowhere: within 1.5 ulp on a million random f32 bit patterns and a dense sweep of [-10, 10] (where the two
+    formulas meet, 0.625 and 0.75, included), and the special values: -0 stays -0, +-inf gives +-1, NaN stays NaN."""
+    import math
+
+    exact = {"tanh": math.tanh, "erf": math.erf}[name]
+    run = _mapped(getattr(cvl, f"{name}_f32"), np.float32)
+    sweep = np.linspace(-10.0, 10.0, 2_000_001).astype(np.float32)
+    edges = np.float32([0.625, 0.75])
+    near = (edges[:, None] + np.arange(-500, 501)[None, :] * np.spacing(edges)[:, None]).ravel().astype(np.float32)
+    x = np.concatenate([F32_SAMPLES[np.isfinite(F32_SAMPLES)], sweep, near, -near])
+    got = run(x).astype(np.float64)
+    want = np.array([exact(v) for v in x.astype(np.float64)])
+    ulp = np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
+    err = np.abs(got - want) / ulp
+    assert np.max(err) <= 1.5, f"{np.max(err):.2f} ulp at x = {x[np.argmax(err)]!r}"
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -3e38], np.float32)
+    got = run(specials)
+    want = np.array([0.0, -0.0, 1.0, -1.0, np.nan, exact(float(np.float32(1e-45))), -1.0], np.float32)
+    numbers = ~np.isnan(want)
+    assert np.array_equal(got, want, equal_nan=True) and np.array_equal(np.signbit(got[numbers]), np.signbit(want[numbers]))
+
+
 def test_extrema_propagate_nan_like_numpy():
     @numba.njit
     def extrema(a, b):

@@ -1,5 +1,5 @@
 # cuvil-dsl kernel main_k1 (elementwise) of pipeline activations, domain [128, 128]
-# helpers: cuvil_dsl/codegen/cpu_prelude.py sha256 706ea86856257a96
+# helpers: cuvil_dsl/codegen/cpu_prelude.py sha256 5ca5a0ec18bca634
 import math
 
 import numba
@@ -27,9 +27,9 @@ def cvl_main_k1(
         t44 = (t42 + t43)
         t45 = cvl.sigmoid_f32(b0[i])
         t46 = (t44 + t45)
-        t47 = np.tanh(b0[i])
+        t47 = cvl.tanh_f32(b0[i])
         t48 = (t46 + t47)
-        t49 = math.erf(b0[i])
+        t49 = cvl.erf_f32(b0[i])
         t50 = (t48 + t49)
         t51 = cvl.relu_f32(b0[i])
         t52 = (t50 + t51)
