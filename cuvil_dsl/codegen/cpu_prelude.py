@@ -205,6 +205,64 @@ def exp_sum_f32(hi, lo):
 
 
 @numba.njit(**_JIT)
+def exp2_f32(x):
+    """2^x on f32 without a libm call (vectorizes): 2^t e^r for t = x rounded and r = (x - t) ln 2 (x - t exact, the
+    product in f64), by exp_f32's polynomial; < 1 ulp where the result is normal, exact at integers; overflows to
+    inf above 128 and underflows through the subnormals to 0 as exp2 does."""
+    xc = np.minimum(np.maximum(x, np.float32(-152.0)), np.float32(129.0))
+    t = np.floor(xc + np.float32(0.5))
+    r = np.float32((np.float64(xc) - np.float64(t)) * 0.6931471805599453)
+    y = _exp_reduced(t, r)
+    return x if x != x else y
+
+
+@numba.njit(**_JIT)
+def _log_parts(x):
+    """(e, log m) with x = m 2^e and m in [sqrt(1/2), sqrt(2)), log m in f64 (relative error about 1e-15), for a
+    positive finite f32 x (a subnormal is scaled by 2^24 first). log m = 2 atanh(s), s = (m - 1) / (m + 1), |s| <=
+    0.172, by its series to s^13 (the rest is below 2e-12 of it)."""
+    sub = x < np.float32(1.1754943508222875e-38)
+    b = f32_as_i32(x * np.float32(16777216.0) if sub else x)
+    e = np.float64((b >> 23) - (151 if sub else 127))
+    m = np.float64(i32_as_f32(np.int32((b & 0x007FFFFF) | 0x3F800000)))
+    big = m > 1.4142135623730951
+    m = m * 0.5 if big else m
+    e = e + 1.0 if big else e
+    s = (m - 1.0) / (m + 1.0)
+    z = s * s
+    q = 1.0 / 13.0
+    q = q * z + 1.0 / 11.0
+    q = q * z + 1.0 / 9.0
+    q = q * z + 1.0 / 7.0
+    q = q * z + 1.0 / 5.0
+    q = q * z + 1.0 / 3.0
+    return e, 2.0 * s + 2.0 * s * z * q
+
+
+@numba.njit(**_JIT)
+def _log_special(x):
+    """log of what _log_parts does not take: 0 -> -inf, negative -> NaN, +inf and NaN themselves."""
+    return np.float32(-np.inf) if x == np.float32(0.0) else (np.float32(np.nan) if x < np.float32(0.0) else x)
+
+
+@numba.njit(**_JIT)
+def log_f32(x):
+    """Natural log on f32 without a libm call (vectorizes): e ln 2 + log m in f64, rounded once (within 0.5 ulp and a
+    hair). 0 -> -inf, negative -> NaN, +inf -> +inf, NaN -> NaN."""
+    e, lm = _log_parts(x)
+    ok = (x > np.float32(0.0)) & (x < np.float32(np.inf))
+    return np.float32(e * 0.6931471805599453 + lm) if ok else _log_special(x)
+
+
+@numba.njit(**_JIT)
+def log2_f32(x):
+    """log2 on f32 without a libm call: e + log m / ln 2 in f64, rounded once; specials as log_f32."""
+    e, lm = _log_parts(x)
+    ok = (x > np.float32(0.0)) & (x < np.float32(np.inf))
+    return np.float32(e + lm * 1.4426950408889634) if ok else _log_special(x)
+
+
+@numba.njit(**_JIT)
 def tanh_f32(x):
     """tanh on f32 without a libm call (libm's tanhf is a scalar call, about 35 ns an element, and keeps the loop
     from vectorizing). Below |x| = 0.625, x times a polynomial in x^2 fitted to tanh(x) / x (relative error below

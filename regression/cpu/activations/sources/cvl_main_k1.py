@@ -1,5 +1,5 @@
 # cuvil-dsl kernel main_k1 (elementwise) of pipeline activations, domain [128, 128]
-# helpers: cuvil_dsl/codegen/cpu_prelude.py sha256 5ca5a0ec18bca634
+# helpers: cuvil_dsl/codegen/cpu_prelude.py sha256 e01833d285d5ba44
 import math
 
 import numba
@@ -38,8 +38,8 @@ def cvl_main_k1(
         b1[i] = t54
         t55 = abs(b0[i])
         t56 = (t55 + u0)
-        t57 = np.log(t56)
-        t58 = np.log2(t56)
+        t57 = cvl.log_f32(t56)
+        t58 = cvl.log2_f32(t56)
         t59 = (t57 + t58)
         t60 = np.sqrt(t56)
         t61 = (t59 + t60)
@@ -49,7 +49,7 @@ def cvl_main_k1(
         t65 = cvl.exp_f32(t64)
         t66 = (t63 + t65)
         t67 = (-t56)
-        t68 = np.exp2(t67)
+        t68 = cvl.exp2_f32(t67)
         t69 = (t66 + t68)
         b2[i] = t69
         t70 = np.sin(b0[i])

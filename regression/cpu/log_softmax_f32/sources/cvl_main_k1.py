@@ -1,5 +1,5 @@
 # cuvil-dsl kernel main_k1 (row) of pipeline log_softmax_f32, domain [128, 250]
-# helpers: cuvil_dsl/codegen/cpu_prelude.py sha256 5ca5a0ec18bca634
+# helpers: cuvil_dsl/codegen/cpu_prelude.py sha256 e01833d285d5ba44
 import math
 
 import numba
@@ -43,7 +43,7 @@ def cvl_main_k1(
         r9 = part8[0]
         for e in range(1, 8):
             r9 = (r9 + part8[e])
-        t11 = np.log(r9)
+        t11 = cvl.log_f32(r9)
         for c1 in range(250):
             t10 = (row1[c1] - r4)
             t12 = (t10 - t11)

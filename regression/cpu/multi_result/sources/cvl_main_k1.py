@@ -1,5 +1,5 @@
 # cuvil-dsl kernel main_k1 (reduce) of pipeline multi_result, domain [128, 128]
-# helpers: cuvil_dsl/codegen/cpu_prelude.py sha256 5ca5a0ec18bca634
+# helpers: cuvil_dsl/codegen/cpu_prelude.py sha256 e01833d285d5ba44
 import math
 
 import numba
@@ -40,6 +40,6 @@ def cvl_main_k1(
         for c1 in range(128):
             t8 = (row3[c1] / r7)
             b1[c0 * 128 + c1] = t8
-        t9 = np.log(r7)
+        t9 = cvl.log_f32(r7)
         t10 = (r2 + t9)
         b2[c0] = t10

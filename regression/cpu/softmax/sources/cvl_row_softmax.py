@@ -1,5 +1,5 @@
 # cuvil-dsl kernel row_softmax (row) of pipeline softmax_rows, domain [256, 256]
-# helpers: cuvil_dsl/codegen/cpu_prelude.py sha256 5ca5a0ec18bca634
+# helpers: cuvil_dsl/codegen/cpu_prelude.py sha256 e01833d285d5ba44
 import math
 
 import numba
