@@ -1,5 +1,5 @@
 # cuvil-dsl kernel main_k1 (elementwise) of pipeline activations, domain [128, 128]
-# helpers: cuvil_dsl/codegen/cpu_prelude.py sha256 e01833d285d5ba44
+# helpers: cuvil_dsl/codegen/cpu_prelude.py sha256 bc6da1775738e538
 import math
 
 import numba
