@@ -197,6 +197,12 @@ SETTINGS_OF[SPLIT_WORKSPACE] = {"SPLIT_CLUSTER": False}
 # `-session15-raster.md`), row-major against groups of 4 / 8 / 16: 8192^3 1833.8 us against 1792.8 / 1738.2 /
 # 1717.2; 4096^3 239.3 against 233.0 / 226.0 / 228.7; 4096 x 8192 x 4096 485.7 against 479.8 / 464.9 / 456.2.
 SETTINGS_OF["library plain kernel, tiles row-major (before session 15)"] = {"RASTER_ROWS": 0}
+# Session 19: 128 x 192 tiles where 128 x 256 ones end in a thin last wave (cuda_wgmma.NARROW_TILE, the default), against
+# 128 x 256 always; the mode "128x192 s4p1 tiles" below takes 128 x 192 at every size. Measured (4 rounds,
+# `2026-12-01-h200-ab_wgmma-session19-narrow.md`), 128 x 256 against 128 x 192 (s4p1; s5p1 was no faster: 3072^3
+# 102.2-111.0 us, 1536 x 4096 x 4096 92.2-93.9): 3072^3 126.6 against 102.4; 1536 x 4096 x 4096 107.6 against 91.4;
+# 2560 x 4096 x 4096 165.7 against 174.2; 4096^3 227.1 against 271.7.
+SETTINGS_OF["library plain kernel, 128x256 always (before session 19)"] = {"NARROW_TILE": None}
 SETTINGS_OF["library plain kernel, tiles in groups of 8 row tiles"] = {"RASTER_ROWS": 8}
 # Session 15: split-K in 4 or more (even) parts as clusters of two whose half-tile sums meet through the workspace
 # (cuda_wgmma.SPLIT_CLUSTER_GROUPS, the default), against the workspace alone (the last CTA sums every part).
@@ -326,6 +332,9 @@ LIBRARY_MODES = [
     (PREVIOUS_STORES, True, (128, 256, 4, 1), False, True),
     ("library plain kernel, B multicast to CTA pairs", True, (128, 256, 4, 1), False, True),
     *((label, True, (128, 256, 4, 1), False, True) for label in PROBES),
+    # Session 19: narrower large tiles, for launches whose 128 x 256 tiles end in a thin last wave (3072^3: 288
+    # tiles, 2.18 waves, against 384 of 128 x 192, 2.91 waves).
+    ("library plain kernel, 128x192 s4p1 tiles", True, (128, 192, 4, 1), False, True),
     ("library warp-specialised persistent 128x256 s4p1, TMA", True, (128, 256, 4, 1), True, True),
     ("library warp-specialised persistent 128x256 s4p1, TMA, B multicast to CTA pairs", True, (128, 256, 4, 1), True,
      True),

@@ -114,6 +114,23 @@ LARGE_TILE = (128, 256, 4, 1)
 # 2048 x 2048 x 8192 (128) 105.9 against 134.4, and in the call before 2048 x 4096 x 4096 115.0-117.2 against
 # 134.4-135.7 for 128 x 128 tiles two a multiprocessor.
 LARGE_WAVES = 0.5
+# Session 19: the narrower large tile. A launch of LARGE_TILE takes ceil(tiles / SMs) waves, and a thin last wave
+# costs nearly a full one (each CTA's time does not shrink with the SMs left idle): 3072^3 is 288 tiles of 128 x 256,
+# 2.18 waves, so three waves' time. NARROW_TILE (128 x 192: 384 tiles, 2.91 waves) takes the launch when its waves,
+# each NARROW_COST of a LARGE_TILE wave, come to at most NARROW_MARGIN of LARGE_TILE's (:func:`narrow_pays`); only
+# with TMA loads (the cp.async loader needs a tile row's 16-byte chunks to divide the block) and where LARGE_TILE
+# would not split K. Measured (`benchmarks/ab_wgmma.py --library-modes 128x192 --rounds 4`,
+# `2026-12-01-h200-ab_wgmma-session19-narrow.md`; gelu(A @ B + bias) f16, medians of 4 rounds, LARGE_TILE against
+# 128 x 192 s4p1): 3072^3 126.6 us against 102.4 (torch matmul + bias + gelu 122.1, cuBLAS alone 87.6);
+# 1536 x 4096 x 4096 107.6 against 91.4; 2560 x 4096 x 4096 (3 waves against 4) 165.7 against 174.2; 4096^3 (4
+# against 6) 227.1 against 271.7. A full wave of 128 x 192 tiles took about 0.81 of one of 128 x 256 (0.75 of the
+# flops): NARROW_COST. With the rule (`-session19-narrow-2.md`, 4 rounds, 128 x 256 always against the rule):
+# 3072^3 125.8 against 104.4, 1536 x 4096 x 4096 104.8 against 95.0, 1536 x 2048 x 8192 (one wave: 96 tiles or 132)
+# 97.1 against 85.9; `cuvil-dsl bench` at 3072^3 (`2026-12-01-h200-bench-gemm-thin-wave-session19.md`) 116.2 us
+# (0.82x PyTorch) against 95.7 (1.00x; torch.compile 100.6, Triton 126.1). None: LARGE_TILE always.
+NARROW_TILE: tuple[int, int, int, int] | None = (128, 192, 4, 1)
+NARROW_COST = 0.81
+NARROW_MARGIN = 0.9
 # Split-K (session 14): a GEMM whose tiles fill at most half the SMs splits K into S parts, one CTA each
 # (tiles x S <= SMs, every part at least SPLIT_MIN_STEPS k steps of 64, S <= SPLIT_MAX, or LARGE_SPLIT_MAX on
 # LARGE_TILE, whose partials are twice the size). Each CTA writes its f32 partial tile to the kernel's
@@ -245,7 +262,8 @@ def plain_engine(k, a, b, blocks: Callable[[int, int], int]) -> "WgmmaEngine | N
     :data:`LARGE_TILE` (128 x 256, 4 stages, one wgmma group in flight) when its launch, split along K
     if its tiles leave half the SMs idle (:func:`split_parts`, at most :data:`LARGE_SPLIT_MAX` parts),
     fills at least :data:`LARGE_WAVES` of the SMs (warp-specialised when :data:`LIBRARY_WS` and not
-    split); else 128 x 128, with 3 stages and none in flight (99 KiB: two blocks resident per SM) when
+    split), or :data:`NARROW_TILE` (128 x 192) in its place when the large tiles end in a thin last wave
+    (:func:`narrow_pays`; unsplit, TMA loads only); else 128 x 128, with 3 stages and none in flight (99 KiB: two blocks resident per SM) when
     there is more than one wave (reached only with LARGE_WAVES above 0.5, as before session 14: 128 x 128
     tiles number at most twice the large ones), or 4 stages and one in flight when one wave covers the
     launch, split along K when its tiles leave half the SMs idle (H200, gelu(A @ B + bias) f16: 4096^3 253 us for
@@ -260,6 +278,9 @@ def plain_engine(k, a, b, blocks: Callable[[int, int], int]) -> "WgmmaEngine | N
     large_parts = split_parts(large, steps, k.sm_count, LARGE_SPLIT_MAX)
     if large * large_parts >= LARGE_WAVES * k.sm_count and supported(a, b, *LARGE_TILE[:2]) is None:
         (bm, bn, stages, pending), parts = LARGE_TILE, large_parts
+        if (parts == 1 and NARROW_TILE is not None and tma_loads(a, b) and supported(a, b, *NARROW_TILE[:2]) is None
+                and narrow_pays(large, blocks(*NARROW_TILE[:2]), k.sm_count)):
+            bm, bn, stages, pending = NARROW_TILE
     elif blocks(128, 128) > k.sm_count:
         (bm, bn, stages, pending), parts = (128, 128, 3, 0), 1
     else:  # one wave of 128 x 128 tiles, split along K when they leave half the SMs idle
@@ -271,6 +292,13 @@ def plain_engine(k, a, b, blocks: Callable[[int, int], int]) -> "WgmmaEngine | N
     eng.specialised = ws and (bm, bn, stages, pending) == tuple(LARGE_TILE) and parts == 1
     eng.split = parts
     return eng
+
+
+def narrow_pays(wide: int, narrow: int, slots: int) -> bool:
+    """Whether :data:`NARROW_TILE`'s launch of ``narrow`` CTAs should replace :data:`LARGE_TILE`'s of ``wide``, one
+    CTA a multiprocessor on ``slots`` of them: its waves, each :data:`NARROW_COST` of a wide one, at most
+    :data:`NARROW_MARGIN` of the wide launch's waves (3072^3: 3 x 0.81 against 3; 4096^3: 6 x 0.81 against 4)."""
+    return NARROW_TILE is not None and -(-narrow // slots) * NARROW_COST <= NARROW_MARGIN * -(-wide // slots)
 
 
 def raster_rows(m_tiles: int, n_tiles: int, slots: int) -> int:

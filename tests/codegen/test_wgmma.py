@@ -830,15 +830,15 @@ def test_split_k_kernels(exchange, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("sizes,tile,parts", [
     ((2048, 2048, 8192), 256, 1), ((4096, 4096, 4096), 256, 1),  # large tiles from half the SMs on
-    ((1536, 2048, 8192), 256, 1),  # 96 large tiles: 94.0 us against 116.2 on 192 of 128 x 128
+    ((1536, 2048, 8192), 192, 1),  # 96 large tiles (one wave, 36 SMs idle) or 132 of 128 x 192 (NARROW_TILE)
     ((1024, 2048, 512), 128, 1),  # too shallow to split: 128 x 128 tiles fill the SMs
     ((1024, 1024, 8192), 256, 4),  # 32 large tiles in 4 parts: 41.8 us, 45.3 on 64 of 128 x 128 in 2
     ((1024, 2048, 8192), 256, 2),  # 63.1 us, 68.8 on 128 of 128 x 128
     ((512, 1024, 8192), 128, 4),  # 16 large tiles in 4 fill under half: 32 of 128 x 128 in 4 (30.6 us)
 ])
 def test_tile_and_split_choice(sizes, tile, parts):
-    """cuda_wgmma.plain_engine's choice, as measured on the H200 in session 14 (cuda_wgmma.LARGE_WAVES,
-    SPLIT_K): the grid is the tiles times the parts of K, and only a split kernel has a workspace (where a
+    """cuda_wgmma.plain_engine's choice, as measured on the H200 in sessions 14 and 19 (cuda_wgmma.LARGE_WAVES,
+    SPLIT_K, NARROW_TILE): the grid is the tiles times the parts of K, and only a split kernel has a workspace (where a
     cluster's parts meet, cuda_wgmma.SPLIT_EXCHANGE "l2"; a ticket's counters with more than one cluster a tile)."""
     M, N, K = sizes
     k = _library_gemm(GELU, {"M": M, "N": N, "K": K})
@@ -846,6 +846,66 @@ def test_tile_and_split_choice(sizes, tile, parts):
     # two parts meet in a cluster; more in clusters of two, whose sums meet through the workspace
     assert ("__cluster_dims__(2, 1, 1)" in k.source) == (parts > 1)
     assert any(a.kind == "workspace" for a in k.args) == (parts > 1) and ("cvl_ticket" in k.source) == (parts > 2)
+
+
+# -- the narrower large tile (cuda_wgmma.NARROW_TILE) ------------------------------------------------
+
+@pytest.mark.parametrize("wide,narrow,chosen", [
+    (288, 384, True),  # 3072^3: 3 waves of 128 x 256 (the last 24 tiles) against 3 of 128 x 192
+    (192, 264, True),  # 1536 x 4096 x 4096: 2 against 2
+    (96, 132, True), (100, 133, False),  # one wave against one; against two
+    (320, 440, False),  # 2560 x 4096 x 4096: 3 against 4
+    (512, 704, False),  # 4096^3: 4 against 6
+    (2048, 2752, False),  # 8192^3: 16 against 21
+])
+def test_narrow_tile_takes_launches_that_end_in_a_thin_wave(wide, narrow, chosen, monkeypatch):
+    from cuvil_dsl.codegen import cuda_wgmma
+
+    assert cuda_wgmma.narrow_pays(wide, narrow, 132) == chosen
+    monkeypatch.setattr(cuda_wgmma, "NARROW_TILE", None)
+    assert not cuda_wgmma.narrow_pays(wide, narrow, 132)
+
+
+@pytest.mark.parametrize("sizes,tile", [
+    ((3072, 3072, 3072), 192), ((1536, 4096, 4096), 192), ((1400, 2296, 200), 192),  # ragged M, N and K
+    ((2560, 4096, 4096), 256), ((4096, 4096, 4096), 256), ((4000, 3000, 520), 256),
+])
+def test_narrow_tile_choice(sizes, tile, monkeypatch):
+    """plain_engine's 128 x 192 tiles (three B boxes of 64 columns, m64n192k16 wgmma, 192-column staging) where
+    128 x 256 ones end in a thin last wave; none when NARROW_TILE is None, or for batched operands (cp.async)."""
+    from cuvil_dsl.codegen import cuda_wgmma
+
+    M, N, K = sizes
+    k = _library_gemm(GELU, {"M": M, "N": N, "K": K})
+    assert k.grid == (-(-M // 128) * -(-N // tile), 1, 1) and k.block == (256, 1, 1)
+    assert ("m64n192k16" in k.source) == (tile == 192) and ("m64n256k16" in k.source) == (tile == 256)
+    assert "__cluster_dims__" not in k.source and not any(a.kind == "workspace" for a in k.args)
+    monkeypatch.setattr(cuda_wgmma, "NARROW_TILE", None)
+    assert _library_gemm(GELU, {"M": M, "N": N, "K": K}).grid == (-(-M // 128) * -(-N // 256), 1, 1)
+    monkeypatch.undo()
+    batched = GELU.replace("a: f16[M, K], b: f16[K, N]", "a: f16[B, M, K], b: f16[B, K, N]").replace(
+        "f16[M, N]", "f16[B, M, N]")
+    kb = _library_gemm(batched, {"B": 2, "M": M, "N": N, "K": K})
+    assert "cvl_cp_async16s(" in kb.source and "m64n192k16" not in kb.source
+
+
+def test_narrow_tile_compiles_without_spills(tmp_path, monkeypatch):
+    _nvrtc_or_skip()
+    from cuvil_dsl.compile import CompileUnit, SassUnavailable, compile_units, count_instructions, disassemble, find_cuobjdump
+
+    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
+    for sizes in ({"M": 3072, "N": 3072, "K": 3072}, {"M": 1400, "N": 2296, "K": 200}):
+        k = _library_gemm(GELU, sizes)
+        (u,) = compile_units([CompileUnit(k.entry, k.source, (k.entry,), k.options)], "sm_90", fallback="none")
+        r = u.resources[k.entry]
+        assert u.arch == "sm_90a" and r.spill_bytes == 0 and r.stack_bytes == 0 and "serializ" not in u.log, u.log
+        if find_cuobjdump() is None:
+            continue
+        try:
+            sass = disassemble(u.cubin)
+        except SassUnavailable:
+            continue
+        assert count_instructions(sass, r"HGMMA\.64x192x16\.F32") == 4 and count_instructions(sass, "UTMALDG") > 0
 
 
 @pytest.mark.parametrize("groups", [False, True])
@@ -904,7 +964,8 @@ def test_grouped_walk_visits_every_tile_once(M, N, rows, monkeypatch):
 
     monkeypatch.setattr(cuda_wgmma, "RASTER_ROWS", rows)
     k = _library_gemm(GELU, {"M": M, "N": N, "K": 512})
-    mt, nt = -(-M // 128), -(-N // 256) if M * N > 2**21 else -(-N // 128)
+    bn = 192 if "m64n192k16" in k.source else 256 if M * N > 2**21 else 128  # 2900 x 3000: NARROW_TILE
+    mt, nt = -(-M // 128), -(-N // bn)
     assert k.grid == (mt * nt, 1, 1)
     decode = _decode_lines(k.source)
     rows = min(rows, mt)

@@ -160,8 +160,8 @@ def _library_programs():
 
 
 WGMMA_MODES = {  # cuda_wgmma's library switches: (PAIRED_STORES, LARGE_TILE)
-    "pairs-256x128": (True, (256, 128, 4, 1)),  # the default
-    "pairs-128x256": (True, (128, 256, 4, 1)),
+    "pairs-256x128": (True, (256, 128, 4, 1)),
+    "pairs-128x256": (True, (128, 256, 4, 1)),  # the default
     "elements-128x256": (False, (128, 256, 4, 1)),  # the kernel before the switches
 }
 
@@ -243,6 +243,7 @@ def test_wgmma_pairs_sharing_b_match_reference(b_t, ws, tmp_path, monkeypatch):
 
     monkeypatch.setattr(cuda_wgmma, "LIBRARY_WS", ws)
     monkeypatch.setattr(cuda_wgmma, "MULTICAST", "ws" if ws else True)
+    monkeypatch.setattr(cuda_wgmma, "NARROW_TILE", None)  # 288 tiles of 128 x 256 (3 waves) or 352 of 128 x 192
     b, use = ("w: f16[N, K]", "a @ w.T") if b_t else ("w: f16[K, N]", "a @ w")
     (tmp_path / "pairs.cuvil").write_text(f"pipeline pairs(a: f16[M, K], {b}, bias: f16[N]) -> y: f16[M, N] {{\n"
                                           f"    y = gelu({use} + bias)\n}}\n")
@@ -252,6 +253,28 @@ def test_wgmma_pairs_sharing_b_match_reference(b_t, ws, tmp_path, monkeypatch):
     (k,) = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")
     assert "__cluster_dims__(2, 1, 1)" in k.source and "cvl_tma_2d_mc(" in k.source
     assert ("setmaxnreg" in k.source) == bool(ws)
+    got, want = run_on_gpu(case)
+    for r in case.pipeline.results:
+        rtol, atol = case.loaded.spec.check.tolerances(r.type.dtype, case.tf32)
+        assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
+
+
+@pytest.mark.parametrize("b_t", [False, True], ids=["b-KxN", "b-NxK"])
+def test_wgmma_narrow_tile_matches_reference(b_t, tmp_path):
+    """cuda_wgmma.NARROW_TILE: 128 x 192 tiles where 128 x 256 ones would end in a thin last wave (132 tiles of
+    128 x 192 against 99 of 128 x 256); M, N and K ragged (1400 rows: the last row tile 120; 2296 columns: the last
+    column tile 184, a B box of 64 columns past N; K = 200: the last k step 8 deep), B stored [K, N] (three
+    64-column boxes a stage) or [N, K] (one box of 192 rows)."""
+    from cuvil_dsl.codegen import render_cuda
+
+    b, use = ("w: f16[N, K]", "a @ w.T") if b_t else ("w: f16[K, N]", "a @ w")
+    (tmp_path / "narrow.cuvil").write_text(f"pipeline narrow(a: f16[M, K], {b}, bias: f16[N]) -> y: f16[M, N] {{\n"
+                                           f"    y = gelu({use} + bias)\n}}\n")
+    (tmp_path / "narrow.yaml").write_text("pipeline: narrow.cuvil\nshapes: {M: 1400, K: 200, N: 2296}\n"
+                                          "check: {rtol: 8.0e-3, atol: 8.0e-3}\n")
+    case = load_case(tmp_path / "narrow.yaml")
+    (k,) = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")
+    assert "m64n192k16" in k.source and k.grid == (11 * 12, 1, 1)
     got, want = run_on_gpu(case)
     for r in case.pipeline.results:
         rtol, atol = case.loaded.spec.check.tolerances(r.type.dtype, case.tf32)
