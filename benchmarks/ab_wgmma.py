@@ -74,10 +74,8 @@ DEFAULT_CONFIGS = ",".join([
 LIBRARY_SPEC = Path(__file__).resolve().parent / "gemm_gelu_f16.yaml"
 # ragged; the second large enough for LARGE_TILE (384 blocks); the third split along K (64 tiles, 2 parts of 33
 # k steps, the last one's final step past K)
-LIBRARY_CHECKS = [RAGGED, (4000, 3000, 520), (1000, 1000, 4104), (2900, 3000, 520),  # the fourth: 23 row tiles
-                  (1400, 1704, 3000), (2500, 2504, 2504)]
-# of 128, a last group of fewer rows in every grouped walk order (cuda_wgmma.RASTER_ROWS); the last two stream-K
-# (cuda_wgmma.STREAM_K: 77 tiles of 47 k steps, and 200 tiles of 40, in 132 equal shares)
+LIBRARY_CHECKS = [RAGGED, (4000, 3000, 520), (1000, 1000, 4104), (2900, 3000, 520)]  # the fourth: 23 row tiles
+# of 128, a last group of fewer rows in every grouped walk order (cuda_wgmma.RASTER_ROWS)
 # (label, PAIRED_STORES, LARGE_TILE, LIBRARY_WS, TMA); the warp-specialised ones run last of all (a
 # barrier that never completes traps, and a CUDA error ends the run). 2026-11-29: 128x256 paired
 # 217.7 us, 256x128 paired 229.2, per-element stores 250.1, warp-specialised 231.9 (all cp.async).
@@ -204,10 +202,7 @@ SETTINGS_OF["library plain kernel, tiles row-major (before session 15)"] = {"RAS
 # `2026-12-01-h200-ab_wgmma-session19-narrow.md`), 128 x 256 against 128 x 192 (s4p1; s5p1 was no faster: 3072^3
 # 102.2-111.0 us, 1536 x 4096 x 4096 92.2-93.9): 3072^3 126.6 against 102.4; 1536 x 4096 x 4096 107.6 against 91.4;
 # 2560 x 4096 x 4096 165.7 against 174.2; 4096^3 227.1 against 271.7.
-SETTINGS_OF["library plain kernel, 128x256 always (before session 19)"] = {"NARROW_TILE": None, "STREAM_K": False}
-# Session 19: stream-K (cuda_wgmma.STREAM_K, cuda_matmul._GemmKernel.render_stream_k) against the narrow tile or 128 x 256
-# tiles one a CTA (large_plan's other choices).
-SETTINGS_OF["library plain kernel, no stream-K"] = {"STREAM_K": False}
+SETTINGS_OF["library plain kernel, 128x256 always (before session 19)"] = {"NARROW_TILE": None}
 SETTINGS_OF["library plain kernel, tiles in groups of 8 row tiles"] = {"RASTER_ROWS": 8}
 # Session 15: split-K in 4 or more (even) parts as clusters of two whose half-tile sums meet through the workspace
 # (cuda_wgmma.SPLIT_CLUSTER_GROUPS, the default), against the workspace alone (the last CTA sums every part).

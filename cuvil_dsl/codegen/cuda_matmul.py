@@ -484,8 +484,6 @@ class _GemmKernel:
         eng = self.eng
         if getattr(eng, "specialised", False):
             return self.render_specialised(entry)
-        if getattr(eng, "stream_k", 0) and not eng.pair:
-            return self.render_stream_k(entry)
         decode = self.tile_indices("blockIdx.x")
         pair = getattr(eng, "pair", False)
         if pair:  # clusters of 2: row tiles mt, mt + 1 of one column tile
@@ -510,100 +508,15 @@ class _GemmKernel:
         else:
             if parts > 1:
                 body += self.split_fixup(tiles, parts)
-            body += self.plain_epilogue()
+            staged = self.staged_epilogue()
+            paired = self.paired_body() if staged is None else None
+            body += (staged if staged is not None else eng.pairs("m0", "n0", paired) if paired is not None
+                     else eng.elements("m0", "n0", self.store_body(None)))
         lines = [*self.k.signature(entry, eng.threads), *indent(body), "}"]
         if cluster:
             lines = [lines[0].replace("__global__ void", f"__global__ void __cluster_dims__({cluster}, 1, 1)", 1), *lines[1:]]
         return Emitted(self.in_pairs(lines) if pair else lines, (tiles * parts, 1, 1), (eng.threads, 1, 1), eng.shared_bytes,
                        eng.helpers() + (SPLIT_CLUSTER_HELPERS if cluster else ""), eng.options)
-
-    def plain_epilogue(self) -> list[str]:
-        """The plain kernel's epilogue of tile (``m0``, ``n0``) from the accumulators: staged, paired or per element."""
-        eng = self.eng
-        staged = self.staged_epilogue()
-        paired = self.paired_body() if staged is None else None
-        return (staged if staged is not None else eng.pairs("m0", "n0", paired) if paired is not None
-                else eng.elements("m0", "n0", self.store_body(None)))
-
-    def render_stream_k(self, entry: str) -> Emitted:
-        """Stream-K (cuda_wgmma.STREAM_K): the launch's ``tiles x S`` k steps, tile after tile in the walk order, in
-        equal shares of ``q`` (``eng.stream_k``) for one CTA a multiprocessor. CTA b's share [b q, (b + 1) q) covers
-        tiles t_first .. t_last; a tile's segment is its steps inside the share. CTA b runs t_first's segment, then
-        t_last's, then the whole tiles between, on one pipeline (the barriers' phases follow on from segment to
-        segment). A whole tile goes straight to the epilogue; a split one meets its other segments through the
-        workspace (:meth:`stream_k_meeting`). No CTA waits for another."""
-        eng, S, q = self.eng, self.kt, self.eng.stream_k
-        tiles = self.batch * self.mt * self.nt
-        total = tiles * S
-        grid = -(-total // q)
-        words = eng.bm * eng.bn // 4  # float4 of one partial tile
-        segment = [
-            "const int t_ = j == 0 ? t_first : j == 1 ? t_last : t_first + j - 1;  // split segments first",
-            f"const int kb_ = max(u0 - t_ * {S}, 0);",
-            f"const int n_ = min(u1 - t_ * {S}, {S}) - kb_;  // this segment's k steps",
-            *self.tile_decode("t_", "m0", "n0"),
-            *eng.zero(),
-            *eng.main_loop("n_", lambda st: f"(kb_ + ({st})) * {eng.bk}", lambda st: "n0", "m0", ("pa", "pb"), [],
-                           first="cvl_g"),
-            "cvl_g += n_;",
-            "bool cvl_finish = true;  // a whole tile, or the last of a split tile's segments to arrive",
-            f"if (n_ != {S}) {{", *indent(self.stream_k_meeting(tiles, grid, words)), "}",
-            "if (cvl_finish) {", *indent(self.plain_epilogue()), "}",
-            "cvl_fence_proxy_async();  // the staging's writes come before the next segment's copies land there",
-            "__syncthreads();  // every thread is done with the stages before the next segment refills them",
-        ]
-        body = [
-            *eng.setup(),
-            *self.counted_workspace(tiles, 2 * grid * words * 16, "cvl_parts"),
-            "__shared__ unsigned cvl_ticket;",
-            f"const int u0 = (int)blockIdx.x * {q};  // this CTA's share of the k steps: [u0, u1)",
-            f"const int u1 = min(u0 + {q}, {total});",
-            f"const int t_first = u0 / {S};",
-            f"const int t_last = (u1 - 1) / {S};",
-            "int cvl_g = 0;  // k steps this CTA has run: its stages' barrier phases",
-            "#pragma unroll 1",
-            "for (int j = 0; j <= t_last - t_first; ++j) {", *indent(segment), "}",
-        ]
-        lines = [*self.k.signature(entry, eng.threads), *indent(body), "}"]
-        return Emitted(lines, (grid, 1, 1), (eng.threads, 1, 1), eng.shared_bytes, eng.helpers(), eng.options)
-
-    def stream_k_meeting(self, tiles: int, grid: int, words: int) -> list[str]:
-        """Stream-K's meeting of split tile ``t_``: the segment's f32 partial to slot 2 b (tile t_first of CTA b's
-        share) or 2 b + 1 (t_last), float4 i of thread t at i x threads + t; a ticket from the tile's counter (the
-        CUDA guide's last-block pattern); the CTA with the last ticket (``cvl_finish``) adds the segments of CTAs
-        i0 .. i1 (those whose shares hold the tile) in that order, its own read back like the others, so the sum's
-        bits never depend on who came last, and puts the counter back to 0 for the next launch."""
-        eng, S, q = self.eng, self.kt, self.eng.stream_k
-        per_thread = eng.regs // 4
-        chunk = 8
-        return [
-            "float4* const mine = cvl_parts + (size_t)(2 * (int)blockIdx.x + (t_ == t_first ? 0 : 1)) * "
-            f"{words} + threadIdx.x;",
-            "#pragma unroll", f"for (int i = 0; i < {per_thread}; ++i)",
-            f"    __stcg(mine + i * {eng.threads}, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));",
-            "__threadfence();  // this thread's partial is visible device-wide before the ticket is taken",
-            "__syncthreads();",
-            f"const int i0 = t_ * {S} / {q};  // the CTAs whose shares hold tile t_",
-            f"const int i1 = (t_ * {S} + {S - 1}) / {q};",
-            "if (threadIdx.x == 0) cvl_ticket = atomicAdd(&cvl_count[t_], 1u);",
-            "__syncthreads();",
-            "cvl_finish = cvl_ticket == (unsigned)(i1 - i0);",
-            "if (cvl_finish) {",
-            "    __threadfence();",
-            *indent(eng.zero()),
-            "    #pragma unroll",
-            f"    for (int c = 0; c < {per_thread // chunk}; ++c) {{  // {chunk} float4 loads in flight a round",
-            "        #pragma unroll 1",
-            "        for (int i = i0; i <= i1; ++i) {  // in CTA order: the bits do not depend on who came last",
-            f"            const int slot = 2 * i + (t_ == i * {q} / {S} ? 0 : 1);",
-            f"            const float4* const from = cvl_parts + (size_t)slot * {words} + threadIdx.x;",
-            "            #pragma unroll", f"            for (int r = 0; r < {chunk}; ++r) {{",
-            f"                const float4 v = __ldcg(from + (c * {chunk} + r) * {eng.threads});",
-            f"                acc[4 * (c * {chunk} + r)] += v.x;", f"                acc[4 * (c * {chunk} + r) + 1] += v.y;",
-            f"                acc[4 * (c * {chunk} + r) + 2] += v.z;", f"                acc[4 * (c * {chunk} + r) + 3] += v.w;",
-            "            }", "        }", "    }",
-            "    if (threadIdx.x == 0) cvl_count[t_] = 0u;  // ready for the next launch",
-            "}"]
 
     def chunked_output(self) -> tuple | None:
         """(store, its C scalar type) where the plain wgmma kernel's one output can be written in 16-byte

@@ -127,23 +127,12 @@ LARGE_WAVES = 0.5
 # flops): NARROW_COST. With the rule (`-session19-narrow-2.md`, 4 rounds, 128 x 256 always against the rule):
 # 3072^3 125.8 against 104.4, 1536 x 4096 x 4096 104.8 against 95.0, 1536 x 2048 x 8192 (one wave: 96 tiles or 132)
 # 97.1 against 85.9; `cuvil-dsl bench` at 3072^3 (`2026-12-01-h200-bench-gemm-thin-wave-session19.md`) 116.2 us
-# (0.82x PyTorch) against 95.7 (1.00x; torch.compile 100.6, Triton 126.1). None: LARGE_TILE always.
+# (0.82x PyTorch) against 95.7 (1.00x; torch.compile 100.6, Triton 126.1). None: LARGE_TILE always. (Stream-K, equal
+# shares of the k steps on one CTA a multiprocessor, was built and measured 10-30% slower than this rule at every size
+# tried: every CTA's split tiles meet through the L2 at once; benchmarks/NOTES.md, commit 2efcbc3.)
 NARROW_TILE: tuple[int, int, int, int] | None = (128, 192, 4, 1)
 NARROW_COST = 0.81
 NARROW_MARGIN = 0.9
-# Session 19: stream-K for LARGE_TILE launches (cuda_matmul._GemmKernel.render_stream_k). One CTA a multiprocessor
-# walks an equal share of the launch's k steps (tile after tile, in the walk order), so the last wave is never
-# thin: a tile split between two CTAs meets through the kernel's workspace (each segment's f32 partial and a
-# ticket; the last to arrive adds the partials in CTA order, so the bits do not depend on who came last, and runs
-# the epilogue). Each CTA runs its split segments first (the first and last tiles of its share), so their
-# meetings overlap the other CTAs' main loops, then its whole tiles. Chosen by :func:`large_plan`'s model, in k
-# steps of a large tile: a wave of large tiles ``steps + SK_EPILOGUE_STEPS``; stream-K ``share + tiles / SMs x
-# SK_EPILOGUE_STEPS + SK_FIXUP_STEPS`` (two partials stored, two read back, two pipeline fills), taken at most
-# SK_MARGIN of the large tiles' time. Only with TMA loads and unsplit launches.
-STREAM_K = True
-SK_EPILOGUE_STEPS = 8  # the 128 x 256 epilogue (6.2 us at 4096^3) in main-loop steps (0.77 us)
-SK_FIXUP_STEPS = 10
-SK_MARGIN = 0.93
 # Split-K (session 14): a GEMM whose tiles fill at most half the SMs splits K into S parts, one CTA each
 # (tiles x S <= SMs, every part at least SPLIT_MIN_STEPS k steps of 64, S <= SPLIT_MAX, or LARGE_SPLIT_MAX on
 # LARGE_TILE, whose partials are twice the size). Each CTA writes its f32 partial tile to the kernel's
@@ -262,7 +251,7 @@ def pairs(eng: "WgmmaEngine", m_tiles: int) -> bool:
     MN-major B; half the rows of a K-major one)."""
     kernels = {True: (False, True), "plain": (False,), "ws": (True,)}.get(MULTICAST, ())
     return (eng.specialised in kernels and (eng.bm, eng.bn, eng.stages, eng.pending) == tuple(LARGE_TILE)
-            and eng.split == 1 and not eng.stream_k and m_tiles % 2 == 0 and (eng.b.k_major or eng.bn // 64 % 2 == 0))
+            and eng.split == 1 and m_tiles % 2 == 0 and (eng.b.k_major or eng.bn // 64 % 2 == 0))
 
 
 def plain_engine(k, a, b, blocks: Callable[[int, int], int]) -> "WgmmaEngine | None":
@@ -288,17 +277,12 @@ def plain_engine(k, a, b, blocks: Callable[[int, int], int]) -> "WgmmaEngine | N
     if any(stride % 8 for o in (a, b) for _axis, stride in getattr(o, "batch", ())):
         return None  # a batch's operand would not start 16-byte aligned
     steps, large = -(-a.depth // 64), blocks(LARGE_TILE[0], LARGE_TILE[1])
-    stream = 0
     large_parts = split_parts(large, steps, k.sm_count, LARGE_SPLIT_MAX)
     if large * large_parts >= LARGE_WAVES * k.sm_count and supported(a, b, *LARGE_TILE[:2]) is None:
         (bm, bn, stages, pending), parts = LARGE_TILE, large_parts
-        ws = LIBRARY_WS is True or (LIBRARY_WS == "tma" and tma_loads(a, b))
-        if parts == 1 and tma_loads(a, b) and not ws:
-            narrow = (blocks(*NARROW_TILE[:2]) if NARROW_TILE is not None and supported(a, b, *NARROW_TILE[:2]) is None
-                      else 0)
-            kind, stream = large_plan(large, narrow, steps, k.sm_count)
-            if kind == "narrow":
-                bm, bn, stages, pending = NARROW_TILE
+        if (parts == 1 and NARROW_TILE is not None and tma_loads(a, b) and supported(a, b, *NARROW_TILE[:2]) is None
+                and narrow_pays(large, blocks(*NARROW_TILE[:2]), k.sm_count)):
+            bm, bn, stages, pending = NARROW_TILE
     elif blocks(128, 128) > k.sm_count:
         (bm, bn, stages, pending), parts = (128, 128, 3, 0), 1
     else:  # one wave of 128 x 128 tiles, split along K when they leave half the SMs idle
@@ -309,7 +293,6 @@ def plain_engine(k, a, b, blocks: Callable[[int, int], int]) -> "WgmmaEngine | N
     ws = LIBRARY_WS is True or (LIBRARY_WS == "tma" and tma_loads(a, b))
     eng.specialised = ws and (bm, bn, stages, pending) == tuple(LARGE_TILE) and parts == 1
     eng.split = parts
-    eng.stream_k = stream
     return eng
 
 
@@ -318,25 +301,6 @@ def narrow_pays(wide: int, narrow: int, slots: int) -> bool:
     CTA a multiprocessor on ``slots`` of them: its waves, each :data:`NARROW_COST` of a wide one, at most
     :data:`NARROW_MARGIN` of the wide launch's waves (3072^3: 3 x 0.81 against 3; 4096^3: 6 x 0.81 against 4)."""
     return NARROW_TILE is not None and -(-narrow // slots) * NARROW_COST <= NARROW_MARGIN * -(-wide // slots)
-
-
-def large_plan(wide: int, narrow: int, steps: int, slots: int) -> tuple[str, int]:
-    """How a launch of ``wide`` LARGE_TILE tiles of ``steps`` k steps runs on ``slots`` multiprocessors (one CTA
-    each): ("wide", 0), one CTA a tile; ("narrow", 0), :data:`NARROW_TILE`'s ``narrow`` tiles instead
-    (:func:`narrow_pays`; 0: not possible); or ("stream", share), stream-K with ``share`` k steps a CTA
-    (:data:`STREAM_K`). The cheapest by the model in :data:`STREAM_K`'s note; each alternative must beat the
-    large tiles by its margin."""
-    tile = steps + SK_EPILOGUE_STEPS
-    cost = {"wide": -(-wide // slots) * tile}
-    if narrow and narrow_pays(wide, narrow, slots):
-        cost["narrow"] = NARROW_COST * -(-narrow // slots) * tile
-    share = -(-wide * steps // slots)
-    if STREAM_K and steps > 1:
-        stream = wide * steps / slots + wide / slots * SK_EPILOGUE_STEPS + SK_FIXUP_STEPS
-        if stream <= SK_MARGIN * cost["wide"]:
-            cost["stream"] = stream
-    best = min(cost, key=lambda kind: cost[kind])
-    return best, share if best == "stream" else 0
 
 
 def raster_rows(m_tiles: int, n_tiles: int, slots: int) -> int:
@@ -466,7 +430,6 @@ class WgmmaEngine:
         self.maps: dict[str, str] | None = None  # role -> the TMA descriptor parameter (use_tma)
         self.pair = False  # CTAs in clusters of 2 along M sharing each B tile by multicast (use_tma)
         self.split = 1  # parts of K, one CTA each (split_parts; the plain kernel only)
-        self.stream_k = 0  # k steps a CTA walks with stream-K (large_plan; the plain TMA kernel only), 0: a tile a CTA
         self.k_overshoot = False  # steps may start past K (a split's last part): every load tests K
 
     def use_tma(self, k, buffers: dict[str, str], pair: bool = False) -> None:
@@ -690,16 +653,13 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], unsigned long long da, u
             "cvl_wgmma_commit();",
         ]
 
-    def main_loop(self, steps: int | str, k0: StepExpr, n0: StepExpr, m0: str, bases: tuple[str, str],
-                  after_step: Sequence[str], first: str | None = None) -> list[str]:
+    def main_loop(self, steps: int, k0: StepExpr, n0: StepExpr, m0: str, bases: tuple[str, str],
+                  after_step: Sequence[str]) -> list[str]:
         """All steps; ``after_step`` runs after each step's math with every wgmma retired
-        (that costs the overlap of consecutive steps, so the plain GEMM passes none). ``first`` (TMA loads
-        only): the steps this CTA's pipeline ran before these (stream-K's segments), so each stage's barrier
-        phase follows on."""
+        (that costs the overlap of consecutive steps, so the plain GEMM passes none)."""
         s, p, w = self.stages, self.ahead, self.pending
         if self.maps:
-            return self._tma_main_loop(steps, k0, n0, m0, after_step, first)
-        assert first is None, "a pipeline that continues across main loops needs TMA loads"
+            return self._tma_main_loop(steps, k0, n0, m0, after_step)
 
         def load(stage: str, step: str) -> list[str]:
             return (self.load(self.a, stage, m0, k0(step), bases[0])
@@ -717,8 +677,7 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], unsigned long long da, u
                 "cvl_wgmma_wait<0>();", "cvl_wgmma_pin(acc);"]
         return out
 
-    def _tma_main_loop(self, steps: int | str, k0: StepExpr, n0: StepExpr, m0: str, after_step: Sequence[str],
-                       first: str | None = None) -> list[str]:
+    def _tma_main_loop(self, steps: int, k0: StepExpr, n0: StepExpr, m0: str, after_step: Sequence[str]) -> list[str]:
         """:meth:`main_loop` with TMA loads. Step ``s``: every thread waits for tile ``s``'s barrier
         phase (``s / S`` is its use count, so its parity is ``(s / S) & 1``); ``__syncthreads``; thread
         0 arms and fills the stage of tile ``s + P``, which tile ``s - 1 - W`` used (every warpgroup
@@ -726,10 +685,6 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], unsigned long long da, u
         stage's barrier is re-armed only after every thread waited on its previous phase (the
         barrier of the step in between), so no wait can see a phase two ahead."""
         s, p, w = self.stages, self.ahead, self.pending
-        assert first is None or not self.pair, "a pair's empty barriers count phases from the kernel's start"
-
-        def g(step: str) -> str:  # the pipeline's count of step ``step``
-            return f"({first} + {step})" if first else step
 
         def load(stage: str, step: str) -> list[str]:
             return self.tma_load(stage, {"a": m0, "b": n0(step)}, k0(step))
@@ -746,12 +701,11 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], unsigned long long da, u
                 if self.pair else [])
         out = ["cvl_wgmma_pin(acc);"]
         for i in range(p):
-            out += [f"if ({i} < {steps}) {{", *_indent(load(f"{g(str(i))} % {s}" if first else str(i), str(i))), "}"]
-        refill = [f"if (step + {p} < {steps}) {{",
-                  *_indent([*free, *load(f"({g('step')} + {p}) % {s}", f"(step + {p})")]), "}"]
+            out += [f"if ({i} < {steps}) {{", *_indent(load(str(i), str(i))), "}"]
+        refill = [f"if (step + {p} < {steps}) {{", *_indent([*free, *load(f"(step + {p}) % {s}", f"(step + {p})")]), "}"]
         # with pair, after the step's wgmma are issued: thread 0's wait for its partner then runs under them
-        body = [f"cvl_mbar_wait(full0 + ({g('step')} % {s}) * 8, ({g('step')} / {s}) & 1);", "__syncthreads();", *ours,
-                *([] if self.pair else refill), *self.compute(f"{g('step')} % {s}"), *(refill if self.pair else []),
+        body = [f"cvl_mbar_wait(full0 + (step % {s}) * 8, (step / {s}) & 1);", "__syncthreads();", *ours,
+                *([] if self.pair else refill), *self.compute(f"step % {s}"), *(refill if self.pair else []),
                 f"cvl_wgmma_wait<{w}>();"]
         if after_step:
             body += ["cvl_wgmma_wait<0>();", "cvl_wgmma_pin(acc);", *after_step]

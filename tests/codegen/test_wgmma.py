@@ -836,12 +836,10 @@ def test_split_k_kernels(exchange, tmp_path, monkeypatch):
     ((1024, 2048, 8192), 256, 2),  # 63.1 us, 68.8 on 128 of 128 x 128
     ((512, 1024, 8192), 128, 4),  # 16 large tiles in 4 fill under half: 32 of 128 x 128 in 4 (30.6 us)
 ])
-def test_tile_and_split_choice(sizes, tile, parts, monkeypatch):
+def test_tile_and_split_choice(sizes, tile, parts):
     """cuda_wgmma.plain_engine's choice, as measured on the H200 in sessions 14 and 19 (cuda_wgmma.LARGE_WAVES,
-    SPLIT_K, NARROW_TILE; stream-K off): the grid is the tiles times the parts of K, and only a split kernel has a
-    workspace (where a cluster's parts meet, cuda_wgmma.SPLIT_EXCHANGE "l2"; a ticket's counters with more than one
-    cluster a tile)."""
-    monkeypatch.setattr(cuda_wgmma, "STREAM_K", False)
+    SPLIT_K, NARROW_TILE): the grid is the tiles times the parts of K, and only a split kernel has a workspace (where a
+    cluster's parts meet, cuda_wgmma.SPLIT_EXCHANGE "l2"; a ticket's counters with more than one cluster a tile)."""
     M, N, K = sizes
     k = _library_gemm(GELU, {"M": M, "N": N, "K": K})
     assert k.grid == (-(-M // 128) * -(-N // tile) * parts, 1, 1)
@@ -864,8 +862,6 @@ def test_narrow_tile_takes_launches_that_end_in_a_thin_wave(wide, narrow, chosen
     from cuvil_dsl.codegen import cuda_wgmma
 
     assert cuda_wgmma.narrow_pays(wide, narrow, 132) == chosen
-    monkeypatch.setattr(cuda_wgmma, "STREAM_K", False)
-    assert cuda_wgmma.large_plan(wide, narrow, 64, 132)[0] == ("narrow" if chosen else "wide")
     monkeypatch.setattr(cuda_wgmma, "NARROW_TILE", None)
     assert not cuda_wgmma.narrow_pays(wide, narrow, 132)
 
@@ -876,11 +872,9 @@ def test_narrow_tile_takes_launches_that_end_in_a_thin_wave(wide, narrow, chosen
 ])
 def test_narrow_tile_choice(sizes, tile, monkeypatch):
     """plain_engine's 128 x 192 tiles (three B boxes of 64 columns, m64n192k16 wgmma, 192-column staging) where
-    128 x 256 ones end in a thin last wave (stream-K off); none when NARROW_TILE is None, or for batched operands
-    (cp.async)."""
+    128 x 256 ones end in a thin last wave; none when NARROW_TILE is None, or for batched operands (cp.async)."""
     from cuvil_dsl.codegen import cuda_wgmma
 
-    monkeypatch.setattr(cuda_wgmma, "STREAM_K", False)
     M, N, K = sizes
     k = _library_gemm(GELU, {"M": M, "N": N, "K": K})
     assert k.grid == (-(-M // 128) * -(-N // tile), 1, 1) and k.block == (256, 1, 1)
@@ -888,7 +882,7 @@ def test_narrow_tile_choice(sizes, tile, monkeypatch):
     assert "__cluster_dims__" not in k.source and not any(a.kind == "workspace" for a in k.args)
     monkeypatch.setattr(cuda_wgmma, "NARROW_TILE", None)
     assert _library_gemm(GELU, {"M": M, "N": N, "K": K}).grid == (-(-M // 128) * -(-N // 256), 1, 1)
-    monkeypatch.setattr(cuda_wgmma, "NARROW_TILE", (128, 192, 4, 1))
+    monkeypatch.undo()
     batched = GELU.replace("a: f16[M, K], b: f16[K, N]", "a: f16[B, M, K], b: f16[B, K, N]").replace(
         "f16[M, N]", "f16[B, M, N]")
     kb = _library_gemm(batched, {"B": 2, "M": M, "N": N, "K": K})
@@ -897,7 +891,6 @@ def test_narrow_tile_choice(sizes, tile, monkeypatch):
 
 def test_narrow_tile_compiles_without_spills(tmp_path, monkeypatch):
     _nvrtc_or_skip()
-    monkeypatch.setattr(cuda_wgmma, "STREAM_K", False)
     from cuvil_dsl.compile import CompileUnit, SassUnavailable, compile_units, count_instructions, disassemble, find_cuobjdump
 
     monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
@@ -913,89 +906,6 @@ def test_narrow_tile_compiles_without_spills(tmp_path, monkeypatch):
         except SassUnavailable:
             continue
         assert count_instructions(sass, r"HGMMA\.64x192x16\.F32") == 4 and count_instructions(sass, "UTMALDG") > 0
-
-
-# -- stream-K (cuda_wgmma.STREAM_K) ------------------------------------------------------------------
-
-@pytest.mark.parametrize("wide,narrow,steps,kind", [
-    (512, 704, 64, "wide"),  # 4096^3: 3.88 waves, the last nearly full
-    (800, 1080, 80, "stream"),  # 5120^3: 6.06 waves
-    (200, 280, 40, "stream"),  # 2560^3: 1.52 waves
-    (288, 384, 48, "stream"),  # 3072^3: 2.18 waves (narrow 2.91)
-    (72, 96, 64, "stream"),  # 1536 x 1536 x 4096: 72 tiles on 132 SMs
-    (128, 176, 64, "wide"),  # 1024 x 4096 x 4096: one wave, 4 SMs idle
-    (100, 0, 2, "wide"),  # shallow: the meetings would cost more than the idle SMs
-    (2048, 2752, 128, "wide"),  # 8192^3: 15.5 waves
-])
-def test_stream_k_choice(wide, narrow, steps, kind, monkeypatch):
-    plan = cuda_wgmma.large_plan(wide, narrow, steps, 132)
-    assert plan[0] == kind
-    if kind == "stream":  # equal shares of the k steps, one CTA a multiprocessor
-        assert plan[1] == -(-wide * steps // 132)
-    monkeypatch.setattr(cuda_wgmma, "STREAM_K", False)
-    assert cuda_wgmma.large_plan(wide, narrow, steps, 132)[0] != "stream"
-
-
-@pytest.mark.parametrize("sizes,b_t", [((3072, 3072, 3072), False), ((1400, 1704, 3000), False),
-                                       ((1400, 1704, 3000), True), ((2500, 2504, 2504), False)])
-def test_stream_k_kernel(sizes, b_t, tmp_path, monkeypatch):
-    """A stream-K launch: one CTA a multiprocessor, each walking an equal share of the tiles' k steps on one
-    pipeline (the barriers' phases count on across segments), its split segments first; a split tile's segments
-    meet through the workspace (the tiles' counters, then two partial slots a CTA), the last to arrive adding
-    them in CTA order; ragged M, N and K; compiles without spills or serialised wgmma."""
-    M, N, K = sizes
-    text = GELU.replace("b: f16[K, N]", "b: f16[N, K]").replace("a @ b", "a @ b.T") if b_t else GELU
-    k = _library_gemm(text, {"M": M, "N": N, "K": K})
-    tiles, steps = -(-M // 128) * -(-N // 256), -(-K // 64)
-    share = -(-tiles * steps // 132)
-    assert k.grid == (-(-tiles * steps // share), 1, 1) and k.block == (256, 1, 1)
-    (ws,) = [a for a in k.args if a.kind == "workspace"]
-    assert ws.workspace == -(-tiles * 4 // 256) * 256 + 2 * k.grid[0] * 128 * 256 * 4
-    body = k.source.split('extern "C"')[1]
-    assert f"const int u0 = (int)blockIdx.x * {share};" in body and "for (int j = 0; j <= t_last - t_first; ++j)" in body
-    assert "cvl_mbar_wait(full0 + ((cvl_g + step) % 4) * 8, ((cvl_g + step) / 4) & 1);" in body
-    assert body.index("cvl_ticket = atomicAdd(&cvl_count[t_], 1u);") < body.index("cvl_count[t_] = 0u;")
-    assert "__cluster_dims__" not in body and "return;" not in body  # nobody waits, nobody leaves early
-    monkeypatch.setattr(cuda_wgmma, "STREAM_K", False)
-    assert "cvl_ticket" not in _library_gemm(text, {"M": M, "N": N, "K": K}).source
-    _nvrtc_or_skip()
-    from cuvil_dsl.compile import CompileUnit, compile_units
-
-    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
-    (u,) = compile_units([CompileUnit(k.entry, k.source, (k.entry,), k.options)], "sm_90", fallback="none")
-    r = u.resources[k.entry]
-    assert r.spill_bytes == 0 and r.stack_bytes == 0 and "serializ" not in u.log, u.log
-
-
-@pytest.mark.parametrize("share,tiles,steps", [(105, 288, 48), (35, 72, 64), (7, 10, 13), (64, 6, 64), (30, 4, 50)])
-def test_stream_k_segments_cover_every_step_once(share, tiles, steps):
-    """The kernel's arithmetic, in Python: every (tile, k step) in exactly one CTA's segment; each split tile's
-    segments are those of CTAs i0 .. i1, each writing the slot the reader computes (2 b for its share's first
-    tile, 2 b + 1 for its last), no two segments one slot."""
-    grid = -(-tiles * steps // share)
-    seen, slots = {}, {}
-    for b in range(grid):
-        u0, u1 = b * share, min(b * share + share, tiles * steps)
-        t_first, t_last = u0 // steps, (u1 - 1) // steps
-        for j in range(t_last - t_first + 1):
-            t = t_first if j == 0 else t_last if j == 1 else t_first + j - 1
-            kb = max(u0 - t * steps, 0)
-            n = min(u1 - t * steps, steps) - kb
-            assert n > 0
-            for s in range(kb, kb + n):
-                assert (t, s) not in seen
-                seen[t, s] = b
-            if n != steps:
-                slot = 2 * b + (0 if t == t_first else 1)
-                assert slot not in slots
-                slots[slot] = t
-    assert len(seen) == tiles * steps
-    for t in range(tiles):
-        i0, i1 = t * steps // share, (t * steps + steps - 1) // share
-        assert {seen[t, s] for s in range(steps)} == set(range(i0, i1 + 1))
-        if i0 != i1:
-            read = [2 * i + (0 if t == i * share // steps else 1) for i in range(i0, i1 + 1)]
-            assert all(slots[r] == t for r in read) and len(read) == i1 - i0 + 1
 
 
 @pytest.mark.parametrize("groups", [False, True])
