@@ -74,8 +74,10 @@ class CudaExecutor(Executor):
         self._units = tuple(units)
         with self.device:
             self.layout = ArenaLayout.for_plan(plan, self.sizes)
-            self.arena = DeviceArena(self.layout, pipeline.span, f"pipeline `{pipeline.name}`")
             self.stream = cupy.cuda.Stream(non_blocking=True)
+            # the canary fill in this stream's order, ahead of every upload and launch (a non-blocking stream
+            # does not wait for work on the legacy default stream)
+            self.arena = DeviceArena(self.layout, pipeline.span, f"pipeline `{pipeline.name}`", self.stream)
             self._work = self.stream
             self._switched = cupy.cuda.Event(disable_timing=True)
             self._cells = ArgumentCells()

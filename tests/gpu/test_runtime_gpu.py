@@ -353,6 +353,33 @@ def test_an_arena_larger_than_device_memory_is_refused_before_allocating():
     assert info.value.diagnostics[0].code == "E509" and "4096.00 GiB" in str(info.value)
 
 
+@pytest.mark.parametrize("fill", ["driver", "cupy"])
+def test_a_new_arena_is_canary_from_end_to_end_in_its_stream(fill, monkeypatch):
+    """The arena's canary fill (cuMemsetD16Async, or CuPy's fill where the driver entry point cannot be bound) runs
+    in the stream it is given, so a copy queued after it in that stream, a non-blocking one, lands on top of it."""
+    import cupy
+
+    from cuvil_dsl.diagnostics import Span
+    from cuvil_dsl.runtime import arena
+    from cuvil_dsl.runtime.layout import CANARY, ArenaLayout, BufferSpec
+
+    if fill == "cupy":
+        monkeypatch.setattr(arena, "_memset_d16_async", lambda: None)
+    layout = ArenaLayout.build([BufferSpec("x", "input", DType.F32, (3, 1000)), BufferSpec("y", "output", DType.F16, (7,))])
+    stream = cupy.cuda.Stream(non_blocking=True)
+    a = arena.DeviceArena(layout, Span.whole_file("t.cuvil"), "pipeline `t`", stream)
+    a.upload("x", np.ones((3, 1000), np.float32), stream)
+    raw = a._bytes.get(stream=stream)
+    stream.synchronize()
+    x = layout.slot("x")
+    assert raw.size == layout.total_bytes and raw.size % 2 == 0
+    inside = np.zeros(raw.size, bool)
+    inside[x.offset:x.end] = True
+    assert (raw[inside].view(np.float32) == 1).all()
+    assert (raw[~inside].reshape(-1, 2) == CANARY).all()
+    assert not a.check_guards(stream)
+
+
 def test_device_info():
     from cuvil_dsl.runtime.device import device_info, gpu_available, runs_on
 
