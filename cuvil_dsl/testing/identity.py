@@ -39,8 +39,12 @@ def toolchain(executor: Executor) -> dict[str, str]:
 
 
 def machine(backend: str, device: int = 0) -> dict[str, str]:
-    """The processor (and, for the cuda backend, the GPU and driver) the numbers came from."""
+    """The processor (and, for the cuda backend, the GPU and driver) the numbers came from; for the host backends
+    also the vector extensions NumPy dispatches to (:func:`_simd`): a virtual machine may name an AVX2 and an
+    AVX-512 processor alike ("AMD EPYC"), and NumPy's float64 ``exp`` and ``tanh`` differ by an ulp between them."""
     found = {"cpu": _cpu_model(), "cores": str(os.cpu_count() or 1)}
+    if backend in ("reference", "cpu"):
+        found["simd"] = _simd()
     if backend == "cuda":
         from cupy.cuda import runtime
 
@@ -49,6 +53,16 @@ def machine(backend: str, device: int = 0) -> dict[str, str]:
         found["gpu"] = device_info(device).name
         found["driver"] = str(runtime.driverGetVersion())
     return found
+
+
+def _simd() -> str:
+    """NumPy's dispatch targets that this processor has (``numpy.show_runtime``'s "found"), e.g. "X86_V3 X86_V4
+    AVX512_ICL"; "unknown" where NumPy does not say."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+    except ImportError:
+        return "unknown"
+    return " ".join(f for f in __cpu_dispatch__ if __cpu_features__.get(f)) or "baseline"
 
 
 def _cpu_model() -> str:

@@ -174,6 +174,17 @@ def test_changed_results_fail_the_exact_rule_naming_the_result(case_dir, wrap_ex
     assert "result `y` differs from the recording: 512 of 512 elements differ" in results.message
 
 
+def test_a_processor_with_other_vector_extensions_gets_the_tolerance_rule(case_dir, monkeypatch):
+    """Two processors a virtual machine names alike ("AMD EPYC") may differ in what NumPy dispatches to (AVX2 or
+    AVX-512), and NumPy's float64 exp and tanh with them by an ulp: the identity records the extensions."""
+    recorded = identity.machine("reference")
+    assert recorded["simd"] not in ("", "unknown")
+    monkeypatch.setattr(identity, "_simd", lambda: "(a processor without them)")
+    report = replay_case(case_dir)
+    assert report.rule == "tolerance" and "machine.simd:" in report.rule_reason
+    assert report.check("results").passed is True
+
+
 def test_another_machine_gets_the_tolerance_rule_and_says_why(case_dir, wrap_executor, monkeypatch):
     real_machine = identity.machine
     monkeypatch.setattr(identity, "machine", lambda backend, device=0: {**real_machine(backend, device),
