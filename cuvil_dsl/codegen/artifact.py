@@ -14,18 +14,20 @@ from cuvil_dsl.types import DType
 
 @dataclass(frozen=True)
 class TensorMap:
-    """A TMA descriptor (``CUtensorMap``, 128 bytes) of a 2-D view of buffer ``buffer``, tiled.
+    """A TMA descriptor (``CUtensorMap``, 128 bytes) of a 2-D view of buffer ``buffer``, tiled, or a 3-D one whose
+    third dimension is a batch.
 
     The runtime encodes it with ``cuTensorMapEncodeTiled`` from the buffer's current device
     pointer (again whenever that pointer changes): ``dims`` and ``box`` in elements, innermost
-    first; ``stride`` the byte stride of the outer dimension; 128-byte swizzle, zero fill out of
-    bounds, no interleave, element strides 1.
+    first; ``stride`` the byte stride of the outer dimension (and ``batch_stride`` that of the batch, with three
+    ``dims``); 128-byte swizzle, zero fill out of bounds, no interleave, element strides 1.
     """
 
     buffer: str  # the plan buffer's value id
-    dims: tuple[int, int]  # (inner, outer) extents in elements
+    dims: tuple[int, ...]  # (inner, outer) or (inner, outer, batch) extents in elements
     stride: int  # bytes from one outer index to the next (a multiple of 16)
-    box: tuple[int, int]  # (inner, outer) elements one copy moves; inner * itemsize == 128
+    box: tuple[int, ...]  # (inner, outer[, 1]) elements one copy moves; inner * itemsize == 128
+    batch_stride: int = 0  # bytes from one batch index to the next (a multiple of 16), three dims only
 
 
 @dataclass(frozen=True)

@@ -91,10 +91,12 @@ class CudaKernel:
             out.append(KernelArg("scalar", u, dtype, ctype))
         return tuple(out + self.extra_args)
 
-    def tensor_map(self, name: str, buffer: str, dims: tuple[int, int], stride: int, box: tuple[int, int]) -> str:
-        """Ask for a TMA descriptor parameter ``name`` over ``buffer`` (see :class:`TensorMap`); returns
-        its C name. The runtime encodes it; the kernel passes ``&name`` to ``cp.async.bulk.tensor``."""
-        spec = TensorMap(buffer, dims, stride, box)
+    def tensor_map(self, name: str, buffer: str, dims: tuple[int, ...], stride: int, box: tuple[int, ...],
+                   batch_stride: int = 0) -> str:
+        """Ask for a TMA descriptor parameter ``name`` over ``buffer`` (see :class:`TensorMap`; three ``dims``
+        with a ``batch_stride``); returns its C name. The runtime encodes it; the kernel passes ``&name`` to
+        ``cp.async.bulk.tensor``."""
+        spec = TensorMap(buffer, dims, stride, box, batch_stride)
         self.extra_args.append(KernelArg("tensormap", name, self.dtype(buffer), "const __grid_constant__ cvl_tensor_map", spec))
         return name
 

@@ -226,7 +226,7 @@ class _GemmKernel:
             if wgmma is not None:  # Hopper: sm_90a's wgmma (see cuda_wgmma.plain_engine for the rule)
                 k.config = replace(k.config, tile_m=wgmma.bm, tile_n=wgmma.bn, tile_k=wgmma.bk,
                                    block=wgmma.threads + (128 if wgmma.specialised else 0))
-                if cuda_wgmma.tma_loads(self.a, self.b):
+                if cuda_wgmma.tma_loads(self.a, self.b, p.domain):
                     wgmma.use_tma(k, {"a": self.a.buffer, "b": self.b.buffer},
                                   cuda_wgmma.pairs(wgmma, -(-self.M // wgmma.bm)))
                 self.eng = wgmma

@@ -200,6 +200,9 @@ def split_cluster(parts: int) -> int:
 RASTER_ROWS = 16
 LIBRARY_WS: bool | str = False
 TMA = True
+# Session 19: batched operands load by TMA too, through three-dimensional maps whose outer dimension is the batch
+# (:func:`batch_view`); before, any operand with batch axes kept the cp.async loader.
+TMA_BATCHED = True
 MULTICAST: bool | str = False
 # spec `kernels:` keys that keep a GEMM on the mma.sync template (whose tiles they describe)
 _OVERRIDES = frozenset(("tile", "block", "launch_bounds", "max_registers"))
@@ -238,10 +241,31 @@ def supported(a, b, bm: int, bn: int, bk: int = 64) -> str | None:
     return None
 
 
-def tma_loads(a, b) -> bool:
+def batch_view(o, domain: Sequence[int] | None) -> tuple[int, int, tuple[tuple[int, int], ...]] | None:
+    """Operand ``o``'s batch axes (``cuda_gemm.Operand.batch``: domain axis and element stride of each axis it does
+    not broadcast) as one more dimension of a TMA map: (count, element stride, ((axis, weight), ...)), the batch
+    coordinate being the sum of ``c{axis} * weight``; (1, 0, ()) without batch axes; None where they do not fold
+    into one dimension of one stride (each axis's stride the next one's times its extent in ``domain``) or
+    :data:`TMA_BATCHED` is off."""
+    axes = sorted(getattr(o, "batch", ()))
+    if not axes:
+        return 1, 0, ()
+    if not TMA_BATCHED or domain is None:
+        return None
+    unit, weight, terms = axes[-1][1], 1, []
+    for d, stride in reversed(axes):  # innermost first
+        if stride != unit * weight:
+            return None
+        terms.append((d, weight))
+        weight *= domain[d]
+    return weight, unit, tuple(reversed(terms))
+
+
+def tma_loads(a, b, domain: Sequence[int] | None = None) -> bool:
     """Whether the library's kernel for operands ``a``, ``b`` (``cuda_gemm.Operand``) loads them by TMA
-    (:data:`TMA`, and neither operand with batch axes)."""
-    return TMA and not getattr(a, "batch", ()) and not getattr(b, "batch", ())
+    (:data:`TMA`): operands without batch axes, or with batch axes that fold into one dimension of a
+    three-dimensional map (:func:`batch_view`, over the kernel's ``domain``)."""
+    return TMA and batch_view(a, domain) is not None and batch_view(b, domain) is not None
 
 
 def pairs(eng: "WgmmaEngine", m_tiles: int) -> bool:
@@ -251,7 +275,8 @@ def pairs(eng: "WgmmaEngine", m_tiles: int) -> bool:
     MN-major B; half the rows of a K-major one)."""
     kernels = {True: (False, True), "plain": (False,), "ws": (True,)}.get(MULTICAST, ())
     return (eng.specialised in kernels and (eng.bm, eng.bn, eng.stages, eng.pending) == tuple(LARGE_TILE)
-            and eng.split == 1 and m_tiles % 2 == 0 and (eng.b.k_major or eng.bn // 64 % 2 == 0))
+            and eng.split == 1 and m_tiles % 2 == 0 and (eng.b.k_major or eng.bn // 64 % 2 == 0)
+            and not getattr(eng.a, "batch", ()) and not getattr(eng.b, "batch", ()))
 
 
 def plain_engine(k, a, b, blocks: Callable[[int, int], int]) -> "WgmmaEngine | None":
@@ -280,7 +305,8 @@ def plain_engine(k, a, b, blocks: Callable[[int, int], int]) -> "WgmmaEngine | N
     large_parts = split_parts(large, steps, k.sm_count, LARGE_SPLIT_MAX)
     if large * large_parts >= LARGE_WAVES * k.sm_count and supported(a, b, *LARGE_TILE[:2]) is None:
         (bm, bn, stages, pending), parts = LARGE_TILE, large_parts
-        if (parts == 1 and NARROW_TILE is not None and tma_loads(a, b) and supported(a, b, *NARROW_TILE[:2]) is None
+        if (parts == 1 and NARROW_TILE is not None and tma_loads(a, b, k.p.domain) and not LIBRARY_WS
+                and supported(a, b, *NARROW_TILE[:2]) is None
                 and narrow_pays(large, blocks(*NARROW_TILE[:2]), k.sm_count)):
             bm, bn, stages, pending = NARROW_TILE
     elif blocks(128, 128) > k.sm_count:
@@ -290,7 +316,7 @@ def plain_engine(k, a, b, blocks: Callable[[int, int], int]) -> "WgmmaEngine | N
     if supported(a, b, bm, bn) is not None:
         return None
     eng = WgmmaEngine(a, b, bm=bm, bn=bn, stages=stages, pending=pending, index_t=k.index_t)
-    ws = LIBRARY_WS is True or (LIBRARY_WS == "tma" and tma_loads(a, b))
+    ws = LIBRARY_WS is True or (LIBRARY_WS == "tma" and tma_loads(a, b, k.p.domain))
     eng.specialised = ws and (bm, bn, stages, pending) == tuple(LARGE_TILE) and parts == 1
     eng.split = parts
     return eng
@@ -378,6 +404,17 @@ __device__ __forceinline__ void cvl_tma_prefetch(const cvl_tensor_map& map) {
 }
 """
 
+TMA3_HELPERS = r"""
+// box (c0, c1, c2) of a three-dimensional tensor map (c2: the batch) -> shared memory at dst, as cvl_tma_2d
+__device__ __forceinline__ void cvl_tma_3d(unsigned dst, const cvl_tensor_map& map, int c0, int c1, int c2,
+                                           unsigned bar) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4}], [%5];\n"
+                 :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(&map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+                 : "memory");
+}
+"""
+
 PAIR_HELPERS = r"""
 // CTAs in clusters of 2 sharing B: cvl_tma_2d into the same shared address of every CTA in mask,
 // completing on the same barrier address in each
@@ -428,6 +465,7 @@ class WgmmaEngine:
         self.options = (f"-arch={ARCH}",)  # compiler options a kernel with this engine needs
         self.specialised = False  # the library renders the warp-specialised kernel (LIBRARY_WS)
         self.maps: dict[str, str] | None = None  # role -> the TMA descriptor parameter (use_tma)
+        self.batch_coord: dict[str, str] = {}  # role -> its map's batch coordinate (C), for a 3-D map (batch_view)
         self.pair = False  # CTAs in clusters of 2 along M sharing each B tile by multicast (use_tma)
         self.split = 1  # parts of K, one CTA each (split_parts; the plain kernel only)
         self.k_overshoot = False  # steps may start past K (a split's last part): every load tests K
@@ -447,7 +485,13 @@ class WgmmaEngine:
                 dims, stride, box = (o.depth, o.extent), o.stride_mn * self.item, (64, rows)
             else:
                 dims, stride, box = (o.extent, o.depth), o.stride_k * self.item, (64, self.bk)
-            self.maps[o.role] = k.tensor_map(f"tma_{o.role}", buffers[o.role], dims, stride, box)
+            count, unit, terms = batch_view(o, k.p.domain)
+            if terms:  # the batch as the map's outer dimension, one index a box
+                assert not pair, "CTA pairs share 2-D boxes of B"
+                dims, box = (*dims, count), (*box, 1)
+                self.batch_coord[o.role] = " + ".join(f"(int)c{d}" + (f" * {w}" if w != 1 else "") for d, w in terms)
+            self.maps[o.role] = k.tensor_map(f"tma_{o.role}", buffers[o.role], dims, stride, box,
+                                             unit * self.item if terms else 0)
 
     # ------------------------------------------------------------------ shared memory
     def tile_bytes(self, o) -> int:
@@ -479,7 +523,7 @@ class WgmmaEngine:
 
     def helpers(self) -> str:
         return (HELPERS + self._mma_helper() + (TMA_HELPERS + WS_HELPERS if self.maps else "")
-                + (PAIR_HELPERS if self.pair else ""))
+                + (TMA3_HELPERS if self.batch_coord else "") + (PAIR_HELPERS if self.pair else ""))
 
     def instruction(self) -> str:
         t = "f16" if self.dtype is DType.F16 else "bf16"
@@ -578,13 +622,15 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], unsigned long long da, u
                         lines.append(f"    cvl_tma_2d_mc({base} + (rank * {boxes} + {j}) * {self.bk * 128}u, "
                                      f"{self.maps['b']}, {mn0['b']} + ((int)rank * {boxes} + {j}) * 64, {k0}, bar, 3);")
                 continue
+            batch = self.batch_coord.get(o.role)
+            copy, tail = ("cvl_tma_3d", f", {batch}, bar);") if batch else ("cvl_tma_2d", ", bar);")
             if o.k_major:
-                lines.append(f"    cvl_tma_2d({base}, {self.maps[o.role]}, {k0}, {mn0[o.role]}, bar);")
+                lines.append(f"    {copy}({base}, {self.maps[o.role]}, {k0}, {mn0[o.role]}{tail}")
             else:
                 rows = self.bm if o.role == "a" else self.bn
                 for j in range(rows // 64):
-                    lines.append(f"    cvl_tma_2d({base} + {j * self.bk * 128}u, {self.maps[o.role]}, "
-                                 f"{mn0[o.role]} + {j * 64}, {k0}, bar);")
+                    lines.append(f"    {copy}({base} + {j * self.bk * 128}u, {self.maps[o.role]}, "
+                                 f"{mn0[o.role]} + {j * 64}, {k0}{tail}")
         return lines + ["}"]
 
     def zero(self) -> list[str]:

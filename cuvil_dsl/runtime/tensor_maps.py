@@ -64,12 +64,17 @@ def encode(cell: TensorMapCell, spec: TensorMap, dtype: DType, pointer: int) -> 
     """Fill ``cell`` with the descriptor of ``spec`` over the buffer at device address ``pointer``."""
     if dtype not in DATA_TYPE:
         raise InternalError(f"no TMA data type for {dtype.value}")
-    dims = (ctypes.c_uint64 * 2)(*spec.dims)
-    strides = (ctypes.c_uint64 * 1)(spec.stride)
-    box = (ctypes.c_uint32 * 2)(*spec.box)
-    ones = (ctypes.c_uint32 * 2)(1, 1)
-    status = _encode_tiled()(cell.address, DATA_TYPE[dtype], 2, pointer, dims, strides, box, ones,
+    rank = len(spec.dims)
+    if rank not in (2, 3) or len(spec.box) != rank or (rank == 3) != (spec.batch_stride > 0):
+        raise InternalError(f"tensor map of buffer `{spec.buffer}`: dims {spec.dims}, box {spec.box}, batch stride "
+                            f"{spec.batch_stride} B (2 dims, or 3 with a batch stride)")
+    dims = (ctypes.c_uint64 * rank)(*spec.dims)
+    strides = (ctypes.c_uint64 * (rank - 1))(*((spec.stride, spec.batch_stride) if rank == 3 else (spec.stride,)))
+    box = (ctypes.c_uint32 * rank)(*spec.box)
+    ones = (ctypes.c_uint32 * rank)(*([1] * rank))
+    status = _encode_tiled()(cell.address, DATA_TYPE[dtype], rank, pointer, dims, strides, box, ones,
                              INTERLEAVE_NONE, SWIZZLE_128B, L2_PROMOTION_256B, OOB_FILL_ZERO)
     if status != 0:
         raise InternalError(f"cuTensorMapEncodeTiled failed (CUresult {status}) for buffer `{spec.buffer}` at "
-                            f"{pointer:#x}: dims {spec.dims}, stride {spec.stride} B, box {spec.box}")
+                            f"{pointer:#x}: dims {spec.dims}, stride {spec.stride} B, batch stride "
+                            f"{spec.batch_stride} B, box {spec.box}")

@@ -599,7 +599,8 @@ def test_library_warp_specialised(library):
             assert k.block == (640, 1, 1) and k.grid[1:] == (1, 1) and k.grid[0] <= 132, (name, k.name)
             assert k.grid[0] == 132 or name == "gemm_wgmma", (name, k.grid)
             assert r.registers == ws_entry_regs(640), r
-            assert k.shared_bytes == k0.shared_bytes + 64
+            # the same stages as the plain kernel's large tile (where that one took 128 x 192 tiles: NARROW_TILE)
+            assert k.shared_bytes == k0.shared_bytes + 64 or "m64n192k16" in k0.source
             body = k.source.split('extern "C"')[1]
             assert "cvl_mbar_wait" in body and "__syncthreads()" not in body.split("setmaxnreg")[1]
             assert ("float& ACC0" in body) == ("float& ACC0" in k0.source)
@@ -715,12 +716,36 @@ def test_library_gemm_pairs_only_whole_pairs_of_row_tiles(m, multicast, paired, 
     assert k.grid == (-(-m // 128) * 16, 1, 1)
 
 
-def test_batched_operands_keep_cp_async():
-    text = """pipeline g(a: f16[B, M, K], b: f16[B, K, N]) -> y: f16[B, M, N] {
+def test_batched_operands_load_by_three_dimensional_tensor_maps(monkeypatch):
+    """cuda_wgmma.TMA_BATCHED: a batched operand's batch axes fold into the outer dimension of a 3-D map (A [B, M, K]
+    with stride M K; B [B, K, N] with stride K N; a bias broadcast over the batch keeps its pointer), each box at
+    the tile's batch coordinate; off, or where the axes do not fold, cp.async as before."""
+    text = """pipeline g(a: f16[B, H, M, K], b: f16[H, K, N]) -> y: f16[B, H, M, N] {
         y = a @ b
     }"""
-    k = _library_gemm(text, {"B": 4, "M": 1024, "N": 1024, "K": 256})
+    k = _library_gemm(text, {"B": 2, "H": 3, "M": 1000, "N": 1000, "K": 256})
+    maps = {a.name: a.tensor_map for a in k.args if a.kind == "tensormap"}
+    assert maps["tma_a"].dims == (256, 1000, 6) and maps["tma_a"].box == (64, 128, 1)
+    assert maps["tma_a"].stride == 256 * 2 and maps["tma_a"].batch_stride == 1000 * 256 * 2
+    assert maps["tma_b"].dims == (1000, 256, 3) and maps["tma_b"].batch_stride == 256 * 1000 * 2  # broadcast over B
+    body = k.source.split('extern "C"')[1]
+    assert "cvl_tma_3d(sa + " in body and ", (int)c0 * 3 + (int)c1, bar);" in body and ", (int)c1, bar);" in body
+    assert "cvl_cp_async16s(" not in body and "cvl_tma_2d(" not in body
+    monkeypatch.setattr(cuda_wgmma, "TMA_BATCHED", False)
+    k = _library_gemm(text, {"B": 2, "H": 3, "M": 1000, "N": 1000, "K": 256})
     assert "cvl_cp_async16s(" in k.source and not any(a.kind == "tensormap" for a in k.args)
+
+
+def test_batch_view_folds_only_axes_of_one_stride():
+    from types import SimpleNamespace
+
+    view = cuda_wgmma.batch_view
+    assert view(SimpleNamespace(batch=()), None) == (1, 0, ())
+    assert view(SimpleNamespace(batch=((0, 3000), (1, 1000))), (2, 3, 64, 64)) == (6, 1000, ((0, 3), (1, 1)))
+    assert view(SimpleNamespace(batch=((1, 4096),)), (5, 7, 64, 64)) == (7, 4096, ((1, 1),))
+    assert view(SimpleNamespace(batch=((0, 1000), (1, 3000))), (2, 3, 64, 64)) is None  # transposed batch axes
+    assert view(SimpleNamespace(batch=((0, 8000), (1, 1000))), (2, 3, 64, 64)) is None  # a gap between batches
+    assert view(SimpleNamespace(batch=((0, 8),)), None) is None  # no domain to fold over
 
 
 # -- split-K (cuda_wgmma.SPLIT_K) -------------------------------------------------------------------
@@ -774,7 +799,7 @@ def test_split_k_kernels(exchange, tmp_path, monkeypatch):
     monkeypatch.setattr(cuda_wgmma, "SPLIT_EXCHANGE", exchange)
     case = load_case(ROOT / "tests" / "codegen" / "programs" / "gemm_split_k.yaml")
     y, z, u, w, x, t = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")
-    for k, tiles, parts, per, loads_test_k, bn in ((y, 4 * 6, 4, 17, False, 128), (z, 2 * 3 * 3, 2, 17, True, 128),
+    for k, tiles, parts, per, loads_test_k, bn in ((y, 4 * 6, 4, 17, False, 128), (z, 2 * 3 * 3, 2, 17, False, 128),
                                                    (u, 8 * 4, 4, 17, False, 256), (w, 8 * 8, 2, 17, False, 256),
                                                    (x, 2 * 4, 8, 17, False, 128), (t, 2 * 2 * 4, 4, 16, False, 128)):
         assert k.grid == (tiles * parts, 1, 1)
@@ -824,7 +849,7 @@ def test_split_k_kernels(exchange, tmp_path, monkeypatch):
         unit = compile_kernel(k, monkeypatch, tmp_path, fallback="none")
         r = unit.resources[k.entry]
         assert r.spill_bytes == 0 and r.stack_bytes == 0 and "serializ" not in unit.log.lower(), unit.log
-    assert "cvl_tma_2d(" in y.source and "cvl_cp_async16s(" in z.source and "cvl_cp_async16s(" in t.source
+    assert "cvl_tma_2d(" in y.source and "cvl_tma_3d(" in z.source and "cvl_tma_3d(" in t.source
     assert "__nv_bfloat16 cvl_o[8];" in t.source  # a batched bf16 GEMM's clusters store 16-byte chunks of bf16
 
 
@@ -872,7 +897,8 @@ def test_narrow_tile_takes_launches_that_end_in_a_thin_wave(wide, narrow, chosen
 ])
 def test_narrow_tile_choice(sizes, tile, monkeypatch):
     """plain_engine's 128 x 192 tiles (three B boxes of 64 columns, m64n192k16 wgmma, 192-column staging) where
-    128 x 256 ones end in a thin last wave; none when NARROW_TILE is None, or for batched operands (cp.async)."""
+    128 x 256 ones end in a thin last wave (batched operands too, loaded by 3-D tensor maps); none when NARROW_TILE
+    is None."""
     from cuvil_dsl.codegen import cuda_wgmma
 
     M, N, K = sizes
@@ -885,8 +911,9 @@ def test_narrow_tile_choice(sizes, tile, monkeypatch):
     monkeypatch.undo()
     batched = GELU.replace("a: f16[M, K], b: f16[K, N]", "a: f16[B, M, K], b: f16[B, K, N]").replace(
         "f16[M, N]", "f16[B, M, N]")
-    kb = _library_gemm(batched, {"B": 2, "M": M, "N": N, "K": K})
-    assert "cvl_cp_async16s(" in kb.source and "m64n192k16" not in kb.source
+    kb = _library_gemm(batched, {"B": 2, "M": M, "N": N, "K": K})  # two of each tile, by 3-D tensor maps
+    narrow = cuda_wgmma.narrow_pays(2 * -(-M // 128) * -(-N // 256), 2 * -(-M // 128) * -(-N // 192), 132)
+    assert "cvl_tma_3d(" in kb.source and ("m64n192k16" in kb.source) == narrow
 
 
 def test_narrow_tile_compiles_without_spills(tmp_path, monkeypatch):
