@@ -231,6 +231,21 @@ def test_wgmma_gemm_programs_under_each_switch(path, mode, monkeypatch):
         assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
 
 
+def _gelu_gemm_case(tmp_path, name: str, m: int, n: int, k: int, b_t: bool):
+    """A case of ``y = gelu(a @ w + bias)`` (f16; w stored [N, K] with ``b_t``) and its one kernel, rendered for
+    sm_90."""
+    from cuvil_dsl.codegen import render_cuda
+
+    b, use = ("w: f16[N, K]", "a @ w.T") if b_t else ("w: f16[K, N]", "a @ w")
+    (tmp_path / f"{name}.cuvil").write_text(f"pipeline {name}(a: f16[M, K], {b}, bias: f16[N]) -> y: f16[M, N] {{\n"
+                                            f"    y = gelu({use} + bias)\n}}\n")
+    (tmp_path / f"{name}.yaml").write_text(f"pipeline: {name}.cuvil\nshapes: {{M: {m}, K: {k}, N: {n}}}\n"
+                                           "check: {rtol: 8.0e-3, atol: 8.0e-3}\n")
+    case = load_case(tmp_path / f"{name}.yaml")
+    (kernel,) = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")
+    return case, kernel
+
+
 @pytest.mark.parametrize("ws", [False, "tma"], ids=["plain", "warp-specialised"])
 @pytest.mark.parametrize("b_t", [False, True], ids=["b-KxN", "b-NxK"])
 def test_wgmma_pairs_sharing_b_match_reference(b_t, ws, tmp_path, monkeypatch):
@@ -239,18 +254,12 @@ def test_wgmma_pairs_sharing_b_match_reference(b_t, ws, tmp_path, monkeypatch):
     most 66 clusters); M ragged (4000 rows: 32 row tiles, the last pair's second CTA mostly past M), N
     and K ragged too (N a multiple of 8: TMA needs 16-byte row strides), B stored [K, N] (each CTA two
     of the four 64-column boxes) or [N, K] (a box of half the tile's rows)."""
-    from cuvil_dsl.codegen import cuda_wgmma, render_cuda
+    from cuvil_dsl.codegen import cuda_wgmma
 
     monkeypatch.setattr(cuda_wgmma, "LIBRARY_WS", ws)
     monkeypatch.setattr(cuda_wgmma, "MULTICAST", "ws" if ws else True)
     monkeypatch.setattr(cuda_wgmma, "NARROW_TILE", None)  # 288 tiles of 128 x 256 (3 waves) or 352 of 128 x 192
-    b, use = ("w: f16[N, K]", "a @ w.T") if b_t else ("w: f16[K, N]", "a @ w")
-    (tmp_path / "pairs.cuvil").write_text(f"pipeline pairs(a: f16[M, K], {b}, bias: f16[N]) -> y: f16[M, N] {{\n"
-                                          f"    y = gelu({use} + bias)\n}}\n")
-    (tmp_path / "pairs.yaml").write_text("pipeline: pairs.cuvil\nshapes: {M: 4000, K: 200, N: 2104}\n"
-                                         "check: {rtol: 8.0e-3, atol: 8.0e-3}\n")
-    case = load_case(tmp_path / "pairs.yaml")
-    (k,) = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")
+    case, k = _gelu_gemm_case(tmp_path, "pairs", 4000, 2104, 200, b_t)
     assert "__cluster_dims__(2, 1, 1)" in k.source and "cvl_tma_2d_mc(" in k.source
     assert ("setmaxnreg" in k.source) == bool(ws)
     got, want = run_on_gpu(case)
@@ -265,15 +274,7 @@ def test_wgmma_narrow_tile_matches_reference(b_t, tmp_path):
     128 x 192 against 99 of 128 x 256); M, N and K ragged (1400 rows: the last row tile 120; 2296 columns: the last
     column tile 184, a B box of 64 columns past N; K = 200: the last k step 8 deep), B stored [K, N] (three
     64-column boxes a stage) or [N, K] (one box of 192 rows)."""
-    from cuvil_dsl.codegen import render_cuda
-
-    b, use = ("w: f16[N, K]", "a @ w.T") if b_t else ("w: f16[K, N]", "a @ w")
-    (tmp_path / "narrow.cuvil").write_text(f"pipeline narrow(a: f16[M, K], {b}, bias: f16[N]) -> y: f16[M, N] {{\n"
-                                           f"    y = gelu({use} + bias)\n}}\n")
-    (tmp_path / "narrow.yaml").write_text("pipeline: narrow.cuvil\nshapes: {M: 1400, K: 200, N: 2296}\n"
-                                          "check: {rtol: 8.0e-3, atol: 8.0e-3}\n")
-    case = load_case(tmp_path / "narrow.yaml")
-    (k,) = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")
+    case, k = _gelu_gemm_case(tmp_path, "narrow", 1400, 2296, 200, b_t)
     assert "m64n192k16" in k.source and k.grid == (11 * 12, 1, 1)
     got, want = run_on_gpu(case)
     for r in case.pipeline.results:
