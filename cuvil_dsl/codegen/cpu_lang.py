@@ -41,8 +41,11 @@ class NumbaLanguage(Language):
     functions = {
         **{op: {"float32": name, "float64": name} for op, name in _NUMPY_FUNCS.items()},
         **{op: {"float32": f"cvl.{op}_f32", "float64": f"cvl.{op}_f64"} for op in _TYPED_HELPERS},
-        # libm's expf, exp2f, logf, log2f, tanhf and erf are scalar calls: the prelude's keep f32 loops vectorized
+        # libm's expf, exp2f, logf, log2f, tanhf, erf, sinf and cosf are scalar calls: the prelude's keep f32 loops
+        # vectorized
         "exp": {"float32": "cvl.exp_f32", "float64": "np.exp"},
+        "sin": {"float32": "cvl.sin_f32", "float64": "np.sin"},
+        "cos": {"float32": "cvl.cos_f32", "float64": "np.cos"},
         "tanh": {"float32": "cvl.tanh_f32", "float64": "np.tanh"},
         "exp2": {"float32": "cvl.exp2_f32", "float64": "np.exp2"},
         "log": {"float32": "cvl.log_f32", "float64": "np.log"},

@@ -197,6 +197,36 @@ def test_exp2_log_and_log2_f32_are_within_an_ulp():
         assert np.array_equal(got, [-np.inf, -np.inf, np.nan, np.inf, np.nan, np.nan], equal_nan=True)
 
 
+def test_sin_and_cos_f32_are_within_an_ulp_over_the_whole_range():
+    """The prelude's sin_f32 and cos_f32 (a branch-free Payne-Hanek reduction, so loops vectorize; libm's sinf and
+    cosf are scalar calls) within 1 ulp of float64's rounded to f32, counted in representable floats: on a million
+    random f32 bit patterns (every exponent, up to 3.4e38), on floats next to multiples of pi/2 from 1 to 2^40
+    (where the reduction cancels most), and around pi/4 (where the reduction starts). Checked over all 2^32 floats
+    when written (`benchmarks/NOTES.md`, CPU section). -0 stays -0 for sin; +-inf and NaN give NaN."""
+    k = np.unique(np.concatenate([np.arange(1, 5000), np.round(np.geomspace(5000, 2.0**40, 3000))]))
+    centres = (k * (np.pi / 2)).astype(np.float32)
+    near = (centres.astype(np.float64)[:, None] + np.arange(-8, 9)[None, :]
+            * np.spacing(centres).astype(np.float64)[:, None]).astype(np.float32).ravel()
+    quarter = np.float32(np.pi / 4)
+    around = (quarter + np.arange(-300, 301) * np.spacing(quarter)).astype(np.float32)
+    x = np.concatenate([F32_SAMPLES[np.isfinite(F32_SAMPLES)], near, -near, around, -around])
+
+    def ordinal(v: np.ndarray) -> np.ndarray:  # the floats' order as integers (-0 and +0 both 0)
+        i = v.view(np.int32).astype(np.int64)
+        return np.where(i < 0, -(i & 0x7FFFFFFF), i)
+
+    for name, exact in (("sin", np.sin), ("cos", np.cos)):
+        run = _mapped(getattr(cvl, f"{name}_f32"), np.float32)
+        got = run(x)
+        want = exact(x.astype(np.float64)).astype(np.float32)
+        off = np.abs(ordinal(got) - ordinal(want))
+        assert off.max() <= 1, f"{name}: {off.max()} ulp at x = {x[np.argmax(off)]!r}"
+        specials = run(np.array([0.0, -0.0, np.inf, -np.inf, np.nan], np.float32))
+        assert np.isnan(specials[2:]).all()
+        assert (specials[:2] == (0.0 if name == "sin" else 1.0)).all()
+        assert np.array_equal(np.signbit(specials[:2]), [False, name == "sin"])
+
+
 def test_extrema_propagate_nan_like_numpy():
     @numba.njit
     def extrema(a, b):

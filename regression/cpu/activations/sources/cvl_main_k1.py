@@ -1,5 +1,5 @@
 # cuvil-dsl kernel main_k1 (elementwise) of pipeline activations, domain [128, 128]
-# helpers: cuvil_dsl/codegen/cpu_prelude.py sha256 bc6da1775738e538
+# helpers: cuvil_dsl/codegen/cpu_prelude.py sha256 e9d1903b89e4cfe7
 import math
 
 import numba
@@ -52,8 +52,8 @@ def cvl_main_k1(
         t68 = cvl.exp2_f32(t67)
         t69 = (t66 + t68)
         b2[i] = t69
-        t70 = np.sin(b0[i])
-        t71 = np.cos(b0[i])
+        t70 = cvl.sin_f32(b0[i])
+        t71 = cvl.cos_f32(b0[i])
         t72 = (t70 * t71)
         t73 = cvl.fmaximum(b0[i], u1)
         t74 = (t72 + t73)

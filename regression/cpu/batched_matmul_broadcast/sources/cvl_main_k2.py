@@ -1,5 +1,5 @@
 # cuvil-dsl kernel main_k2 (matmul) of pipeline batched_matmul_broadcast, domain [8, 32, 64]
-# helpers: cuvil_dsl/codegen/cpu_prelude.py sha256 bc6da1775738e538
+# helpers: cuvil_dsl/codegen/cpu_prelude.py sha256 e9d1903b89e4cfe7
 import math
 
 import numba

@@ -1,5 +1,5 @@
 # cuvil-dsl kernel norm (row) of pipeline layernorm_affine, domain [32, 1024]
-# helpers: cuvil_dsl/codegen/cpu_prelude.py sha256 bc6da1775738e538
+# helpers: cuvil_dsl/codegen/cpu_prelude.py sha256 e9d1903b89e4cfe7
 import math
 
 import numba

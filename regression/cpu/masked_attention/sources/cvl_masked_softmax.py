@@ -1,5 +1,5 @@
 # cuvil-dsl kernel masked_softmax (matmul_softmax) of pipeline masked_attention, domain [4, 64, 128]
-# helpers: cuvil_dsl/codegen/cpu_prelude.py sha256 bc6da1775738e538
+# helpers: cuvil_dsl/codegen/cpu_prelude.py sha256 e9d1903b89e4cfe7
 import math
 
 import numba

@@ -1,5 +1,5 @@
 # cuvil-dsl kernel ffn_k2 (matmul) of pipeline swiglu, domain [128, 256]
-# helpers: cuvil_dsl/codegen/cpu_prelude.py sha256 bc6da1775738e538
+# helpers: cuvil_dsl/codegen/cpu_prelude.py sha256 e9d1903b89e4cfe7
 import math
 
 import numba
