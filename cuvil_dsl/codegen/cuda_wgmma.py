@@ -292,11 +292,12 @@ def plain_engine(k, a, b, blocks: Callable[[int, int], int]) -> "WgmmaEngine | N
     split), or :data:`NARROW_TILE` (128 x 192) in its place when the large tiles end in a thin last wave
     (:func:`narrow_pays`; unsplit, TMA loads only); else 128 x 128, with 3 stages and none in flight
     (99 KiB: two blocks resident per SM) when there is more than one wave (reached only with LARGE_WAVES
-    above 0.5, as before session 14: 128 x 128 tiles number at most twice the large ones), or 4 stages and one in flight when one wave covers the
-    launch, split along K when its tiles leave half the SMs idle (H200, gelu(A @ B + bias) f16: 4096^3 253 us for
-    128x256 vs 274/307 us for 128x128 s3/s4 and 581 us for mma.sync; 1024 x 2048 x 512 16.3 us for
-    128x128 s4 vs 25.1 us for 128x256; standalone, 2026-11-29: 4096^3 251.9 us for 256x128 vs 277.7 us
-    for 128x256; session 14's measurements at :data:`LARGE_WAVES` and :data:`SPLIT_K`)."""
+    above 0.5, as before session 14: 128 x 128 tiles number at most twice the large ones), or 4 stages
+    and one in flight when one wave covers the launch, split along K when its tiles leave half the SMs
+    idle (H200, gelu(A @ B + bias) f16: 4096^3 253 us for 128x256 vs 274/307 us for 128x128 s3/s4 and
+    581 us for mma.sync; 1024 x 2048 x 512 16.3 us for 128x128 s4 vs 25.1 us for 128x256; standalone,
+    2026-11-29: 4096^3 251.9 us for 256x128 vs 277.7 us for 128x256; session 14's measurements at
+    :data:`LARGE_WAVES` and :data:`SPLIT_K`; session 19's at :data:`NARROW_TILE`)."""
     if not WGMMA or k.arch not in WGMMA_ARCHS or _OVERRIDES & set(k.config.overridden):
         return None
     if any(stride % 8 for o in (a, b) for _axis, stride in getattr(o, "batch", ())):
