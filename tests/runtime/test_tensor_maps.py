@@ -76,3 +76,33 @@ def test_parameter_array_points_at_the_aligned_descriptor(monkeypatch):
     cells = ArgumentCells()
     params, chosen = _parameter_array(Kernel, cells)
     assert params[0] == ctypes.addressof(cells.pointer("a")) and params[1] == chosen[1].address
+
+
+def test_three_dimensional_maps_pass_the_batch_stride(monkeypatch):
+    """A batched operand's map (cuda_wgmma.batch_view): rank 3, the row and batch strides in that order, a box one
+    batch deep; a map whose rank, box and batch stride disagree is refused before the driver sees it."""
+    import pytest
+
+    from cuvil_dsl.diagnostics import InternalError
+
+    seen = {}
+
+    def fake_encode_tiled():
+        def call(address, dtype, rank, pointer, dims, strides, box, ones, *rest):
+            seen.update(rank=rank, dims=list(dims[:rank]), strides=list(strides[:rank - 1]), box=list(box[:rank]),
+                        ones=list(ones[:rank]))
+            return 0
+        return call
+
+    monkeypatch.setattr(tensor_maps, "_encode_tiled", fake_encode_tiled)
+    cell = tensor_maps.TensorMapCell()
+    tensor_maps.encode(cell, TensorMap("a", (4096, 1024, 16), 8192, (64, 128, 1), 8192 * 1024), DType.F16, 0x10000)
+    assert seen == {"rank": 3, "dims": [4096, 1024, 16], "strides": [8192, 8192 * 1024], "box": [64, 128, 1],
+                    "ones": [1, 1, 1]}
+    tensor_maps.encode(cell, TensorMap("a", (4096, 1024), 8192, (64, 128)), DType.F16, 0x10000)
+    assert seen["rank"] == 2 and seen["strides"] == [8192]
+    for bad in (TensorMap("a", (4096, 1024, 16), 8192, (64, 128)),  # a box of two dims
+                TensorMap("a", (4096, 1024, 16), 8192, (64, 128, 1)),  # no batch stride
+                TensorMap("a", (4096, 1024), 8192, (64, 128), 4096)):  # a batch stride without a batch
+        with pytest.raises(InternalError):
+            tensor_maps.encode(cell, bad, DType.F16, 0x10000)
