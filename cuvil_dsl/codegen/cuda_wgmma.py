@@ -303,11 +303,12 @@ def plain_engine(k, a, b, blocks: Callable[[int, int], int]) -> "WgmmaEngine | N
     if any(stride % 8 for o in (a, b) for _axis, stride in getattr(o, "batch", ())):
         return None  # a batch's operand would not start 16-byte aligned
     steps, large = -(-a.depth // 64), blocks(LARGE_TILE[0], LARGE_TILE[1])
+    tma = tma_loads(a, b, k.p.domain)
+    ws = LIBRARY_WS is True or (LIBRARY_WS == "tma" and tma)
     large_parts = split_parts(large, steps, k.sm_count, LARGE_SPLIT_MAX)
     if large * large_parts >= LARGE_WAVES * k.sm_count and supported(a, b, *LARGE_TILE[:2]) is None:
         (bm, bn, stages, pending), parts = LARGE_TILE, large_parts
-        if (parts == 1 and NARROW_TILE is not None and tma_loads(a, b, k.p.domain) and not LIBRARY_WS
-                and supported(a, b, *NARROW_TILE[:2]) is None
+        if (parts == 1 and NARROW_TILE is not None and tma and not ws and supported(a, b, *NARROW_TILE[:2]) is None
                 and narrow_pays(large, blocks(*NARROW_TILE[:2]), k.sm_count)):
             bm, bn, stages, pending = NARROW_TILE
     elif blocks(128, 128) > k.sm_count:
@@ -317,7 +318,6 @@ def plain_engine(k, a, b, blocks: Callable[[int, int], int]) -> "WgmmaEngine | N
     if supported(a, b, bm, bn) is not None:
         return None
     eng = WgmmaEngine(a, b, bm=bm, bn=bn, stages=stages, pending=pending, index_t=k.index_t)
-    ws = LIBRARY_WS is True or (LIBRARY_WS == "tma" and tma_loads(a, b, k.p.domain))
     eng.specialised = ws and (bm, bn, stages, pending) == tuple(LARGE_TILE) and parts == 1
     eng.split = parts
     return eng
