@@ -38,6 +38,7 @@ KINDS: dict[str, int] = {
     "layernorm": 3,  # y = layernorm(x, w, b, eps) over the last axis
     "gemm_bias_gelu": 3,  # y = gelu(a @ b + bias), erf GELU
     "attention_scores": 2,  # p = softmax(q @ k^T * scale, axis=-1)
+    "attention": 3,  # o = softmax(q @ k^T * scale, axis=-1) @ v
 }
 
 # Spec file stem -> kind: the benchmarks (benchmarks/*.yaml) and their small examples (specs/).
@@ -53,6 +54,7 @@ STEMS: dict[str, str] = {
     "gemm_bias_gelu": "gemm_bias_gelu",
     "attention_f16": "attention_scores",
     "attention_scores": "attention_scores",
+    "attention_full_f16": "attention",
 }
 
 
@@ -73,7 +75,7 @@ class Problem:
     inputs: tuple[np.ndarray, ...]  # host arrays of the declared dtypes, in parameter order
     result: str  # the result's name
     result_dtype: DType
-    scale: float = 0.125  # attention_scores: the logits' scale (the `scale` parameter, else 0.125)
+    scale: float = 0.125  # attention_scores, attention: the logits' scale (the `scale` parameter, else 0.125)
     eps: float = 1e-5  # layernorm: from the pipeline's layernorm op
 
     @property

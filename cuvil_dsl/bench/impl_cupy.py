@@ -56,6 +56,10 @@ def function(cp, problem: Problem, erf=None):
     if kind == "attention_scores":
         scale = ct.type(problem.scale)
         return lambda q, k: _softmax(cp, cp.matmul(q, k.swapaxes(-1, -2)).astype(ct, copy=False) * scale, out)
+    if kind == "attention":  # the probabilities stored in the operands' dtype, then cuBLAS again
+        scale = ct.type(problem.scale)
+        return lambda q, k, v: cp.matmul(
+            _softmax(cp, cp.matmul(q, k.swapaxes(-1, -2)).astype(ct, copy=False) * scale, v.dtype), v).astype(out, copy=False)
     raise NotApplicable(f"no CuPy baseline for `{kind}`")
 
 

@@ -57,6 +57,9 @@ def compute(problem: Problem, *arrays: np.ndarray) -> np.ndarray:
         y = _gelu(np.matmul(a, b) + bias)
     elif problem.kind == "attention_scores":
         y = _attention_scores(*args, ct.type(problem.scale))
+    elif problem.kind == "attention":
+        q, k, v = args
+        y = np.matmul(_attention_scores(q, k, ct.type(problem.scale)), v)
     else:
         raise NotApplicable(f"no NumPy baseline for `{problem.kind}`")
     return y.astype(problem.result_dtype.numpy, copy=False)

@@ -1,7 +1,8 @@
 """PyTorch baselines: eager (the library's own kernels) and ``torch.compile`` (Inductor's fusion).
 
 Each benchmark is the one-liner a PyTorch user writes (``torch.softmax``, ``F.layer_norm``,
-``F.gelu(torch.addmm(...))``). Work goes to PyTorch's current stream; the timer records its events
+``F.gelu(torch.addmm(...))``; for attention eager runs ``F.scaled_dot_product_attention``, PyTorch's fused
+kernel, and ``torch.compile`` the expression as written). Work goes to PyTorch's current stream; the timer records its events
 and flushes on a CuPy wrapper of that same stream. ``torch.compile`` is called with
 ``dynamic=False`` and Dynamo is reset when the contender closes: the benchmarks share one function
 body, and Dynamo would otherwise recompile it per shape, then fall back to eager at its cache
@@ -57,6 +58,9 @@ def function(problem: Problem):
     if kind == "attention_scores":
         scale = problem.scale
         return lambda q, k: torch.softmax(q @ k.transpose(-1, -2) * scale, -1)
+    if kind == "attention":  # as written; Inductor's pattern matcher may turn it into its fused attention
+        scale = problem.scale
+        return lambda q, k, v: torch.softmax(q @ k.transpose(-1, -2) * scale, -1) @ v
     raise NotApplicable(f"no PyTorch baseline for `{kind}`")
 
 
@@ -79,6 +83,12 @@ def _contender(name: str, label: str, fn, problem: Problem, close_extra=None) ->
 
 
 def build_eager(problem: Problem) -> Contender:
+    if problem.kind == "attention":  # what a PyTorch user calls: the fused attention (FlashAttention-2 on these GPUs)
+        import torch.nn.functional as F
+
+        scale = problem.scale
+        return _contender("torch", "PyTorch", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, scale=scale),
+                          problem)
     return _contender("torch", "PyTorch", function(problem), problem)
 
 

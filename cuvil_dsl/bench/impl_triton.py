@@ -6,7 +6,8 @@ softmax and layernorm (the whole row in registers, float32 math); the tutorial's
 GEMM with ``tl.dot`` and the bias + erf GELU epilogue (autotuned over three tile shapes); and the
 attention scores ``softmax(Q K^T * scale)`` in two passes over the keys per block of query rows (an
 online max and sum first, then the probabilities recomputed and stored), so the logits never
-reach memory, as in our fused kernel. Kernels take PyTorch tensors and run on PyTorch's current
+reach memory, as in our fused kernel; full attention ``softmax(Q K^T * scale) V`` in one pass over the
+keys (the FlashAttention forward pass as the Triton tutorial teaches it). Kernels take PyTorch tensors and run on PyTorch's current
 stream. Matrix products are offered for f16 and bf16 only: ``tl.dot`` on float32 defaults to tf32.
 """
 
@@ -146,6 +147,44 @@ def _attention_scores_kernel(q_ptr, k_ptr, p_ptr, M, N, D, scale,
                  mask=row_ok[:, None] & col_ok[None, :])
 
 
+@triton.jit
+def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, M, N, D, DV, scale,
+                      stride_qb, stride_qm, stride_qd, stride_kb, stride_kn, stride_kd,
+                      stride_vb, stride_vn, stride_vd, stride_ob, stride_om, stride_od,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
+    # softmax(Q K^T * scale) V in one pass over the keys: an online max and sum, the output rescaled
+    # when the max grows, the probabilities never stored (the FlashAttention forward pass)
+    pid_m = tl.program_id(0)
+    batch = tl.program_id(1).to(tl.int64)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    row_ok = offs_m < M
+    q = tl.load(q_ptr + batch * stride_qb + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                mask=row_ok[:, None] & (offs_d[None, :] < D), other=0.0)
+    k_base = k_ptr + batch * stride_kb + offs_d[:, None] * stride_kd  # K^T tiles: [BLOCK_D, BLOCK_N]
+    v_base = v_ptr + batch * stride_vb + offs_dv[None, :] * stride_vd
+    qk_scale = scale * 1.4426950408889634  # exp(x) = 2^(x log2 e)
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_DV), tl.float32)
+    for start in range(0, N, BLOCK_N):
+        offs_n = start + tl.arange(0, BLOCK_N)
+        col_ok = offs_n < N
+        kt = tl.load(k_base + offs_n[None, :] * stride_kn, mask=(offs_d[:, None] < D) & col_ok[None, :], other=0.0)
+        s = tl.where(col_ok[None, :], tl.dot(q, kt) * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.math.exp2(m_i - m_new)
+        p = tl.math.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(v_base + offs_n[:, None] * stride_vn, mask=col_ok[:, None] & (offs_dv[None, :] < DV), other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    o = acc / l_i[:, None]
+    tl.store(o_ptr + batch * stride_ob + offs_m[:, None] * stride_om + offs_dv[None, :] * stride_od,
+             o.to(o_ptr.dtype.element_ty), mask=row_ok[:, None] & (offs_dv[None, :] < DV))
+
+
 def _row_launch(n_cols: int) -> tuple[int, int]:
     """``(BLOCK, num_warps)`` for one program per row of ``n_cols``."""
     block = triton.next_power_of_2(n_cols)
@@ -229,6 +268,27 @@ def _launcher(problem: Problem, tensors: list):
             return p.view(*q.shape[:-2], M, N)
 
         return attention_scores
+    if kind == "attention":
+        q, k, v = tensors
+        if (q.dim() < 2 or not q.shape[:-2] == k.shape[:-2] == v.shape[:-2] or q.shape[-1] != k.shape[-1]
+                or k.shape[-2] != v.shape[-2]):
+            raise NotApplicable("the Triton attention takes q [..., M, D], k [..., N, D], v [..., N, Dv] of one batch shape")
+        M, D, N, DV = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
+        q3, k3, v3 = q.reshape(-1, M, D), k.reshape(-1, N, D), v.reshape(-1, N, DV)
+        block_d, block_dv = max(16, triton.next_power_of_2(D)), max(16, triton.next_power_of_2(DV))
+        if max(block_d, block_dv) > 256:
+            raise NotApplicable(f"head sizes of {D} and {DV} do not fit the Triton attention kernel")
+        block_m, block_n = 128, 64
+        grid = (triton.cdiv(M, block_m), q3.shape[0])
+
+        def attention():
+            o = torch.empty((q3.shape[0], M, DV), dtype=out_dtype, device=q.device)
+            _attention_kernel[grid](q3, k3, v3, o, M, N, D, DV, problem.scale, *q3.stride(), *k3.stride(),
+                                    *v3.stride(), *o.stride(), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+                                    BLOCK_DV=block_dv, num_warps=4, num_stages=3)
+            return o.view(*q.shape[:-2], M, DV)
+
+        return attention
     raise NotApplicable(f"no Triton baseline for `{kind}`")
 
 

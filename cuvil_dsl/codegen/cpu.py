@@ -217,7 +217,7 @@ def prod(shape) -> int:
 
 
 TEMPLATES = {"elementwise": "cpu_elementwise", "reduce": "cpu_rows", "row": "cpu_rows",
-             "matmul": "cpu_matmul", "matmul_softmax": "cpu_matmul"}
+             "matmul": "cpu_matmul", "matmul_softmax": "cpu_matmul", "attention": "cpu_attention"}
 
 
 def _template(kind: str):
@@ -237,7 +237,10 @@ def render_kernel(plan: FusionPlan, kernel: FusedKernel, sizes: dict[str, int], 
     # A GEMM's row softmax runs as a row kernel over the GEMM's output here (there is no
     # online-softmax template on the CPU), so its softmax is expanded like any row op's.
     as_rows = dataclasses.replace(kernel, kind="row") if kernel.kind == "matmul_softmax" else kernel
-    program = dataclasses.replace(build_program(plan, as_rows, sizes), kernel=kernel)
+    if kernel.kind == "attention":
+        program = _attention_program(plan, kernel, sizes)
+    else:
+        program = dataclasses.replace(build_program(plan, as_rows, sizes), kernel=kernel)
     k = CpuKernel(program, NumbaLanguage(), fast_math)
     entry = entry_name(kernel.name)
     body = _template(kernel.kind)(k, entry)
@@ -248,6 +251,18 @@ def render_kernel(plan: FusionPlan, kernel: FusedKernel, sizes: dict[str, int], 
               "from cuvil_dsl.codegen import cpu_prelude as cvl", "", ""]
     source = "\n".join(header + body) + "\n"
     return CpuModule(kernel.name, entry, f"{entry}.py", source, k.params())
+
+
+def _attention_program(plan: FusionPlan, kernel: FusedKernel, sizes: dict[str, int]) -> KernelProgram:
+    """An attention kernel's program for ``cpu_attention``: its ops but the second `@` as a row kernel
+    that stores the (unnamed) softmax, in f32, to a workspace the template names; the buffers are the
+    kernel's own."""
+    softmax = kernel.ops[-1].args[0]
+    rows = dataclasses.replace(kernel, kind="row", ops=kernel.ops[:-1], outputs=(softmax,))
+    program = build_program(plan, rows, sizes)
+    t = program.types[softmax]
+    return dataclasses.replace(program, kernel=kernel, buffers=kernel.inputs + kernel.outputs,
+                               types={**program.types, softmax: TensorType(DType.F32, t.shape)})
 
 
 def render_cpu(plan: FusionPlan, sizes: dict[str, int], *, fast_math: bool = False) -> list[CpuModule]:

@@ -219,7 +219,7 @@ def indent(lines: list[str], levels: int = 1) -> list[str]:
 
 
 TEMPLATES = {"elementwise": "cuda_elementwise", "reduce": "cuda_rows", "row": "cuda_rows",
-             "matmul": "cuda_matmul", "matmul_softmax": "cuda_matmul"}
+             "matmul": "cuda_matmul", "matmul_softmax": "cuda_matmul", "attention": "cuda_attention"}
 
 
 def _template(kind: str):

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cuvil_dsl.ir import nodes as ir
-from cuvil_dsl.passes.indexing import ROW_REDUCTIONS, Layout, Map, derive_layout
+from cuvil_dsl.passes.indexing import ROW_REDUCTIONS, Layout, Map, kernel_layout
 from cuvil_dsl.passes.plan import FusedKernel, FusionPlan
 from cuvil_dsl.types import TensorType, concrete_shape
 
@@ -176,7 +176,8 @@ def _phases(ops: dict) -> tuple[Reduction, ...]:
 
 
 def build_program(plan: FusionPlan, kernel: FusedKernel, sizes: dict) -> KernelProgram:
-    """Bind sizes, expand row ops (not a GEMM's softmax: its template keeps online statistics)."""
+    """Bind sizes, expand row ops (not a GEMM's softmax: its template keeps online statistics). An
+    ``attention`` kernel's product is stored over its own space (:func:`~cuvil_dsl.passes.indexing.attention_layout`)."""
     types = plan.pipeline.value_types()
     ops = kernel.ops
     if kernel.kind in ("reduce", "row"):
@@ -185,7 +186,7 @@ def build_program(plan: FusionPlan, kernel: FusedKernel, sizes: dict) -> KernelP
             ex.expand(op)
         ops, types = tuple(ex.ops), ex.types
     views = frozenset(op.out for op in ops if op.op == "transpose" and op.out not in kernel.outputs)
-    layout = derive_layout(ops, kernel.domain, kernel.row_axis, types, views)
+    layout = kernel_layout(kernel.kind, ops, kernel.domain, kernel.row_axis, types, views)
     assert isinstance(layout, Layout), f"{kernel.name}: {layout}"
     by_id = {op.out: op for op in ops}
     return KernelProgram(

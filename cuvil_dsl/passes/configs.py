@@ -125,6 +125,12 @@ def mma_stages(bm: int, bn: int, bk: int, itemsize: int, arch: str) -> int:
     return 0
 
 
+# The fused attention kernel (codegen/cuda_attention.py) holds a block's Q rows and two stages of K
+# in shared memory: head dimensions up to this many elements (the planner fuses nothing deeper).
+ATTENTION_MAX_DEPTH = 256
+ATTENTION_THREADS = (64, 128, 256)  # 16 query rows a warp
+
+
 def default_config(kind: str, dtype: DType, arch: str, tf32: bool = False) -> KernelConfig:
     """Defaults chosen for the H100/H200 class and kept for sm_80 (same cp.async/mma path)."""
     if kind == "matmul":
@@ -135,6 +141,8 @@ def default_config(kind: str, dtype: DType, arch: str, tf32: bool = False) -> Ke
         if uses_tensor_cores(dtype, arch, tf32):
             return KernelConfig(block=128, tile_m=64, tile_n=64, tile_k=32 if dtype.itemsize == 2 else 16)
         return KernelConfig(block=256, tile_m=64, tile_n=64, tile_k=16)
+    if kind == "attention":  # 4 warps of 16 query rows; the template sizes its key tiles
+        return KernelConfig(block=128, tile_m=0, tile_n=0, tile_k=0)
     return KernelConfig(block=256, tile_m=0, tile_n=0, tile_k=0)
 
 
@@ -304,7 +312,14 @@ def apply_overrides(config: KernelConfig, settings, kind: str, dtype: DType, nam
         bad(f"max_registers {new.max_registers} must be from 16 to 255")
     if new.max_threads is not None and new.block > new.max_threads:
         bad(f"block {new.block} exceeds launch_bounds.max_threads {new.max_threads}")
-    if kind in ("matmul", "matmul_softmax") and ("block" in overridden or "tile" in overridden):
+    if kind == "attention":
+        if "block" in overridden and new.block not in ATTENTION_THREADS:
+            bad(f"an attention kernel runs with one of {_list(ATTENTION_THREADS)} threads (16 query rows a warp), "
+                f"not {new.block}")
+        if tile is not None:
+            bad(f"`tile` does not apply to attention kernel `{name}`: its rows follow `block` (16 a warp) and its "
+                "key tiles the shared memory")
+    elif kind in ("matmul", "matmul_softmax") and ("block" in overridden or "tile" in overridden):
         if new.block not in THREAD_COUNTS:
             bad(f"a {kind} kernel runs with one of {_list(THREAD_COUNTS)} threads, not {new.block}")
         else:

@@ -11,6 +11,9 @@ boundaries and host statements): an op joins the latest kernel it fits, or an ea
 when all its inputs are ready there; elementwise work fuses into elementwise chains and as
 prologue or epilogue into reductions and row ops (same rows), into a GEMM as epilogue (when it
 reads the GEMM's result), and a row softmax over a GEMM's last axis shares the GEMM's kernel.
+A second `@` that multiplies such an unnamed softmax by a tensor from memory joins them too
+(``attention``: ``softmax(q @ k.T * c) @ v`` in one kernel, the probabilities never stored; see
+:func:`attention_misfit` for when).
 """
 
 from __future__ import annotations
@@ -21,10 +24,11 @@ from dataclasses import dataclass, field
 from cuvil_dsl.diagnostics import SOURCES, Diagnostic, Span, error
 from cuvil_dsl.ir import nodes as ir
 from cuvil_dsl.passes import configs
-from cuvil_dsl.passes.indexing import REDUCE_OPS, ROW_OPS, Layout, Misfit, broadcast_shapes, derive_layout, shape_of
+from cuvil_dsl.passes.indexing import (REDUCE_OPS, ROW_OPS, Layout, Misfit, attention_layout, broadcast_shapes,
+                                       derive_layout, kernel_layout, shape_of)
 from cuvil_dsl.passes.plan import Buffer, FusedKernel, FusionPlan, GraphStep, HostStep, Launch, Step
 from cuvil_dsl.passes.uniform import split_uniform
-from cuvil_dsl.types import Shape, TensorType
+from cuvil_dsl.types import DType, Shape, TensorType
 
 
 # Most reductions and row ops one kernel holds. A row kernel makes one pass over its rows per
@@ -82,6 +86,10 @@ class _Planner:
             if op.op == "transpose" and op.out not in self.results and op.out not in self.host_reads
         }
         self._frozen_views = frozenset(self.views)
+        self.readers: dict[str, list[ir.Op]] = {}  # value -> the ops that read it, anywhere in the pipeline
+        for op in pipeline.ops():
+            for a in dict.fromkeys(op.args):
+                self.readers.setdefault(a, []).append(op)
         self.owner: dict[str, _Group] = {}
         self.groups: list[_Group] = []
         self.diags: list[Diagnostic] = []
@@ -113,10 +121,15 @@ class _Planner:
     def _transition(self, g: _Group, op: ir.Op, anchored: frozenset) -> tuple | str:
         """The group's (kind, domain, row_axis, anchor) with ``op`` in it, or why it cannot be."""
         kind = g.kind
+        if kind == "attention":
+            return "work after `softmax(...) @ v` runs in another kernel (the attention kernel stores its product as it is)"
         if op.op == "matmul":
             if kind is None:
                 return ("matmul", shape_of(op), None, op.out)
-            if kind in ("matmul", "matmul_softmax"):
+            if kind == "matmul_softmax":
+                why = self._attention_misfit(g, op)
+                return ("attention", g.domain, g.row_axis, g.anchor) if why is None else why
+            if kind == "matmul":
                 return "a second `@` in one kernel"
             operands = {self._sources(a) for a in op.args}
             if kind in ("reduce", "row"):
@@ -149,6 +162,37 @@ class _Planner:
             return (kind, broadcast_shapes(g.domain, shape_of(op)) or g.domain, None, None)
         return (kind, g.domain, g.row_axis, g.anchor)
 
+    def _attention_misfit(self, g: _Group, op: ir.Op) -> str | None:
+        """Why the second `@` ``op`` cannot join ``g`` (a GEMM and its row softmax) as an attention
+        kernel, or None when it can: ``op`` multiplies the group's softmax (its last op, unnamed, read by
+        nothing else, as is every value of the group) by a 16-bit tensor read from memory as it is
+        stored (no ``.T``), and the first GEMM's left operand is not a view either."""
+        softmax = g.ops[-1]
+        if softmax.op != "softmax" or op.args[0] != softmax.out:
+            return "a second `@` joins a GEMM's kernel only as `softmax(...) @ v`, the row softmax its left operand"
+        if softmax.named or softmax.out in self.results or softmax.out in self.host_reads:
+            return ("the softmax is bound to a name, so its values are rounded as a whole, which the attention "
+                    "kernel never forms (write `softmax(...) @ v` to fuse them)")
+        for member in g.ops:
+            others = [r for r in self.readers.get(member.out, ()) if r is not op and r not in g.ops]
+            if others or member.out in self.results or member.out in self.host_reads:
+                return f"`{member.out}` is read outside `softmax(...) @ v`, so it is kept in memory"
+        v = op.args[1]
+        if v in self.views or v in g.members:
+            return "the right operand of `softmax(...) @ v` is read from memory as it is stored (no `.T`)"
+        first = next(o for o in g.ops if o.out == g.anchor)
+        if first.args[0] in self.views:
+            return "the attention kernel reads the first `@`'s left operand as it is stored (no `.T`)"
+        if tuple(shape_of(op)[:-1]) != tuple(g.domain[:-1]):
+            return "`v` adds batch axes the softmax does not have"
+        depth = self.types[first.args[0]].shape[-1]
+        if isinstance(depth, int) and depth > configs.ATTENTION_MAX_DEPTH:
+            return f"the attention kernel holds head dimensions up to {configs.ATTENTION_MAX_DEPTH}, not {depth}"
+        if self.types[v].dtype not in (DType.F16, DType.BF16) or not configs.uses_tensor_cores(
+                self.types[v].dtype, self.arch, False):
+            return "the attention kernel runs 16-bit operands on tensor cores"
+        return None
+
     def _fit(self, g: _Group, op: ir.Op) -> tuple[tuple, list[ir.Op], Layout] | str:
         """Try ``op`` (and the views it reads) in ``g``: the new state and layout, or a reason."""
         pulled = self._view_chain(g, op)
@@ -158,6 +202,9 @@ class _Planner:
         state = self._transition(g, op, anchored)
         if isinstance(state, str):
             return state
+        if state[0] == "attention":  # the product lives over its own space (see indexing.attention_layout)
+            assert isinstance(current, Layout) and not pulled, (current, pulled)
+            return state, pulled, attention_layout(current, op)
         _kind, domain, row_axis, _anchor = state
         if isinstance(current, Layout) and tuple(domain) == tuple(current.domain) and row_axis == current.row_axis:
             layout = derive_layout(tuple(pulled + [op]), domain, row_axis, self.types, views, start=current)
@@ -170,7 +217,7 @@ class _Planner:
     def _layout(self, g: _Group) -> Layout | Misfit:
         """The layout of ``g``'s ops over its space: the one cached at the last join, if still current."""
         if g.layout is None or g.layout_len != len(g.ops):
-            g.layout = derive_layout(tuple(g.ops), g.domain, g.row_axis, self.types, self._frozen_views)
+            g.layout = kernel_layout(g.kind, tuple(g.ops), g.domain, g.row_axis, self.types, self._frozen_views)
             g.layout_len = len(g.ops)
         return g.layout
 
@@ -186,7 +233,7 @@ class _Planner:
     # ------------------------------------------------------------------ policy
     def _policy_allows(self, g: _Group, op: ir.Op, fit: tuple) -> str | None:
         state, _pulled, layout = fit
-        if op.op == "matmul" and g.ops:
+        if op.op == "matmul" and g.ops and state[0] != "attention":
             return "`@` starts its own kernel"
         if g.kind in ("matmul", "matmul_softmax") and op.out not in layout.anchored:
             return "it does not read the GEMM's result"

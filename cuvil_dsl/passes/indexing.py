@@ -213,3 +213,24 @@ def derive_layout(ops: tuple[ir.Op, ...], domain: Shape, row_axis: int | None, t
         if op.op in ANCHOR_OPS or any(a in anchored for a in op.args):
             anchored.add(op.out)
     return Layout(tuple(domain), row_axis, maps, frozenset(anchored))
+
+
+def attention_layout(layout: Layout, op: ir.Op) -> Layout:
+    """``layout`` (a GEMM and its row softmax over the logits' domain ``[..., M, N]``) with the second
+    `@` of an attention kernel: its product ``[..., M, Dv]`` shares the batch axes and M, and its last
+    axis is no axis of the domain (``None`` here, though not of extent 1: the attention templates
+    address the product themselves)."""
+    shape = shape_of(op)
+    rank = len(layout.domain)
+    m = tuple(None if is_one(d) or j == len(shape) - 1 else j + rank - len(shape) for j, d in enumerate(shape))
+    return Layout(layout.domain, layout.row_axis, {**layout.maps, op.out: m}, layout.anchored | {op.out})
+
+
+def kernel_layout(kind: str, ops: tuple[ir.Op, ...], domain: Shape, row_axis: int | None, types: dict,
+                  views: frozenset = frozenset()) -> Layout | Misfit:
+    """The layout of a whole kernel's ops: :func:`derive_layout`, and for an ``attention`` kernel (whose
+    last op is the second `@`) :func:`attention_layout` on top of the layout of the ops before it."""
+    if kind != "attention":
+        return derive_layout(ops, domain, row_axis, types, views)
+    first = derive_layout(ops[:-1], domain, row_axis, types, views)
+    return first if isinstance(first, Misfit) else attention_layout(first, ops[-1])

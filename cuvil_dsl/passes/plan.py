@@ -52,7 +52,7 @@ class Buffer:
 @dataclass(frozen=True)
 class FusedKernel:
     name: str  # "<graph or main>_k<N>", or the kernel block's own name
-    kind: str  # "elementwise" | "reduce" | "row" | "matmul" | "matmul_softmax"
+    kind: str  # "elementwise" | "reduce" | "row" | "matmul" | "matmul_softmax" | "attention"
     ops: tuple[ir.Op, ...]  # the tensor ops it computes, in program order
     inputs: tuple[str, ...]  # buffers it reads
     outputs: tuple[str, ...]  # buffers it writes

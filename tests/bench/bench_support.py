@@ -25,6 +25,7 @@ SMALL_SHAPES = {
     "layernorm_f16": {"M": 32, "N": 128},
     "gemm_gelu_f16": {"M": 64, "N": 32, "K": 48},
     "attention_f16": {"B": 2, "M": 32, "N": 48, "D": 16},
+    "attention_full_f16": {"B": 2, "M": 40, "N": 72, "D": 16},
     "small_graph": {"M": 16, "N": 16},
 }
 

@@ -15,7 +15,8 @@ from cuvil_dsl.reference import execute as reference_execute
 from cuvil_dsl.reference._special import erf
 from cuvil_dsl.types import DType
 
-WITH_KIND = ["elementwise_f32", "softmax_f16", "softmax_f32", "layernorm_f16", "gemm_gelu_f16", "attention_f16"]
+WITH_KIND = ["elementwise_f32", "softmax_f16", "softmax_f32", "layernorm_f16", "gemm_gelu_f16", "attention_f16",
+             "attention_full_f16"]
 
 
 def open_small(folder, stem):

@@ -395,3 +395,50 @@ def test_split_k_exchanges_give_the_same_bits(monkeypatch):
     for r in case.pipeline.results:
         np.testing.assert_array_equal(np.ascontiguousarray(results["l2"][r.name]).view(np.uint8),
                                       np.ascontiguousarray(results["dsmem"][r.name]).view(np.uint8))
+
+
+@pytest.mark.parametrize("block", [None, 64, 256])
+@pytest.mark.parametrize("stem", ["attention_fused", "attention_fused_bf16", "attention_fused_deep"])
+def test_fused_attention_on_fresh_inputs_and_special_rows(stem, block, tmp_path):
+    """The attention kernel (codegen/cuda_attention.py) on inputs drawn afresh each run (the seed in the
+    message), at its default block and at 2 and 8 warps; attention_fused_bf16's bias gets a row all
+    ``-inf`` (NaN out, as NumPy gives), a NaN, a ``+inf`` and a row half masked."""
+    import os
+
+    from cuvil_dsl.reference import execute
+
+    path = next(p for p in case_paths() if p.stem == stem)
+    if block is not None:  # the same program with the kernel's threads set (graph-less ones are main_k1)
+        for f in (path, path.with_suffix(".cuvil")):
+            (tmp_path / f.name).write_text(f.read_text())
+        kernel = "forward_k2" if stem == "attention_fused" else "main_k1"
+        spec = tmp_path / path.name
+        spec.write_text(spec.read_text() + f"kernels:\n  {kernel}: {{block: {block}}}\n")
+        path = spec
+    case = load_case(path)
+    prepared = Prepared(case)
+    seed = int.from_bytes(os.urandom(4), "little")
+    rng = np.random.default_rng(seed)
+    for p in case.pipeline.tensor_params:
+        if not p.type.dtype.is_float:
+            continue
+        host = prepared.host[p.name]
+        fresh = (rng.normal(size=host.shape) * (3.0 if p.name == "q" else 1.0)).astype(host.dtype)
+        if p.name == "special":
+            fresh[1, :] = -np.inf
+            fresh[2, 5], fresh[3, 7] = np.nan, np.inf
+            fresh[4, ::2] = -np.inf
+        prepared.host[p.name] = fresh
+        prepared.buffers[p.name][...] = _device_array(fresh, p.type.dtype)
+    prepared.run()
+    got = prepared.results()
+    want = execute(case.pipeline, prepared.host, case.binding.params)
+    for r in case.pipeline.results:
+        rtol, atol = case.loaded.spec.check.tolerances(r.type.dtype, case.tf32)
+        try:
+            assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
+        except AssertionError as exc:
+            raise AssertionError(f"inputs of seed {seed}: {exc}") from None
+    if stem == "attention_fused_bf16":
+        o = got["o"].astype(np.float64)
+        assert np.isnan(o[:, 1:4]).all() and np.isfinite(o[:, [0, 4, 5]]).all()

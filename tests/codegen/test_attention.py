@@ -1,0 +1,121 @@
+"""Fused attention (``softmax(q @ k.T * c) @ v`` in one kernel): when the planner fuses it and why
+not, the launch settings it takes, and what the CUDA kernel compiles to. The GPU runs the programs
+``attention_fused*`` of ``programs/`` against the reference (tests/gpu); the CPU backend's run is
+in tests/cpu/test_cpu_attention.py."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from codegen_cases import ROOT, load_case
+
+from cuvil_dsl.codegen import render_cuda
+from cuvil_dsl.diagnostics import UserError
+from cuvil_dsl.frontend import check_source
+from cuvil_dsl.passes import plan_pipeline
+
+BENCH = ROOT / "benchmarks" / "attention_full_f16.yaml"
+HEAD = "pipeline f(q: {dt}[B, M, D], k: {dt}[B, N, D], v: {dt}[B, N, E]) -> o: {dt}[B, M, E] {{"
+
+
+def plan_of(body: str, dt: str = "f16", head: str | None = None, overrides: dict | None = None):
+    text = (head or HEAD.format(dt=dt)) + "\n" + body + "\n}"
+    checked = check_source(text, "attention_case.cuvil")
+    assert checked.ok, [str(d) for d in checked.diagnostics]
+    return plan_pipeline(checked.module.pipelines[0], overrides, "sm_90")
+
+
+def test_softmax_times_v_is_one_attention_kernel():
+    plan, diags = plan_of("o = softmax(q @ k.T * 0.125) @ v")
+    assert not diags
+    (k,) = plan.kernels
+    assert k.kind == "attention" and k.outputs == ("o",) and set(k.inputs) == {"q", "k", "v"}
+    assert [op.op for op in k.ops][-2:] == ["softmax", "matmul"]
+    # elementwise work on the scores (a mask, a bias) joins it, as in the GEMM + softmax kernel
+    head = ("pipeline f(q: bf16[B, M, D], k: bf16[B, N, D], v: bf16[N, E], bias: bf16[M, N], keep: bool[M, N]) "
+            "-> o: bf16[B, M, E] {")
+    plan, diags = plan_of("o = softmax(where(keep, q @ k.T * 0.1 + bias, -30000.0)) @ v", head=head)
+    assert not diags and [k.kind for k in plan.kernels] == ["attention"]
+
+
+HEAD_VT = "pipeline f(q: f16[B, M, D], k: f16[B, N, D], v: f16[B, E, N]) -> o: f16[B, M, E] {"
+HEAD_TWICE = "pipeline f(q: f16[M, D], k: f16[N, D], v: f16[N, N]) -> (o: f16[M, N], s: f16[M, N]) {"
+# case -> (kernel block body, operand dtype, pipeline head (None: HEAD), the reason E401 gives)
+REFUSED = {
+    "named_probabilities": ("p = softmax(q @ k.T * 0.125)\n o = p @ v", "f16", None,
+                            "the softmax is bound to a name"),
+    "log_softmax": ("o = log_softmax(q @ k.T) @ v", "f16", None, "only as `softmax(...) @ v`"),
+    "f32": ("o = softmax(q @ k.T) @ v", "f32", None, "16-bit operands on tensor cores"),
+    "v_transposed": ("o = softmax(q @ k.T) @ v.T", "f16", HEAD_VT, "(no `.T`)"),
+    "scores_kept": ("s = q @ k.T\n o = softmax(s) @ v", "f16", HEAD_TWICE, "`s` is read outside `softmax(...) @ v`"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_what_stays_two_kernels_says_why(case):
+    body, dt, head, reason = REFUSED[case]
+    plan, diags = plan_of(f"kernel one {{ {body} }}", dt=dt, head=head)
+    (d,) = diags
+    assert d.code == "E401" and reason in d.message, d.message
+    assert "attention" not in [k.kind for k in plan.kernels]
+
+
+def test_deep_heads_and_extra_batch_axes_are_not_fused():
+    head = "pipeline f(q: f16[M, 320], k: f16[N, 320], v: f16[N, E]) -> o: f16[M, E] {"
+    plan, diags = plan_of("kernel one { o = softmax(q @ k.T) @ v }", head=head)
+    assert "head dimensions up to 256, not 320" in diags[0].message
+    head = "pipeline f(q: f16[M, D], k: f16[N, D], v: f16[B, N, E]) -> o: f16[B, M, E] {"
+    plan, diags = plan_of("kernel one { o = softmax(q @ k.T) @ v }", head=head)
+    assert "adds batch axes" in diags[0].message
+
+
+def test_launch_settings():
+    plan, diags = plan_of("kernel a { o = softmax(q @ k.T) @ v }", overrides={"a": {"block": 256}})
+    assert not diags and plan.kernel("a").config.block == 256
+    (k,) = render_cuda(plan, {"B": 2, "M": 300, "N": 100, "D": 64, "E": 64}, "sm_90")
+    assert k.block == (256, 1, 1) and k.grid == (2 * 3, 1, 1)  # 128 rows a block: 8 warps of 16
+    _, diags = plan_of("kernel a { o = softmax(q @ k.T) @ v }", overrides={"a": {"block": 96}})
+    assert diags[0].code == "E503" and "64, 128, 256 threads" in diags[0].message
+    _, diags = plan_of("kernel a { o = softmax(q @ k.T) @ v }", overrides={"a": {"tile": {"m": 64}}})
+    assert diags[0].code == "E503" and "`tile` does not apply to attention kernel `a`" in diags[0].message
+
+
+def test_a_symbolic_head_bound_too_deep_is_e509_at_the_kernel():
+    plan, diags = plan_of("kernel a { o = softmax(q @ k.T) @ v }")
+    assert not diags
+    with pytest.raises(UserError) as info:
+        render_cuda(plan, {"B": 1, "M": 64, "N": 64, "D": 512, "E": 64}, "sm_90")
+    (d,) = info.value.diagnostics
+    assert d.code == "E509" and "head dimension of 512" in d.message and d.span is not None
+
+
+def test_wide_values_run_in_chunks_of_128_columns():
+    plan, _ = plan_of("o = softmax(q @ k.T) @ v")
+    (k,) = render_cuda(plan, {"B": 2, "M": 64, "N": 64, "D": 64, "E": 300}, "sm_90")
+    assert k.grid == (2 * 3 * 1, 1, 1) and "float o[16][4];" in k.source  # 3 chunks of 128 columns
+    assert "if (d < 300)" in k.source
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_benchmark_kernel_resources(arch, tmp_path, monkeypatch):
+    """The benchmark's kernel: no spills within its launch bounds' registers; per key tile a warp issues
+    4 x 8 mma for the scores and 4 x 8 for the product, and one exp an element plus two a row."""
+    from cuvil_dsl.compile import CompileUnit, SassUnavailable, compile_units, count_instructions, disassemble
+
+    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
+    case = load_case(BENCH)
+    (k,) = render_cuda(case.plan(arch), case.binding.sizes, arch)
+    assert "(attention)" in k.source.splitlines()[0]
+    (unit,) = compile_units([CompileUnit(k.entry, k.source, (k.entry,), k.options)], arch)
+    r = unit.resources[k.entry]
+    threads, per_sm = map(int, re.search(r"__launch_bounds__\((\d+), (\d+)\)", k.source).groups())
+    assert r.spill_bytes == 0 and r.stack_bytes == 0 and r.registers <= 65536 // (threads * per_sm), r
+    assert per_sm * k.shared_bytes <= 227 * 1024
+    try:
+        sass = disassemble(unit.cubin)
+    except SassUnavailable as exc:
+        pytest.skip(str(exc))
+    assert count_instructions(sass, "HMMA") == 64
+    assert 34 <= count_instructions(sass, r"MUFU\.EX2") <= 40
+    assert count_instructions(sass, r"LDSM\.16\.MT88\.4") == 16  # V's fragments, transposed
