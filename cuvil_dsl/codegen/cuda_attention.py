@@ -23,6 +23,12 @@ This template runs it the way FlashAttention-2 does, on ``mma.sync.m16n8k16`` (s
   fragment pair is an m16k16 A fragment), and ``O += P V``;
 * at the end the four lanes of a row add their sums and ``O / l`` is stored.
 
+On sm_90, where the operands suit it (:func:`wgmma_operands`: head dimension contiguous in q and k,
+v's columns contiguous, Dk and Dv up to 128), :class:`_WgmmaAttention` runs the same data flow on
+Hopper's ``wgmma.mma_async`` (FlashAttention-3's, without its warp specialisation): warpgroups of 64
+query rows, Q and K from 128-byte-swizzled shared memory, P from registers into the second product.
+``ATTENTION_TUNING`` holds the switches benchmarks/ab_attention_full.py times.
+
 Precision: the numerators enter the tensor-core product rounded to f16/bf16 (relative 2^-11 /
 2^-8 each, as in FlashAttention); the row sum adds them unrounded, in f32. NaN in a row makes
 that row's output NaN; a row whose values are all ``-inf`` gives NaN (0 / 0), as NumPy does.
@@ -33,6 +39,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from cuvil_dsl.codegen import cuda_wgmma
 from cuvil_dsl.codegen.base import rounds
 from cuvil_dsl.codegen.cuda import CudaKernel, Emitted, element_count, indent
 from cuvil_dsl.codegen.cuda_gemm import MMA_HELPERS, Operand, _mma_helper, batch_offset, operand
@@ -48,6 +55,25 @@ MAX_DEPTH = configs.ATTENTION_MAX_DEPTH  # Dk the template holds (all of it in s
 MAX_DV_CHUNK = 128  # output columns a block accumulates; wider Dv runs in chunks (S recomputed per chunk)
 REGISTER_Q_DEPTH = 128  # Q fragments stay in registers up to this Dk, else ldmatrix from shared memory per tile
 PAD = 8  # elements of padding a shared row (16 bytes)
+
+# Tuning, for A/B runs (benchmarks/ab_attention_full.py); every key changes the generated source:
+#   "rows": query rows a warp (16 or 32: two m16 tiles share each K and V fragment). Default 16.
+#   "bn": keys a tile (64 or 128). Default 64; the wgmma kernel's default is 128 for head dimensions over 64.
+#   "fold": when the softmax's argument is the unrounded GEMM value times a uniform (or the value itself)
+#           and no key is masked (N a multiple of the tile): the row maximum is taken over the raw
+#           accumulators (their minimum when the uniform is negative) and scaled once, and the exponent
+#           is one FMA, ``acc * (u log2 e) - base``. Default True.
+#   "lazy": the output accumulators are rescaled only when a row of the warp has a new maximum (a
+#           warp-uniform branch); the sums always. Default False (measured slower: the vote costs more
+#           than the multiplies it skips).
+#   "wgmma": on sm_90 where the operands suit it (wgmma_operands), the Hopper kernel; False keeps
+#           mma.sync. Default True.
+#   "groups": consumer warpgroups a block of the wgmma kernel (64 query rows each). Default 2.
+#   "overlap": the wgmma kernel issues S of the next tile and O += P V of this one together, and computes
+#           the next tile's softmax while the second product runs (_WgmmaAttention.overlapped_loop; three
+#           stages of K and V). Default False: measured slower (106.6 against 103.5 us at D 64, 111.8 against
+#           103.4 at D 128; benchmarks/NOTES.md).
+ATTENTION_TUNING: dict = {}
 
 PACK = {DType.F16: ("__half2", "__floats2half2_rn"), DType.BF16: ("__nv_bfloat162", "__floats2bfloat162_rn")}
 
@@ -69,12 +95,14 @@ def shared_bytes(bm: int, bn: int, depth: int, dv: int, k_major: bool) -> int:
     return 2 * (q + 2 * kt + 2 * bn * (dv + PAD))
 
 
-def plan_tiles(threads: int, depth: int, dv: int, k_major: bool, arch: str) -> tuple[int, int, int] | None:
-    """(BM, BN, threads) that fit the arch's shared memory: the asked threads first, then fewer."""
+def plan_tiles(threads: int, rows: int, depth: int, dv: int, k_major: bool, arch: str,
+               key_tiles: tuple[int, ...] = KEY_TILES) -> tuple[int, int, int] | None:
+    """(BM, BN, threads) that fit the arch's shared memory, ``rows`` query rows a warp: the asked threads
+    first, then fewer; the first of ``key_tiles`` that fits."""
     for t in [threads] + [x for x in reversed(THREADS) if x < threads]:
-        for bn in KEY_TILES:
-            if shared_bytes(16 * (t // 32), bn, depth, dv, k_major) <= configs.smem_limit(arch):
-                return 16 * (t // 32), bn, t
+        for bn in key_tiles:
+            if shared_bytes(rows * (t // 32), bn, depth, dv, k_major) <= configs.smem_limit(arch):
+                return rows * (t // 32), bn, t
     return None
 
 
@@ -100,7 +128,11 @@ class _Attention:
         stores = [s for s in p.stores if s.value == self.out]
         assert len(p.stores) == 1 and stores, p.stores
         self.store = stores[0]
-        tiles = plan_tiles(k.config.block, self.depth, self.dv, self.kk.k_major, k.arch) if self.depth <= MAX_DEPTH else None
+        tune = ATTENTION_TUNING
+        self.mi = int(tune.get("rows", 16)) // 16  # m16 tiles a warp
+        key_tiles = (int(tune["bn"]),) + KEY_TILES if "bn" in tune else KEY_TILES
+        tiles = (plan_tiles(k.config.block, 16 * self.mi, self.depth, self.dv, self.kk.k_major, k.arch, key_tiles)
+                 if self.depth <= MAX_DEPTH else None)
         if tiles is None:
             raise UserError([error(
                 "E509", f"kernel `{k.kernel.name}`: attention with a head dimension of {self.q.depth} does not fit "
@@ -120,6 +152,8 @@ class _Attention:
         self.q_elems = self.bm * self.ldq if self.q.k_major else self.depth * self.ldq
         self.k_elems = self.bn * self.ldk if self.kk.k_major else self.depth * self.ldk
         self.v_elems = self.bn * self.ldv
+        self.fold = self.folded_scale() if tune.get("fold", True) else None
+        self.lazy = bool(tune.get("lazy", False))
         k.config = replace(k.config, block=self.threads)
         if "launch_bounds" not in k.config.overridden:
             k.config = replace(k.config, min_blocks=self.blocks_per_sm())
@@ -127,7 +161,7 @@ class _Attention:
     def blocks_per_sm(self) -> int:
         """The launch bounds' resident blocks: 128 registers a thread when the accumulators (O and S), the
         Q fragments and about 40 more fit in them, else 255; fewer when shared memory holds fewer."""
-        state = 4 * (self.dv // 8) + 4 * (self.bn // 8) + (4 * (self.depth // 16) if self.q_regs else 0)
+        state = self.mi * (4 * (self.dv // 8) + 4 * (self.bn // 8) + (4 * (self.depth // 16) if self.q_regs else 0))
         regs = 128 if state + 40 <= 128 else 255
         by_smem = configs.smem_limit(self.k.arch) // shared_bytes(self.bm, self.bn, self.depth, self.dv, self.kk.k_major)
         return max(1, min(65536 // (self.threads * regs), by_smem))
@@ -148,10 +182,12 @@ class _Attention:
         per_row = cols // width
         count = rows * per_row
         iters = -(-count // self.threads)
+        # a tile starts inside the operand: its rows (columns) all are when the extent is a multiple of it
+        tests = ([f"gr < {r_ext}"] if r_ext % rows else []) + ([f"gc < {c_ext}"] if c_ext % cols else [])
         body = [f"const int c = i * {self.threads} + threadIdx.x;",
                 f"const int r = c / {per_row};", f"const int cc = c % {per_row} * {width};",
                 f"const int gr = {r0} + r;", f"const int gc = {c0} + cc;",
-                f"const bool ok = gr < {r_ext} && gc < {c_ext};",
+                f"const bool ok = {' && '.join(tests) or 'true'};",
                 f"{self.st}* d = {dst} + r * {ld} + cc;"]
         src = (f"{base} + ({k.index_t})gr * {k.stride_literal(r_stride)} + ({k.index_t})gc * "
                f"{k.stride_literal(c_stride)}")
@@ -185,10 +221,14 @@ class _Attention:
         return lines + self.copy(v, sv, self.ldv, self.bn, self.dv, n0, "d0", "pv", "k")
 
     # ------------------------------------------------------------------ fragments
-    def q_fragment(self, kq: str) -> tuple[str, str]:
+    def q_fragment(self, mi: str, kq: str) -> tuple[str, str]:
+        """(ldmatrix call, address) of the warp's Q fragment: m16 tile ``mi``, depth step ``kq``."""
+        rows = f"wm + ({mi}) * 16"
         if self.q.k_major:
-            return "cvl_ldsm_x4", f"sq + (wm + (lane / 8) % 2 * 8 + lane % 8) * {self.ldq} + ({kq}) * 16 + lane / 16 * 8"
-        return "cvl_ldsm_x4_trans", f"sq + (({kq}) * 16 + lane / 16 * 8 + lane % 8) * {self.ldq} + wm + (lane / 8) % 2 * 8"
+            return ("cvl_ldsm_x4",
+                    f"sq + ({rows} + (lane / 8) % 2 * 8 + lane % 8) * {self.ldq} + ({kq}) * 16 + lane / 16 * 8")
+        return ("cvl_ldsm_x4_trans",
+                f"sq + (({kq}) * 16 + lane / 16 * 8 + lane % 8) * {self.ldq} + {rows} + (lane / 8) % 2 * 8")
 
     def k_fragments(self, tk: str, kq: str) -> list[str]:
         """``kf[ni][2]``: the B fragments of S's n8 tiles at depth step ``kq``, two per ldmatrix.x4."""
@@ -208,9 +248,28 @@ class _Attention:
         rank = len(self.p.domain)
         return "m" if d == rank - 2 else "n" if d == rank - 1 else f"c{d}"
 
+    def folded_scale(self) -> str | None:
+        """"fold" (see ATTENTION_TUNING): the uniform ``u`` when the softmax's argument is ``GEMM * u`` ("" for
+        the GEMM value itself), neither rounded, and no key is masked; else None."""
+        if self.N % self.bn:
+            return None
+        ops = self.p.ops
+        if rounds(self.first):
+            return None
+        arg = self.softmax.args[0]
+        if arg == self.first.out:
+            return ""
+        op = ops.get(arg)
+        if op is None or op.op != "mul" or rounds(op) or len(op.args) != 2 or self.first.out not in op.args:
+            return None
+        other = op.args[1] if op.args[0] == self.first.out else op.args[0]
+        if other == self.first.out or other not in self.k.uniform_names or self.k.dtype(other) is DType.BOOL:
+            return None
+        return self.k.uniform_names[other]
+
     def logit(self) -> list[str]:
-        """``s``: the softmax's argument at accumulator element ``ACC`` (row ``m``, key ``n``), -inf past M
-        or N (the walk's loads are never out of bounds)."""
+        """``s``: the softmax's argument at accumulator element ``ACC`` (row ``m``, key ``n``), -inf past N;
+        rows past M too when the work reads memory (its loads stay in bounds)."""
         k, lines = self.k, []
         ctype = k.lang.ctype(self.dtype)
 
@@ -225,66 +284,113 @@ class _Attention:
         w = k.walk(lines.append, self.coord, None, None, anchor)
         arg = self.softmax.args[0]
         x = w.value(arg, self.p.layout.maps[arg])
-        tests = ([f"m < {self.M}"] if self.M % self.bm else []) + ([f"n < {self.N}"] if self.N % self.bn else [])
+        gemm = lambda value, m: "acc" if value == self.first.out else None  # noqa: E731
+        reads = any(value in k.names for value, _m in k.leaves([(arg, self.p.layout.maps[arg])], gemm))
+        tests = ([f"m < {self.M}"] if self.M % self.bm and reads else []) + ([f"n < {self.N}"] if self.N % self.bn else [])
         neg_inf = k.lang.literal(-math.inf, DType.F32)
         if not tests:
             return [*lines, f"ACC = {x};"]
-        return [f"if ({' && '.join(tests)}) {{", *indent([*lines, f"ACC = {x};"]), f"}} else {{", f"    ACC = {neg_inf};", "}"]
+        return [f"if ({' && '.join(tests)}) {{", *indent([*lines, f"ACC = {x};"]), "} else {", f"    ACC = {neg_inf};", "}"]
 
     def s_elements(self, body: list[str]) -> list[str]:
-        return ["#pragma unroll", f"for (int ni = 0; ni < {self.ni}; ++ni)",
+        return ["#pragma unroll", f"for (int mi = 0; mi < {self.mi}; ++mi)",
+                "#pragma unroll", f"for (int ni = 0; ni < {self.ni}; ++ni)",
                 "#pragma unroll", "for (int h = 0; h < 2; ++h)",
                 "#pragma unroll", "for (int q = 0; q < 2; ++q) {",
-                "    const int m = m0 + wm + lane / 4 + h * 8;",
+                "    const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;",
                 "    const int n = n0 + ni * 8 + lane % 4 * 2 + q;",
                 "    (void)m; (void)n;",
-                "    float& ACC = s[ni][h * 2 + q];", *indent(body), "}"]
+                "    float& ACC = s[mi][ni][h * 2 + q];", *indent(body), "}"]
+
+    def tile_max(self) -> list[str]:
+        """``top[r]``: the tile's maximum of row slot r (slot ``mi * 2 + h``), of the softmax's argument."""
+        neg_inf = self.k.lang.literal(-math.inf, DType.F32)
+        slots = 2 * self.mi
+
+        def scan(combine: str) -> list[str]:
+            return ["#pragma unroll", f"for (int mi = 0; mi < {self.mi}; ++mi)",
+                    "#pragma unroll", f"for (int ni = 0; ni < {self.ni}; ++ni)",
+                    "#pragma unroll", "    for (int e = 0; e < 4; ++e)",
+                    f"        top[mi * 2 + e / 2] = {combine}(top[mi * 2 + e / 2], s[mi][ni][e]);"]
+
+        inf = self.k.lang.literal(math.inf, DType.F32)
+        out = [f"float top[{slots}];"]
+        if not self.fold:  # the argument itself ("" folds the GEMM value: its maximum is the argument's)
+            return out + ["#pragma unroll", f"for (int r = 0; r < {slots}; ++r) top[r] = {neg_inf};", *scan("fmaxf")]
+        # max(acc * u) is u * max(acc) for u >= 0 and u * min(acc) for u < 0 (rounding is monotonic)
+        return out + [
+            "if (fold_flip) {",
+            "#pragma unroll", f"    for (int r = 0; r < {slots}; ++r) top[r] = {inf};", *indent(scan("fminf")),
+            "#pragma unroll", f"    for (int r = 0; r < {slots}; ++r) top[r] = -top[r];",
+            "} else {",
+            "#pragma unroll", f"    for (int r = 0; r < {slots}; ++r) top[r] = {neg_inf};", *indent(scan("fmaxf")),
+            "}",
+            "#pragma unroll", f"for (int r = 0; r < {slots}; ++r) top[r] *= fold_abs;",
+        ]
 
     def online_softmax(self) -> list[str]:
         """The tile's row maxima (the four lanes of a row together), the rescale of ``l`` and ``o``
         when a maximum grows, and the numerators in place of ``s``."""
+        stats, rescale = self.softmax_parts()
+        return [f"float alpha[{2 * self.mi}];", *stats, *rescale]
+
+    def softmax_parts(self) -> tuple[list[str], list[str]]:
+        """(the statistics and numerators: ``alpha[r]``, declared by the caller, set to each row slot's
+        rescale factor; the rescale of ``o`` by it), apart so a wgmma in flight on ``o`` can overlap the first."""
         neg_inf = self.k.lang.literal(-math.inf, DType.F32)
-        return [
-            f"float top[2] = {{{neg_inf}, {neg_inf}}};",
-            "#pragma unroll", f"for (int ni = 0; ni < {self.ni}; ++ni)",
-            "#pragma unroll", "    for (int e = 0; e < 4; ++e) top[e / 2] = fmaxf(top[e / 2], s[ni][e]);",
-            "float base[2], alpha[2];",
-            "#pragma unroll", "for (int h = 0; h < 2; ++h) {",
-            "    top[h] = fmaxf(top[h], __shfl_xor_sync(0xffffffffu, top[h], 1));",
-            "    top[h] = fmaxf(top[h], __shfl_xor_sync(0xffffffffu, top[h], 2));",
-            "    top[h] = fmaxf(top[h], row_max[h]);",
-            f"    const float bl = __fmul_rn(top[h], {LOG2E});",
-            f"    base[h] = top[h] == {neg_inf} ? 0.0f : bl;  // a row all -inf so far adds exp(-inf) = 0",
+        slots = 2 * self.mi
+        rescale = ["#pragma unroll", f"for (int mi = 0; mi < {self.mi}; ++mi)",
+                   "#pragma unroll", f"for (int nd = 0; nd < {self.nd}; ++nd)",
+                   "#pragma unroll", "    for (int e = 0; e < 4; ++e) o[mi][nd][e] *= alpha[mi * 2 + e / 2];"]
+        if self.lazy:  # most tiles raise no row's maximum: skip the multiplies by 1 (a warp-uniform branch)
+            rescale = ["if (__any_sync(0xffffffffu, alpha[0] != 1.0f"
+                       + "".join(f" || alpha[{r}] != 1.0f" for r in range(1, slots)) + ")) {", *indent(rescale), "}"]
+        scale = "fold_c" if self.fold is not None else LOG2E
+        stats = [
+            *self.tile_max(),
+            f"float base[{slots}];",
+            "#pragma unroll", f"for (int r = 0; r < {slots}; ++r) {{",
+            "    top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 1));",
+            "    top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 2));",
+            "    top[r] = fmaxf(top[r], row_max[r]);",
+            f"    const float bl = __fmul_rn(top[r], {LOG2E});",
+            f"    base[r] = top[r] == {neg_inf} ? 0.0f : bl;  // a row all -inf so far adds exp(-inf) = 0",
             # the old sum and outputs are of 2^(x log2 e - old base): scale them to the new base
-            "    alpha[h] = row_max[h] == top[h] ? 1.0f",
-            f"             : row_max[h] == {neg_inf} ? 0.0f : cvl_ex2(row_base[h] - base[h]);  // nothing to scale yet",
-            "    row_max[h] = top[h];", "    row_base[h] = base[h];", "    row_sum[h] *= alpha[h];",
+            "    alpha[r] = row_max[r] == top[r] ? 1.0f",
+            f"             : row_max[r] == {neg_inf} ? 0.0f : cvl_ex2(row_base[r] - base[r]);  // nothing to scale yet",
+            "    row_max[r] = top[r];", "    row_base[r] = base[r];", "    row_sum[r] *= alpha[r];",
             "}",
-            "#pragma unroll", f"for (int nd = 0; nd < {self.nd}; ++nd)",
-            "#pragma unroll", "    for (int e = 0; e < 4; ++e) o[nd][e] *= alpha[e / 2];",
+            "#pragma unroll", f"for (int mi = 0; mi < {self.mi}; ++mi)",
             "#pragma unroll", f"for (int ni = 0; ni < {self.ni}; ++ni)",
             "#pragma unroll", "    for (int e = 0; e < 4; ++e) {",
-            f"        s[ni][e] = cvl_ex2(fmaf(s[ni][e], {LOG2E}, -base[e / 2]));",
-            "        row_sum[e / 2] += s[ni][e];",
+            "        const int r = mi * 2 + e / 2;",
+            f"        s[mi][ni][e] = cvl_ex2(fmaf(s[mi][ni][e], {scale}, -base[r]));",
+            "        row_sum[r] += s[mi][ni][e];",
             "    }",
         ]
+        return stats, rescale
 
     def pv(self) -> list[str]:
-        """``o += P V`` over the tile's keys: P's A fragments from the numerators, V's B fragments by
-        ldmatrix.trans from the tile's stage (rows are keys)."""
+        """``o += P V`` over the tile's keys: P's A fragments from the numerators (an m16n8 C fragment pair
+        is an m16k16 A fragment), V's B fragments by ldmatrix.trans from the tile's stage (rows are keys),
+        each serving the warp's m16 tiles."""
         pack = PACK[self.dtype][1]
         addr = f"tv + (j * 16 + (lane / 8) % 2 * 8 + lane % 8) * {self.ldv} + dj * 16 + lane / 16 * 8"
         return [
             "#pragma unroll", f"for (int j = 0; j < {self.ni // 2}; ++j) {{",
-            "    unsigned pf[4];",
-            f"    pf[0] = cvl_pack_bits({pack}(s[2 * j][0], s[2 * j][1]));",
-            f"    pf[1] = cvl_pack_bits({pack}(s[2 * j][2], s[2 * j][3]));",
-            f"    pf[2] = cvl_pack_bits({pack}(s[2 * j + 1][0], s[2 * j + 1][1]));",
-            f"    pf[3] = cvl_pack_bits({pack}(s[2 * j + 1][2], s[2 * j + 1][3]));",
+            f"    unsigned pf[{self.mi}][4];",
+            "#pragma unroll", f"    for (int mi = 0; mi < {self.mi}; ++mi) {{",
+            f"        pf[mi][0] = cvl_pack_bits({pack}(s[mi][2 * j][0], s[mi][2 * j][1]));",
+            f"        pf[mi][1] = cvl_pack_bits({pack}(s[mi][2 * j][2], s[mi][2 * j][3]));",
+            f"        pf[mi][2] = cvl_pack_bits({pack}(s[mi][2 * j + 1][0], s[mi][2 * j + 1][1]));",
+            f"        pf[mi][3] = cvl_pack_bits({pack}(s[mi][2 * j + 1][2], s[mi][2 * j + 1][3]));",
+            "    }",
             "#pragma unroll", f"    for (int dj = 0; dj < {self.nd // 2}; ++dj) {{",
             "        unsigned r[4];", f"        cvl_ldsm_x4_trans(r, {addr});",
             "        const unsigned b0[2] = {r[0], r[1]};", "        const unsigned b1[2] = {r[2], r[3]};",
-            "        cvl_mma(o[2 * dj], pf, b0);", "        cvl_mma(o[2 * dj + 1], pf, b1);",
+            "#pragma unroll", f"        for (int mi = 0; mi < {self.mi}; ++mi) {{",
+            "            cvl_mma(o[mi][2 * dj], pf[mi], b0);", "            cvl_mma(o[mi][2 * dj + 1], pf[mi], b1);",
+            "        }",
             "    }", "}",
         ]
 
@@ -301,24 +407,25 @@ class _Attention:
         row = k.offset(self.out, store.map, coord)
         guard = [f"m < {self.M}"] if self.M % self.bm else []
         out = [
-            "#pragma unroll", "for (int h = 0; h < 2; ++h) {",
-            "    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);",
-            "    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);",
-            "    row_sum[h] = 1.0f / row_sum[h];  // 1 / 0 = inf: a row all -inf gives 0 * inf = NaN",
+            "#pragma unroll", f"for (int r = 0; r < {2 * self.mi}; ++r) {{",
+            "    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);",
+            "    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);",
+            "    row_sum[r] = 1.0f / row_sum[r];  // 1 / 0 = inf: a row all -inf gives 0 * inf = NaN",
             "}",
+            "#pragma unroll", f"for (int mi = 0; mi < {self.mi}; ++mi)",
             "#pragma unroll", "for (int h = 0; h < 2; ++h) {",
-            "    const int m = m0 + wm + lane / 4 + h * 8;",
+            "    const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;",
+            "    const float inv = row_sum[mi * 2 + h];",
         ]
-        pairs = dtype in PACK and self.Dv % 2 == 0
         inner = ["const int d = d0 + nd * 8 + lane % 4 * 2;"]
-        if pairs:
+        if dtype in PACK and self.Dv % 2 == 0:
             pair, pack = PACK[dtype]
             target = f"reinterpret_cast<{pair}*>({k.names[self.out]} + ({row}) + d)"
             inner.append(f"{'if (d < ' + str(self.Dv) + ') ' if self.Dv % self.dv else ''}*{target} = "
-                         f"{pack}(o[nd][h * 2] * row_sum[h], o[nd][h * 2 + 1] * row_sum[h]);")
+                         f"{pack}(o[mi][nd][h * 2] * inv, o[mi][nd][h * 2 + 1] * inv);")
         else:
             for q in range(2):
-                value = f"o[nd][h * 2 + {q}] * row_sum[h]"
+                value = f"o[mi][nd][h * 2 + {q}] * inv"
                 line = f"{k.names[self.out]}[({row}) + d + {q}] = {k.lang.store(value, dtype)};"
                 inner.append(f"if (d + {q} < {self.Dv}) {line}" if (self.Dv % self.dv or self.Dv % 2) else line)
         loop = ["#pragma unroll", f"for (int nd = 0; nd < {self.nd}; ++nd) {{", *indent(inner), "}"]
@@ -329,7 +436,7 @@ class _Attention:
     # ------------------------------------------------------------------ the kernel
     def render(self, entry: str) -> Emitted:
         k = self.k
-        st = self.st
+        st, mi = self.st, self.mi
         batch_shape = self.p.domain[:-2]
         decode = [f"const int mt = blockIdx.x % {self.mt};",
                   f"const int dz = blockIdx.x / {self.mt} % {self.chunks};",
@@ -340,54 +447,62 @@ class _Attention:
             decode.append(f"const int c{d} = ({div}) % {batch_shape[d]};")
             inner *= batch_shape[d]
         decode.append("(void)bz;")
+        neg_inf = k.lang.literal(-math.inf, DType.F32)
         body = [
             "extern __shared__ __align__(16) unsigned char cvl_smem[];",
             f"{st}* const sq = reinterpret_cast<{st}*>(cvl_smem);  // the block's Q rows",
             f"{st}* const sk = sq + {self.q_elems};  // two stages of K",
             f"{st}* const sv = sk + {2 * self.k_elems};  // two stages of V",
             "const int lane = threadIdx.x % 32;",
-            "const int wm = threadIdx.x / 32 * 16;  // this warp's rows of the block",
+            f"const int wm = threadIdx.x / 32 * {16 * mi};  // this warp's rows of the block",
             *decode,
             f"const int m0 = mt * {self.bm};",
             f"const int d0 = dz * {self.dv};",
             f"const {st}* pq = {self.q.pointer} + {batch_offset(k, self.q)};",
             f"const {st}* pk = {self.kk.pointer} + {batch_offset(k, self.kk)};",
             f"const {st}* pv = {self.v.pointer} + {batch_offset(k, self.v)};",
-            f"float o[{self.nd}][4];",
+            f"float o[{mi}][{self.nd}][4];",
+            "#pragma unroll", f"for (int mi = 0; mi < {mi}; ++mi)",
             "#pragma unroll", f"for (int nd = 0; nd < {self.nd}; ++nd)",
-            "#pragma unroll", "    for (int e = 0; e < 4; ++e) o[nd][e] = 0.0f;",
-            f"float row_max[2] = {{{k.lang.literal(-math.inf, DType.F32)}, {k.lang.literal(-math.inf, DType.F32)}}};",
-            "float row_base[2] = {0.0f, 0.0f};",
-            "float row_sum[2] = {0.0f, 0.0f};",
-            *self.load_q(),
-            *self.load_kv("0", "0"),
-            "cvl_cp_commit();",
+            "#pragma unroll", "    for (int e = 0; e < 4; ++e) o[mi][nd][e] = 0.0f;",
+            f"float row_max[{2 * mi}], row_base[{2 * mi}], row_sum[{2 * mi}];",
+            "#pragma unroll", f"for (int r = 0; r < {2 * mi}; ++r) {{",
+            f"    row_max[r] = {neg_inf};", "    row_base[r] = 0.0f;", "    row_sum[r] = 0.0f;", "}",
         ]
-        load_a, a_addr = self.q_fragment("kq")
+        if self.fold is not None:
+            u = self.fold or "1.0f"
+            body += [f"const float fold_c = {u} * {LOG2E};  // exp(acc * u) = 2^(acc * fold_c)",
+                     f"const float fold_abs = fabsf({u});", f"const bool fold_flip = {u} < 0.0f;"]
+        body += [*self.load_q(), *self.load_kv("0", "0"), "cvl_cp_commit();"]
+        load_a, a_addr = self.q_fragment("mi", "kq")
         if self.q_regs:
-            body += [f"unsigned qf[{self.ks}][4];  // the warp's Q rows, all of Dk",
+            body += [f"unsigned qf[{mi}][{self.ks}][4];  // the warp's Q rows, all of Dk",
                      "cvl_cp_wait<0>();", "__syncthreads();",
-                     "#pragma unroll", f"for (int kq = 0; kq < {self.ks}; ++kq) {load_a}(qf[kq], {a_addr});"]
+                     "#pragma unroll", f"for (int mi = 0; mi < {mi}; ++mi)",
+                     "#pragma unroll", f"    for (int kq = 0; kq < {self.ks}; ++kq) {load_a}(qf[mi][kq], {a_addr});"]
         gemm = ["#pragma unroll", f"for (int kq = 0; kq < {self.ks}; ++kq) {{",
                 f"    unsigned kf[{self.ni}][2];", *indent(self.k_fragments("tk", "kq"))]
         if self.q_regs:
-            gemm += ["#pragma unroll", f"    for (int ni = 0; ni < {self.ni}; ++ni) cvl_mma(s[ni], qf[kq], kf[ni]);", "}"]
+            gemm += ["#pragma unroll", f"    for (int mi = 0; mi < {mi}; ++mi)",
+                     "#pragma unroll", f"        for (int ni = 0; ni < {self.ni}; ++ni) cvl_mma(s[mi][ni], qf[mi][kq], kf[ni]);",
+                     "}"]
         else:
-            gemm += ["    unsigned af[4];", f"    {load_a}(af, {a_addr});",
-                     "#pragma unroll", f"    for (int ni = 0; ni < {self.ni}; ++ni) cvl_mma(s[ni], af, kf[ni]);", "}"]
+            gemm += ["#pragma unroll", f"    for (int mi = 0; mi < {mi}; ++mi) {{",
+                     "        unsigned af[4];", f"        {load_a}(af, {a_addr});",
+                     "#pragma unroll", f"        for (int ni = 0; ni < {self.ni}; ++ni) cvl_mma(s[mi][ni], af, kf[ni]);",
+                     "    }", "}"]
         loop = [
             "cvl_cp_wait<0>();", "__syncthreads();  // tile t is in, and every warp is done with tile t - 1",
             f"if (t + 1 < {self.nt}) {{", *indent(self.load_kv("(t + 1) % 2", "t + 1")), "}", "cvl_cp_commit();",
-        ]
-        loop += [
             f"const {st}* tk = sk + (t % 2) * {self.k_elems};",
             f"const {st}* tv = sv + (t % 2) * {self.v_elems};",
-            f"const int n0 = t * {self.bn};",
-            f"float s[{self.ni}][4];",
+            f"const int n0 = t * {self.bn};", "(void)n0;",
+            f"float s[{mi}][{self.ni}][4];",
+            "#pragma unroll", f"for (int mi = 0; mi < {mi}; ++mi)",
             "#pragma unroll", f"for (int ni = 0; ni < {self.ni}; ++ni)",
-            "#pragma unroll", "    for (int e = 0; e < 4; ++e) s[ni][e] = 0.0f;",
+            "#pragma unroll", "    for (int e = 0; e < 4; ++e) s[mi][ni][e] = 0.0f;",
             *gemm,
-            *self.s_elements(self.logit()),
+            *([] if self.fold is not None else self.s_elements(self.logit())),
             *self.online_softmax(),
             *self.pv(),
         ]
@@ -400,4 +515,284 @@ class _Attention:
 
 
 def render(k: CudaKernel, entry: str) -> Emitted:
+    asked = k.config.block if "block" in k.config.overridden else None
+    if ATTENTION_TUNING.get("wgmma", True) and asked in (None, 128, 256) and wgmma_operands(k) is None:
+        return _WgmmaAttention(k).render(entry)
     return _Attention(k).render(entry)
+
+
+WGMMA_DEPTHS = (64, 128)  # Dk and Dv (padded to these) the wgmma kernel takes
+
+
+def wgmma_operands(k: CudaKernel) -> str | None:
+    """None when the wgmma kernel can run this attention on ``k``'s target, else why not: sm_90, 16-bit
+    operands with 16-byte aligned rows, q and k K-major (head dimension contiguous), v stored with its
+    columns contiguous, Dk and Dv at most 128."""
+    if k.arch not in cuda_wgmma.WGMMA_ARCHS or not cuda_wgmma.WGMMA:
+        return f"wgmma needs sm_90, not {k.arch}"
+    ops = list(k.p.ops.values())
+    first, second = k.p.ops[k.kernel.anchor], ops[-1]
+    q, kk, v = operand(k, first.out, 0), operand(k, first.out, 1), operand(k, second.out, 1)
+    if q.dtype not in (DType.F16, DType.BF16):
+        return "wgmma attention: f16/bf16 only"
+    if not (q.k_major and kk.k_major) or q.stride_k != 1 or kk.stride_k != 1 or v.stride_mn != 1:
+        return "wgmma attention: q and k with the head dimension contiguous, v with its columns contiguous"
+    for o, contiguous, other in ((q, q.depth, q.stride_mn), (kk, kk.depth, kk.stride_mn), (v, v.extent, v.stride_k)):
+        if contiguous % 8 or other % 8 or any(s % 8 for _d, s in o.batch):
+            return "wgmma attention: operand rows are not 16-byte aligned"
+    if q.depth > WGMMA_DEPTHS[-1] or v.extent > WGMMA_DEPTHS[-1]:
+        return f"wgmma attention: Dk and Dv of at most {WGMMA_DEPTHS[-1]}"
+    return None
+
+
+class _WgmmaAttention(_Attention):
+    """The attention kernel on Hopper's ``wgmma.mma_async`` (sm_90a), FlashAttention-3's data flow
+    without its warp specialisation: each consumer warpgroup owns 64 query rows; ``S = Q K^T`` is one
+    ``m64n{BN}k16`` per 16 of Dk with Q and K from shared memory (128-byte swizzled, as
+    :mod:`~cuvil_dsl.codegen.cuda_wgmma` lays operands out), the online softmax runs on S's
+    accumulators (per warp the m16n8 layout of mma.sync), and ``O += P V`` is one ``m64n{Dv}k16`` per 16
+    keys with P straight from registers (an m16n8 accumulator pair is the A fragment of 16 keys) and V
+    from shared memory, MN-major (``trans-b``). K and V stream through two cp.async stages as in the
+    mma.sync kernel; the two warpgroups of a block interleave their softmax and their tensor-core work."""
+
+    def __init__(self, k: CudaKernel):
+        tune = ATTENTION_TUNING
+        asked = k.config.block if "block" in k.config.overridden else None
+        groups = asked // 128 if asked else int(tune.get("groups", 2))
+        self.wg_groups = groups
+        super().__init__(k)
+        # the base chose tiles for mma.sync; the wgmma kernel's own
+        self.mi = 1
+        self.depth = 64 * -(-self.q.depth // 64)
+        # 128-key tiles for a head dimension of 128 (90.2 against 103.4 us), 64 for 64 (103.5 against 126.0;
+        # benchmarks/NOTES.md, attention_full_f16)
+        bn = int(tune.get("bn", 128 if self.depth > 64 else 64))
+        self.bm, self.bn, self.threads = 64 * groups, bn, 128 * groups
+        self.dv = 64 * -(-self.Dv // 64)
+        self.chunks = 1
+        self.ni, self.nd, self.ks = self.bn // 8, self.dv // 8, self.depth // 16
+        self.mt = -(-self.M // self.bm)
+        self.nt = -(-self.N // self.bn)
+        self.q_bytes = self.bm * self.depth * 2
+        self.k_bytes = self.bn * self.depth * 2
+        self.v_bytes = self.bn * self.dv * 2
+        self.fold = self.folded_scale() if tune.get("fold", True) else None
+        self.overlap = bool(tune.get("overlap", False))
+        self.stages = 3 if self.overlap else 2
+        shared = self.shared_total()
+        if shared > configs.smem_limit(k.arch):
+            raise UserError([error("E509", f"kernel `{k.kernel.name}`: the attention tiles need {shared} bytes of "
+                                   f"shared memory, more than {k.arch} has", k.kernel.span)])
+        k.config = replace(k.config, block=self.threads)
+        if "launch_bounds" not in k.config.overridden:
+            regs = 128 if self.ni * 4 + self.nd * 4 + 40 <= 128 else 255
+            per_sm = min(65536 // (self.threads * regs), configs.smem_limit(k.arch) // shared)
+            k.config = replace(k.config, min_blocks=max(1, per_sm))
+
+    def shared_total(self) -> int:
+        return self.q_bytes + self.stages * (self.k_bytes + self.v_bytes) + 1024  # 1 KiB to align the base to 1024
+
+    # ------------------------------------------------------------------ loads (128-byte swizzle)
+    def swizzled_copy(self, dst: str, o: Operand, rows: int, cols: int, r0: str, c0: str, base: str,
+                      r_ext: int, c_ext: int, r_stride: int, k_major: bool) -> list[str]:
+        """cp.async of a ``rows`` x ``cols`` tile (16-byte chunks of 8 along the contiguous axis) into the
+        swizzled layout: K-major, chunk (r, c) at ``(c / 8) * rows * 128 + r * 128 + ((c % 8) ^ (r % 8)) * 16``
+        (atoms of 64 columns); MN-major the same with rows the K axis (atoms of 64 MN-elements x 8 rows)."""
+        kx = self.k
+        per_row = cols // 8
+        count = rows * per_row
+        iters = -(-count // self.threads)
+        tests = ([f"gr < {r_ext}"] if r_ext % rows else []) + ([f"gc < {c_ext}"] if c_ext % cols else [])
+        body = [f"const int c = i * {self.threads} + threadIdx.x;",
+                f"const int r = c / {per_row};", f"const int j = c % {per_row};",
+                f"const int gr = {r0} + r;", f"const int gc = {c0} + j * 8;",
+                f"const bool ok = {' && '.join(tests) or 'true'};",
+                f"const unsigned d = {dst} + (j >> 3) * {rows * 128} + r * 128 + (((j & 7) ^ (r & 7)) << 4);",
+                f"cvl_cp_async16s(d, ok ? {base} + ({kx.index_t})gr * {kx.stride_literal(r_stride)} + gc : {base}, ok);"]
+        if count % self.threads:
+            body = [body[0], f"if (c < {count}) {{", *indent(body[1:]), "}"]
+        del o, k_major
+        return ["#pragma unroll", f"for (int i = 0; i < {iters}; ++i) {{", *indent(body), "}"]
+
+    def load_q(self) -> list[str]:
+        q = self.q
+        return self.swizzled_copy("sq", q, self.bm, self.depth, "m0", "0", "pq", q.extent, q.depth, q.stride_mn, True)
+
+    def load_kv(self, stage: str, tile: str) -> list[str]:
+        kk, v = self.kk, self.v
+        n0 = f"({tile}) * {self.bn}"
+        return (self.swizzled_copy(f"sk + ({stage}) * {self.k_bytes}u", kk, self.bn, self.depth, n0, "0", "pk",
+                                   kk.extent, kk.depth, kk.stride_mn, True)
+                + self.swizzled_copy(f"sv + ({stage}) * {self.v_bytes}u", v, self.bn, self.dv, n0, "0", "pv",
+                                     v.depth, v.extent, v.stride_k, False))
+
+    # ------------------------------------------------------------------ wgmma
+    def wgmma_helpers(self) -> str:
+        t = "f16" if self.dtype is DType.F16 else "bf16"
+
+        def outs(tiles: int) -> str:
+            return ", ".join(f'"+f"(d[{i // 4}][{i % 4}])' for i in range(tiles * 4))
+
+        def regs(n: int, start: int = 0) -> str:
+            return ", ".join(f"%{start + i}" for i in range(n))
+
+        ns, nv = self.ni * 4, self.nd * 4
+        return f"""
+// S (64 x {self.bn}, f32) = or += Q (64 x 16, descriptor, K-major) * K^T (16 x {self.bn}, descriptor, K-major)
+template <int ACCUMULATE>
+__device__ __forceinline__ void cvl_wgmma_qk(float (&d)[{self.ni}][4], unsigned long long da, unsigned long long db) {{
+    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{ns + 2}, 0;\\n"
+                 "wgmma.mma_async.sync.aligned.m64n{self.bn}k16.f32.{t}.{t} {{{regs(ns)}}}, %{ns}, %{ns + 1}, p, 1, 1, 0, 0;\\n}}\\n"
+                 : {outs(self.ni)}
+                 : "l"(da), "l"(db), "n"(ACCUMULATE));
+}}
+// O (64 x {self.dv}, f32) += P (64 x 16, registers) * V (16 x {self.dv}, descriptor, MN-major: trans-b)
+__device__ __forceinline__ void cvl_wgmma_pv(float (&d)[{self.nd}][4], const unsigned (&a)[4], unsigned long long db) {{
+    asm volatile("wgmma.mma_async.sync.aligned.m64n{self.dv}k16.f32.{t}.{t} {{{regs(nv)}}}, {{{regs(4, nv)}}}, %{nv + 4}, 1, 1, 1, 1;\\n"
+                 : {outs(self.nd)}
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}}
+// Pins registers that an asynchronous wgmma reads or writes: the compiler keeps them (and their values)
+// up to this point, after the wait.
+template <int N> __device__ __forceinline__ void cvl_pin(float (&d)[N][4]) {{
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e]) :: "memory");
+}}
+template <int N> __device__ __forceinline__ void cvl_pin(unsigned (&r)[N][4]) {{
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(r[i][e]) :: "memory");
+}}
+"""
+
+    def issue_scores(self, stage: str) -> list[str]:
+        """The wgmma of S = Q K^T (tile in stage ``stage``) into ``s[0]``: the first 16 of Dk sets it
+        (scale-d 0), the rest accumulate. Not committed."""
+        lines = []
+        for kq in range(self.ks):
+            atom, kk = divmod(kq, 4)
+            da = f"desc_q + ({atom * self.bm * 128 + kk * 32} >> 4)"
+            db = f"desc_k + ((({stage}) * {self.k_bytes} + {atom * self.bn * 128 + kk * 32}) >> 4)"
+            lines.append(f"cvl_wgmma_qk<{int(kq > 0)}>(s[0], {da}, {db});")
+        return lines
+
+    def pack(self) -> list[str]:
+        """The numerators in ``s`` rounded into P's A fragments ``pf`` (an m16n8 accumulator pair is the
+        A fragment of 16 keys)."""
+        pack = PACK[self.dtype][1]
+        return ["#pragma unroll", f"for (int j = 0; j < {self.ni // 2}; ++j) {{",
+                f"    pf[j][0] = cvl_pack_bits({pack}(s[0][2 * j][0], s[0][2 * j][1]));",
+                f"    pf[j][1] = cvl_pack_bits({pack}(s[0][2 * j][2], s[0][2 * j][3]));",
+                f"    pf[j][2] = cvl_pack_bits({pack}(s[0][2 * j + 1][0], s[0][2 * j + 1][1]));",
+                f"    pf[j][3] = cvl_pack_bits({pack}(s[0][2 * j + 1][2], s[0][2 * j + 1][3]));", "}"]
+
+    def issue_pv(self, stage: str) -> list[str]:
+        """The wgmma of O += P V (V's tile in stage ``stage``), one per 16 keys. Not committed."""
+        return [f"cvl_wgmma_pv(o[0], pf[{j}], desc_v + ((({stage}) * {self.v_bytes} + {j * 16 * 128}) >> 4));"
+                for j in range(self.ni // 2)]
+
+    def scores_ready(self, tile: str) -> list[str]:
+        """After S of ``tile`` retired: the fused work on it (unless the scale folds), the statistics and
+        the numerators (``alpha`` set)."""
+        stats, _ = self.softmax_parts()
+        return [f"const int n0 = ({tile}) * {self.bn};", "(void)n0;",
+                *([] if self.fold is not None else self.s_elements(self.logit())), *stats]
+
+    def plain_loop(self) -> list[str]:
+        """Per tile: wait for its loads, issue the next tile's, S, softmax, O += P V, each retired in turn
+        (the other warpgroups of the SM fill the gaps)."""
+        _, rescale = self.softmax_parts()
+        loop = [
+            "cvl_cp_wait<0>();", "cvl_fence_proxy_async();  // cp.async wrote through the generic proxy",
+            "__syncthreads();  // tile t is in, and every warpgroup is done with tile t - 1",
+            f"if (t + 1 < {self.nt}) {{", *indent(self.load_kv("(t + 1) % 2", "t + 1")), "}", "cvl_cp_commit();",
+            "cvl_wgmma_fence();", *self.issue_scores("t % 2"),
+            "cvl_wgmma_commit();", "cvl_wgmma_wait<0>();", "cvl_pin(s[0]);",
+            "float alpha[2];", *self.scores_ready("t"), *rescale, *self.pack(),
+            "cvl_wgmma_fence();", *self.issue_pv("t % 2"),
+            "cvl_wgmma_commit();", "cvl_wgmma_wait<0>();", "cvl_pin(o[0]);", "cvl_pin(pf);",
+        ]
+        return [*self.load_q(), *self.load_kv("0", "0"), "cvl_cp_commit();",
+                "#pragma unroll 1", f"for (int t = 0; t < {self.nt}; ++t) {{", *indent(loop), "}"]
+
+    def overlapped_loop(self) -> list[str]:
+        """"overlap": three stages; step t issues S of tile t + 1 and then O += P(t) V(t), and computes tile
+        t + 1's statistics and numerators (the MUFU's work) while the second product runs on the tensor
+        cores; then it rescales O and packs P(t + 1). Tile t + 2 loads meanwhile."""
+        _, rescale = self.softmax_parts()
+        nt = self.nt
+        first = [*self.load_q(), *self.load_kv("0", "0"), "cvl_cp_commit();"]
+        if nt > 1:
+            first += [*self.load_kv("1", "1"), "cvl_cp_commit();", "cvl_cp_wait<1>();"]
+        else:
+            first += ["cvl_cp_wait<0>();"]
+        first += ["cvl_fence_proxy_async();", "__syncthreads();",
+                  "cvl_wgmma_fence();", *self.issue_scores("0"), "cvl_wgmma_commit();", "cvl_wgmma_wait<0>();",
+                  "cvl_pin(s[0]);", *self.scores_ready("0"), *self.pack()]
+        loop = [
+            "cvl_cp_wait<0>();", "cvl_fence_proxy_async();",
+            "__syncthreads();  // tile t + 1 is in, and every warpgroup has retired step t - 1's products",
+            f"if (t + 2 < {nt}) {{", *indent(self.load_kv("(t + 2) % 3", "t + 2")), "}", "cvl_cp_commit();",
+            "cvl_wgmma_fence();",
+            f"if (t + 1 < {nt}) {{", *indent(self.issue_scores("(t + 1) % 3")), "}", "cvl_wgmma_commit();",
+            *self.issue_pv("t % 3"), "cvl_wgmma_commit();",
+            f"if (t + 1 < {nt}) {{",
+            *indent(["cvl_wgmma_wait<1>();  // S of tile t + 1 (O += P V of tile t may still run)", "cvl_pin(s[0]);",
+                     *self.scores_ready("t + 1")]),
+            "}",
+            "cvl_wgmma_wait<0>();", "cvl_pin(o[0]);", "cvl_pin(pf);",
+            f"if (t + 1 < {nt}) {{", *indent([*rescale, *self.pack()]), "}",
+        ]
+        return [*first, "#pragma unroll 1", f"for (int t = 0; t < {nt}; ++t) {{", *indent(loop), "}"]
+
+    # ------------------------------------------------------------------ the kernel
+    def render(self, entry: str) -> Emitted:
+        k = self.k
+        st = self.st
+        batch_shape = self.p.domain[:-2]
+        decode = [f"const int mt = blockIdx.x % {self.mt};", f"const int bz = blockIdx.x / {self.mt};"]
+        inner = 1
+        for d in reversed(range(len(batch_shape))):
+            div = f"bz / {inner}" if inner > 1 else "bz"
+            decode.append(f"const int c{d} = ({div}) % {batch_shape[d]};")
+            inner *= batch_shape[d]
+        decode.append("(void)bz;")
+        neg_inf = k.lang.literal(-math.inf, DType.F32)
+        body = [
+            "extern __shared__ __align__(1024) unsigned char cvl_smem[];",
+            "const unsigned sq = (cvl_smem_addr(cvl_smem) + 1023u) & ~1023u;  // the block's Q rows",
+            f"const unsigned sk = sq + {self.q_bytes}u;  // {self.stages} stages of K",
+            f"const unsigned sv = sk + {self.stages * self.k_bytes}u;  // {self.stages} stages of V",
+            "const int lane = threadIdx.x % 32;",
+            "const int wm = threadIdx.x / 128 * 64 + (threadIdx.x / 32) % 4 * 16;  // this warp's rows of the block",
+            *decode,
+            f"const int m0 = mt * {self.bm};",
+            "const int d0 = 0;",
+            f"const {st}* pq = {self.q.pointer} + {batch_offset(k, self.q)};",
+            f"const {st}* pk = {self.kk.pointer} + {batch_offset(k, self.kk)};",
+            f"const {st}* pv = {self.v.pointer} + {batch_offset(k, self.v)};",
+            # descriptors: Q K-major (this warpgroup's 64 rows), K K-major, V MN-major (LBO: one 64-wide atom of Dv)
+            "const unsigned long long desc_q = cvl_wgmma_desc(sq + threadIdx.x / 128 * 8192u, 16u, 1024u);",
+            "const unsigned long long desc_k = cvl_wgmma_desc(sk, 16u, 1024u);",
+            f"const unsigned long long desc_v = cvl_wgmma_desc(sv, {self.bn * 128}u, 1024u);",
+            f"float o[1][{self.nd}][4];",
+            "#pragma unroll", f"for (int nd = 0; nd < {self.nd}; ++nd)",
+            "#pragma unroll", "    for (int e = 0; e < 4; ++e) o[0][nd][e] = 0.0f;",
+            "float row_max[2], row_base[2], row_sum[2];",
+            "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
+            f"    row_max[r] = {neg_inf};", "    row_base[r] = 0.0f;", "    row_sum[r] = 0.0f;", "}",
+        ]
+        if self.fold is not None:
+            u = self.fold or "1.0f"
+            body += [f"const float fold_c = {u} * {LOG2E};  // exp(acc * u) = 2^(acc * fold_c)",
+                     f"const float fold_abs = fabsf({u});", f"const bool fold_flip = {u} < 0.0f;"]
+        body += [f"float s[1][{self.ni}][4];", f"unsigned pf[{self.ni // 2}][4];  // P's A fragments",
+                 *(["float alpha[2];"] if self.overlap else []),
+                 *(self.overlapped_loop() if self.overlap else self.plain_loop()), *self.finish()]
+        lines = [*k.signature(entry, self.threads), *indent(body), "}"]
+        grid = self.batch * self.mt
+        helpers = cuda_wgmma.HELPERS + BAND_HELPERS + PACK_HELPER + self.wgmma_helpers()
+        return Emitted(lines, (grid, 1, 1), (self.threads, 1, 1), self.shared_total(), helpers, (f"-arch={cuda_wgmma.ARCH}",))

@@ -141,8 +141,8 @@ def default_config(kind: str, dtype: DType, arch: str, tf32: bool = False) -> Ke
         if uses_tensor_cores(dtype, arch, tf32):
             return KernelConfig(block=128, tile_m=64, tile_n=64, tile_k=32 if dtype.itemsize == 2 else 16)
         return KernelConfig(block=256, tile_m=64, tile_n=64, tile_k=16)
-    if kind == "attention":  # 4 warps of 16 query rows; the template sizes its key tiles
-        return KernelConfig(block=128, tile_m=0, tile_n=0, tile_k=0)
+    if kind == "attention":  # warps of 16 query rows (on sm_90 two wgmma warpgroups); the template sizes key tiles
+        return KernelConfig(block=256 if arch_number(arch) >= 90 else 128, tile_m=0, tile_n=0, tile_k=0)
     return KernelConfig(block=256, tile_m=0, tile_n=0, tile_k=0)
 
 

@@ -93,14 +93,36 @@ def test_a_symbolic_head_bound_too_deep_is_e509_at_the_kernel():
 def test_wide_values_run_in_chunks_of_128_columns():
     plan, _ = plan_of("o = softmax(q @ k.T) @ v")
     (k,) = render_cuda(plan, {"B": 2, "M": 64, "N": 64, "D": 64, "E": 300}, "sm_90")
-    assert k.grid == (2 * 3 * 1, 1, 1) and "float o[16][4];" in k.source  # 3 chunks of 128 columns
+    assert "wgmma" not in k.source  # Dv over 128: the mma.sync kernel, in chunks
+    assert k.grid == (2 * 3 * 1, 1, 1) and "float o[1][16][4];" in k.source  # 3 chunks of 128 columns
     assert "if (d < 300)" in k.source
+
+
+def test_hopper_takes_the_wgmma_kernel_where_the_operands_suit_it():
+    plan, _ = plan_of("o = softmax(q @ k.T * 0.125) @ v")
+    sizes = {"B": 2, "M": 256, "N": 256, "D": 64, "E": 64}
+    (k90,) = render_cuda(plan, sizes, "sm_90")
+    (k80,) = render_cuda(plan, sizes, "sm_80")
+    assert "wgmma.mma_async" in k90.source and "-arch=sm_90a" in k90.options and k90.block == (256, 1, 1)
+    assert "wgmma" not in k80.source and "mma.sync" in k80.source
+    # a head dimension of 128 takes 128-key tiles; a K stored N-contiguous stays on mma.sync
+    (deep,) = render_cuda(plan, {**sizes, "D": 128}, "sm_90")
+    assert "m64n128k16" in deep.source
+    head = "pipeline f(q: f16[B, M, D], kt: f16[B, D, N], v: f16[B, N, E]) -> o: f16[B, M, E] {"
+    plan, _ = plan_of("o = softmax(q @ kt) @ v", head=head)
+    (k,) = render_cuda(plan, sizes, "sm_90")
+    assert "wgmma" not in k.source and "cvl_ldsm_x4_trans(r, tk" in k.source
+    # 64 threads a block (a spec's choice) is the mma.sync kernel's
+    plan, _ = plan_of("kernel a { o = softmax(q @ k.T) @ v }", overrides={"a": {"block": 64}})
+    (k,) = render_cuda(plan, sizes, "sm_90")
+    assert "wgmma" not in k.source and k.block == (64, 1, 1)
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_benchmark_kernel_resources(arch, tmp_path, monkeypatch):
-    """The benchmark's kernel: no spills within its launch bounds' registers; per key tile a warp issues
-    4 x 8 mma for the scores and 4 x 8 for the product, and one exp an element plus two a row."""
+    """The benchmark's kernel: no spills within its launch bounds' registers. A warp's work per 64-key
+    tile: on sm_80 mma.sync, 4 x 8 for the scores and 4 x 8 for the product; on sm_90 wgmma, 4 m64n64k16
+    for each; one exp an element plus two a row."""
     from cuvil_dsl.compile import CompileUnit, SassUnavailable, compile_units, count_instructions, disassemble
 
     monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
@@ -116,6 +138,9 @@ def test_benchmark_kernel_resources(arch, tmp_path, monkeypatch):
         sass = disassemble(unit.cubin)
     except SassUnavailable as exc:
         pytest.skip(str(exc))
-    assert count_instructions(sass, "HMMA") == 64
+    if arch == "sm_80":
+        assert count_instructions(sass, "HMMA") == 64
+        assert count_instructions(sass, r"LDSM\.16\.MT88\.4") == 16  # V's fragments, transposed
+    else:
+        assert count_instructions(sass, "HGMMA") == 8
     assert 34 <= count_instructions(sass, r"MUFU\.EX2") <= 40
-    assert count_instructions(sass, r"LDSM\.16\.MT88\.4") == 16  # V's fragments, transposed

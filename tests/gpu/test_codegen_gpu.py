@@ -397,34 +397,19 @@ def test_split_k_exchanges_give_the_same_bits(monkeypatch):
                                       np.ascontiguousarray(results["dsmem"][r.name]).view(np.uint8))
 
 
-@pytest.mark.parametrize("block", [None, 64, 256])
-@pytest.mark.parametrize("stem", ["attention_fused", "attention_fused_bf16", "attention_fused_deep"])
-def test_fused_attention_on_fresh_inputs_and_special_rows(stem, block, tmp_path):
-    """The attention kernel (codegen/cuda_attention.py) on inputs drawn afresh each run (the seed in the
-    message), at its default block and at 2 and 8 warps; attention_fused_bf16's bias gets a row all
-    ``-inf`` (NaN out, as NumPy gives), a NaN, a ``+inf`` and a row half masked."""
-    import os
-
+def _check_fused_attention(case, seed: int, special_rows: bool) -> np.ndarray:
+    """Run ``case`` on inputs drawn from ``seed`` (``special`` with special rows when asked), compare with
+    the reference; returns the result ``o``."""
     from cuvil_dsl.reference import execute
 
-    path = next(p for p in case_paths() if p.stem == stem)
-    if block is not None:  # the same program with the kernel's threads set (graph-less ones are main_k1)
-        for f in (path, path.with_suffix(".cuvil")):
-            (tmp_path / f.name).write_text(f.read_text())
-        kernel = "forward_k2" if stem == "attention_fused" else "main_k1"
-        spec = tmp_path / path.name
-        spec.write_text(spec.read_text() + f"kernels:\n  {kernel}: {{block: {block}}}\n")
-        path = spec
-    case = load_case(path)
     prepared = Prepared(case)
-    seed = int.from_bytes(os.urandom(4), "little")
     rng = np.random.default_rng(seed)
     for p in case.pipeline.tensor_params:
         if not p.type.dtype.is_float:
             continue
         host = prepared.host[p.name]
         fresh = (rng.normal(size=host.shape) * (3.0 if p.name == "q" else 1.0)).astype(host.dtype)
-        if p.name == "special":
+        if p.name == "special" and special_rows:
             fresh[1, :] = -np.inf
             fresh[2, 5], fresh[3, 7] = np.nan, np.inf
             fresh[4, ::2] = -np.inf
@@ -439,6 +424,50 @@ def test_fused_attention_on_fresh_inputs_and_special_rows(stem, block, tmp_path)
             assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
         except AssertionError as exc:
             raise AssertionError(f"inputs of seed {seed}: {exc}") from None
+    return got["o"]
+
+
+@pytest.mark.parametrize("block", [None, 64, 128, 256])
+@pytest.mark.parametrize("stem", ["attention_fused", "attention_fused_bf16", "attention_fused_deep",
+                                  "attention_fused_hopper"])
+def test_fused_attention_on_fresh_inputs_and_special_rows(stem, block, tmp_path):
+    """The attention kernels (codegen/cuda_attention.py) on inputs drawn afresh each run (the seed in the
+    message), at their default block and at 2, 4 and 8 warps: on sm_90 attention_fused and _hopper run
+    the wgmma kernel (1 or 2 warpgroups) except at 64 threads, the others mma.sync; attention_fused_bf16's
+    bias gets a row all ``-inf`` (NaN out, as NumPy gives), a NaN, a ``+inf`` and a row half masked."""
+    import os
+
+    path = next(p for p in case_paths() if p.stem == stem)
+    if block is not None:  # the same program with the kernel's threads set (graph-less ones are main_k1)
+        for f in (path, path.with_suffix(".cuvil")):
+            (tmp_path / f.name).write_text(f.read_text())
+        kernel = "forward_k2" if stem == "attention_fused" else "main_k1"
+        spec = tmp_path / path.name
+        spec.write_text(spec.read_text() + f"kernels:\n  {kernel}: {{block: {block}}}\n")
+        path = spec
+    o = _check_fused_attention(load_case(path), int.from_bytes(os.urandom(4), "little"), True)
     if stem == "attention_fused_bf16":
-        o = got["o"].astype(np.float64)
+        o = o.astype(np.float64)
         assert np.isnan(o[:, 1:4]).all() and np.isfinite(o[:, [0, 4, 5]]).all()
+
+
+@pytest.mark.parametrize("tuning", [{}, {"overlap": True}, {"bn": 128}, {"wgmma": False}], ids=str)
+@pytest.mark.parametrize("stem", ["attention_fused", "attention_fused_hopper", "one_tile"])
+def test_fused_attention_tunings(stem, tuning, tmp_path, monkeypatch):
+    """cuda_attention.ATTENTION_TUNING's variants (benchmarks/ab_attention_full.py times them) on the ragged
+    programs and on one key tile (N 40 < BN, Dk 32 and Dv 16 padded to 64 for wgmma)."""
+    import os
+
+    from cuvil_dsl.codegen import cuda_attention
+
+    monkeypatch.setattr(cuda_attention, "ATTENTION_TUNING", dict(tuning))
+    if stem == "one_tile":
+        (tmp_path / "one.cuvil").write_text(
+            "pipeline one(q: f16[B, M, D], k: f16[B, N, D], v: f16[B, N, E]) -> o: f16[B, M, E] {\n"
+            "    o = softmax(q @ k.T * 0.3) @ v\n}\n")
+        (tmp_path / "one.yaml").write_text(
+            "pipeline: one.cuvil\nshapes: {B: 3, M: 70, N: 40, D: 32, E: 16}\ncheck: {rtol: 4.0e-3, atol: 4.0e-3}\n")
+        case = load_case(tmp_path / "one.yaml")
+    else:
+        case = load_case(next(p for p in case_paths() if p.stem == stem))
+    _check_fused_attention(case, int.from_bytes(os.urandom(4), "little"), False)
