@@ -83,12 +83,21 @@ def _contender(name: str, label: str, fn, problem: Problem, close_extra=None) ->
 
 
 def build_eager(problem: Problem) -> Contender:
-    if problem.kind == "attention":  # what a PyTorch user calls: the fused attention (FlashAttention-2 on these GPUs)
+    if problem.kind == "attention":  # what a PyTorch user calls: its fused attention
         import torch.nn.functional as F
 
         scale = problem.scale
-        return _contender("torch", "PyTorch", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, scale=scale),
-                          problem)
+
+        def sdpa(q, k, v):
+            # as (batch, heads, sequence, head dim): PyTorch's flash and memory-efficient kernels take only 4-D
+            # inputs and fall back to the unfused math for others
+            if q.shape[:-2] != k.shape[:-2] or k.shape[:-2] != v.shape[:-2]:
+                return F.scaled_dot_product_attention(q, k, v, scale=scale)
+            four = [t.reshape(-1, 1, *t.shape[-2:]) for t in (q, k, v)]
+            o = F.scaled_dot_product_attention(*four, scale=scale)
+            return o.reshape(*q.shape[:-1], v.shape[-1])
+
+        return _contender("torch", "PyTorch", sdpa, problem)
     return _contender("torch", "PyTorch", function(problem), problem)
 
 

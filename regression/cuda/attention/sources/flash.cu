@@ -1,0 +1,384 @@
+// cuvil-dsl kernel flash (attention) of pipeline attention, domain [4, 64, 128]
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+// NumPy semantics: maximum/minimum/relu propagate NaN (fmaxf would drop it).
+__device__ __forceinline__ float cvl_max(float a, float b) { return (a > b || a != a) ? a : b; }
+__device__ __forceinline__ double cvl_max(double a, double b) { return (a > b || a != a) ? a : b; }
+__device__ __forceinline__ int cvl_max(int a, int b) { return a > b ? a : b; }
+__device__ __forceinline__ float cvl_min(float a, float b) { return (a < b || a != a) ? a : b; }
+__device__ __forceinline__ double cvl_min(double a, double b) { return (a < b || a != a) ? a : b; }
+__device__ __forceinline__ int cvl_min(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ float cvl_relu(float x) { return cvl_max(x, 0.0f); }
+__device__ __forceinline__ double cvl_relu(double x) { return cvl_max(x, 0.0); }
+__device__ __forceinline__ int cvl_relu(int x) { return x > 0 ? x : 0; }
+
+// i32 wraps modulo 2^32: compute in unsigned, where overflow is defined.
+__device__ __forceinline__ int cvl_wrap_add(int a, int b) { return (int)((unsigned)a + (unsigned)b); }
+__device__ __forceinline__ int cvl_wrap_sub(int a, int b) { return (int)((unsigned)a - (unsigned)b); }
+__device__ __forceinline__ int cvl_wrap_mul(int a, int b) { return (int)((unsigned)a * (unsigned)b); }
+__device__ __forceinline__ int cvl_wrap_neg(int a) { return (int)(0u - (unsigned)a); }
+__device__ __forceinline__ int cvl_abs(int a) { return a < 0 ? cvl_wrap_neg(a) : a; }
+
+// The language's formulas (LANGUAGE.md section 5), in the compute type.
+__device__ __forceinline__ float cvl_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ double cvl_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+__device__ __forceinline__ float cvl_silu(float x) { return x * cvl_sigmoid(x); }
+__device__ __forceinline__ double cvl_silu(double x) { return x * cvl_sigmoid(x); }
+// gelu(x) = x * Phi(x), Phi(x) = erfc(-x / sqrt(2)) / 2; for z = |x| / sqrt(2), erfc(z) = t * exp(P(t) - z^2)
+// with t = 1 / (1 + z / 2) (the Chebyshev fit in Numerical Recipes' erfcc, relative error below 1.2e-7 for
+// all z >= 0). Phi(-|x|) = t * 2^(P(t) log2(e) - 1 - z^2 log2(e)): the fit's coefficients are stored times
+// log2(e), the constant one less (the halving), and z^2 log2(e) is |x| * (|x| log2(e) / 2): one reciprocal
+// and one exp2 on the MUFU, 11 FMA/FMUL. Against float64, relative error below 5e-7 for |x| < 1, 2e-6 down
+// to x = -4, 2e-5 below (0.5 x (1 + erff) loses every digit there, to the cancellation in 1 + erf);
+// tests/codegen/test_cuda_lang.py emulates it.
+__device__ __forceinline__ float cvl_gelu(float x) {
+    const float a = fabsf(x);
+    float t, e;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(fmaf(a, 0.35355339059327373f, 1.0f)));
+    float p = fmaf(t, 0.246517298f, -1.18611495f);
+    p = fmaf(t, p, 2.14747446f);
+    p = fmaf(t, p, -1.63775315f);
+    p = fmaf(t, p, 0.402321582f);
+    p = fmaf(t, p, -0.26875686f);
+    p = fmaf(t, p, 0.139630057f);
+    p = fmaf(t, p, 0.539700616f);
+    p = fmaf(t, p, 1.4427292f);
+    p = fmaf(t, p, -2.82574822f);
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(fmaf(-a * 0.72134752044448169f, a, p)));
+    const float h = t * e;  // Phi(-|x|); NaN in, NaN out; gelu(-inf) is NaN as 0.5 x (1 + erf) is
+    return x * (x > 0.0f ? 1.0f - h : h);
+}
+__device__ __forceinline__ double cvl_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.7071067811865476)); }
+__device__ __forceinline__ float cvl_gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+__device__ __forceinline__ double cvl_gelu_tanh(double x) {
+    return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+// Rounding to a half type and back, round to nearest even, from any compute type.
+__device__ __forceinline__ float cvl_f16(float x) { return __half2float(__float2half_rn(x)); }
+__device__ __forceinline__ float cvl_f16(double x) { return __half2float(__double2half(x)); }
+__device__ __forceinline__ float cvl_f16(int x) { return __half2float(__int2half_rn(x)); }
+__device__ __forceinline__ float cvl_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+__device__ __forceinline__ float cvl_bf16(double x) { return __bfloat162float(__double2bfloat16(x)); }
+__device__ __forceinline__ float cvl_bf16(int x) { return __bfloat162float(__int2bfloat16_rn(x)); }
+
+// Vector access: N elements as 16-byte (or narrower) transactions; both sides aligned.
+template <int BYTES> struct cvl_word;
+template <> struct cvl_word<16> { typedef uint4 type; };
+template <> struct cvl_word<8> { typedef uint2 type; };
+template <> struct cvl_word<4> { typedef unsigned int type; };
+template <> struct cvl_word<2> { typedef unsigned short type; };
+template <typename T, int N>
+__device__ __forceinline__ void cvl_copy_vec(T* dst, const T* src) {
+    constexpr int BYTES = N * (int)sizeof(T);
+    constexpr int CHUNK = BYTES >= 16 ? 16 : BYTES;
+    typedef typename cvl_word<CHUNK>::type W;
+#pragma unroll
+    for (int c = 0; c < BYTES / CHUNK; ++c) reinterpret_cast<W*>(dst)[c] = reinterpret_cast<const W*>(src)[c];
+}
+
+// Warp reductions by butterfly shuffles: every lane ends with the result.
+template <typename T> __device__ __forceinline__ T cvl_warp_sum(T v, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) v = v + __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ int cvl_warp_sum(int v, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) v = cvl_wrap_add(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+template <typename T> __device__ __forceinline__ T cvl_warp_max(T v, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) v = cvl_max(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+template <typename T> __device__ __forceinline__ T cvl_warp_min(T v, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) v = cvl_min(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ unsigned cvl_smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+// 16 bytes global -> shared (a shared-window address), bypassing L1; zero-filled when !valid.
+__device__ __forceinline__ void cvl_cp_async16s(unsigned dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cvl_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cvl_cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
+}
+// cp.async wrote through the generic proxy; wgmma reads through the async proxy.
+__device__ __forceinline__ void cvl_fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void cvl_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void cvl_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cvl_wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
+}
+// Matrix descriptor: start >> 4 (bits 0-13), LBO >> 4 (16-29), SBO >> 4 (32-45), swizzle (62-63).
+__device__ __forceinline__ unsigned long long cvl_wgmma_desc(unsigned addr, unsigned lbo, unsigned sbo) {
+    return (unsigned long long)((addr & 0x3FFFF) >> 4)
+         | ((unsigned long long)((lbo & 0x3FFFF) >> 4) << 16)
+         | ((unsigned long long)((sbo & 0x3FFFF) >> 4) << 32)
+         | ((unsigned long long)1 << 62);
+}
+
+// 2^x by the MUFU (relative error below 2^-21; -inf -> 0, NaN -> NaN); subnormal results flush to 0.
+__device__ __forceinline__ float cvl_ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+template <typename T> __device__ __forceinline__ unsigned cvl_pack_bits(T v) {
+    return *reinterpret_cast<unsigned*>(&v);  // a __half2 / __nv_bfloat162 as its 32 bits
+}
+
+// S (64 x 64, f32) = or += Q (64 x 16, descriptor, K-major) * K^T (16 x 64, descriptor, K-major)
+template <int ACCUMULATE>
+__device__ __forceinline__ void cvl_wgmma_qk(float (&d)[8][4], unsigned long long da, unsigned long long db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+                 : "l"(da), "l"(db), "n"(ACCUMULATE));
+}
+// O (64 x 64, f32) += P (64 x 16, registers) * V (16 x 64, descriptor, MN-major: trans-b)
+__device__ __forceinline__ void cvl_wgmma_pv(float (&d)[8][4], const unsigned (&a)[4], unsigned long long db) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+// Pins registers that an asynchronous wgmma reads or writes: the compiler keeps them (and their values)
+// up to this point, after the wait.
+template <int N> __device__ __forceinline__ void cvl_pin(float (&d)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e]) :: "memory");
+}
+template <int N> __device__ __forceinline__ void cvl_pin(unsigned (&r)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(r[i][e]) :: "memory");
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2) cvl_flash(
+    const __half* __restrict__ b0,  // k: f16[B, N, D] input
+    const __half* __restrict__ b1,  // q: f16[B, M, D] input
+    const unsigned char* __restrict__ b2,  // causal: bool[M, N] input
+    const __half* __restrict__ b3,  // v: f16[B, N, D] input
+    __half* __restrict__ b4,  // o: f16[B, M, D] output
+    float u0,  // %3: f16[] scalar
+    float u1  // %7: f16[] scalar
+) {
+    extern __shared__ __align__(1024) unsigned char cvl_smem[];
+    const unsigned sq = (cvl_smem_addr(cvl_smem) + 1023u) & ~1023u;  // the block's Q rows
+    const unsigned sk = sq + 16384u;  // 2 stages of K
+    const unsigned sv = sk + 16384u;  // 2 stages of V
+    const int lane = threadIdx.x % 32;
+    const int wm = threadIdx.x / 128 * 64 + (threadIdx.x / 32) % 4 * 16;  // this warp's rows of the block
+    const int mt = blockIdx.x % 1;
+    const int bz = blockIdx.x / 1;
+    const int c0 = (bz) % 4;
+    (void)bz;
+    const int m0 = mt * 128;
+    const int d0 = 0;
+    const __half* pq = b1 + (int)c0 * 4096;
+    const __half* pk = b0 + (int)c0 * 8192;
+    const __half* pv = b3 + (int)c0 * 8192;
+    const unsigned long long desc_q = cvl_wgmma_desc(sq + threadIdx.x / 128 * 8192u, 16u, 1024u);
+    const unsigned long long desc_k = cvl_wgmma_desc(sk, 16u, 1024u);
+    const unsigned long long desc_v = cvl_wgmma_desc(sv, 8192u, 1024u);
+    float o[1][8][4];
+    #pragma unroll
+    for (int nd = 0; nd < 8; ++nd)
+    #pragma unroll
+        for (int e = 0; e < 4; ++e) o[0][nd][e] = 0.0f;
+    float row_max[2], row_base[2], row_sum[2];
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        row_max[r] = (-__int_as_float(0x7f800000));
+        row_base[r] = 0.0f;
+        row_sum[r] = 0.0f;
+    }
+    float s[1][8][4];
+    unsigned pf[4][4];  // P's A fragments
+    #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int c = i * 256 + threadIdx.x;
+        const int r = c / 8;
+        const int j = c % 8;
+        const int gr = m0 + r;
+        const int gc = 0 + j * 8;
+        const bool ok = gr < 64;
+        const unsigned d = sq + (j >> 3) * 16384 + r * 128 + (((j & 7) ^ (r & 7)) << 4);
+        cvl_cp_async16s(d, ok ? pq + (int)gr * 64 + gc : pq, ok);
+    }
+    #pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int c = i * 256 + threadIdx.x;
+        const int r = c / 8;
+        const int j = c % 8;
+        const int gr = (0) * 64 + r;
+        const int gc = 0 + j * 8;
+        const bool ok = true;
+        const unsigned d = sk + (0) * 8192u + (j >> 3) * 8192 + r * 128 + (((j & 7) ^ (r & 7)) << 4);
+        cvl_cp_async16s(d, ok ? pk + (int)gr * 64 + gc : pk, ok);
+    }
+    #pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int c = i * 256 + threadIdx.x;
+        const int r = c / 8;
+        const int j = c % 8;
+        const int gr = (0) * 64 + r;
+        const int gc = 0 + j * 8;
+        const bool ok = true;
+        const unsigned d = sv + (0) * 8192u + (j >> 3) * 8192 + r * 128 + (((j & 7) ^ (r & 7)) << 4);
+        cvl_cp_async16s(d, ok ? pv + (int)gr * 64 + gc : pv, ok);
+    }
+    cvl_cp_commit();
+    #pragma unroll 1
+    for (int t = 0; t < 2; ++t) {
+        cvl_cp_wait<0>();
+        cvl_fence_proxy_async();  // cp.async wrote through the generic proxy
+        __syncthreads();  // tile t is in, and every warpgroup is done with tile t - 1
+        if (t + 1 < 2) {
+            #pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const int c = i * 256 + threadIdx.x;
+                const int r = c / 8;
+                const int j = c % 8;
+                const int gr = (t + 1) * 64 + r;
+                const int gc = 0 + j * 8;
+                const bool ok = true;
+                const unsigned d = sk + ((t + 1) % 2) * 8192u + (j >> 3) * 8192 + r * 128 + (((j & 7) ^ (r & 7)) << 4);
+                cvl_cp_async16s(d, ok ? pk + (int)gr * 64 + gc : pk, ok);
+            }
+            #pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const int c = i * 256 + threadIdx.x;
+                const int r = c / 8;
+                const int j = c % 8;
+                const int gr = (t + 1) * 64 + r;
+                const int gc = 0 + j * 8;
+                const bool ok = true;
+                const unsigned d = sv + ((t + 1) % 2) * 8192u + (j >> 3) * 8192 + r * 128 + (((j & 7) ^ (r & 7)) << 4);
+                cvl_cp_async16s(d, ok ? pv + (int)gr * 64 + gc : pv, ok);
+            }
+        }
+        cvl_cp_commit();
+        cvl_wgmma_fence();
+        cvl_wgmma_qk<0>(s[0], desc_q + (0 >> 4), desc_k + (((t % 2) * 8192 + 0) >> 4));
+        cvl_wgmma_qk<1>(s[0], desc_q + (32 >> 4), desc_k + (((t % 2) * 8192 + 32) >> 4));
+        cvl_wgmma_qk<1>(s[0], desc_q + (64 >> 4), desc_k + (((t % 2) * 8192 + 64) >> 4));
+        cvl_wgmma_qk<1>(s[0], desc_q + (96 >> 4), desc_k + (((t % 2) * 8192 + 96) >> 4));
+        cvl_wgmma_commit();
+        cvl_wgmma_wait<0>();
+        cvl_pin(s[0]);
+        float alpha[2];
+        const int n0 = (t) * 64;
+        (void)n0;
+        #pragma unroll
+        for (int mi = 0; mi < 1; ++mi)
+        #pragma unroll
+        for (int ni = 0; ni < 8; ++ni)
+        #pragma unroll
+        for (int h = 0; h < 2; ++h)
+        #pragma unroll
+        for (int q = 0; q < 2; ++q) {
+            const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
+            const int n = n0 + ni * 8 + lane % 4 * 2 + q;
+            (void)m; (void)n;
+            float& ACC = s[mi][ni][h * 2 + q];
+            if (m < 64) {
+                const float t1 = ACC;
+                const float t2 = (t1 * u0);
+                const float t3 = ((b2[m * 128 + n] != 0) ? t2 : u1);
+                ACC = t3;
+            } else {
+                ACC = (-__int_as_float(0x7f800000));
+            }
+        }
+        float top[2];
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) top[r] = (-__int_as_float(0x7f800000));
+        #pragma unroll
+        for (int mi = 0; mi < 1; ++mi)
+        #pragma unroll
+        for (int ni = 0; ni < 8; ++ni)
+        #pragma unroll
+            for (int e = 0; e < 4; ++e)
+                top[mi * 2 + e / 2] = fmaxf(top[mi * 2 + e / 2], s[mi][ni][e]);
+        float base[2];
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 1));
+            top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 2));
+            top[r] = fmaxf(top[r], row_max[r]);
+            const float bl = __fmul_rn(top[r], 1.4426950408889634f);
+            base[r] = top[r] == (-__int_as_float(0x7f800000)) ? 0.0f : bl;  // a row all -inf so far adds exp(-inf) = 0
+            alpha[r] = row_max[r] == top[r] ? 1.0f
+                     : row_max[r] == (-__int_as_float(0x7f800000)) ? 0.0f : cvl_ex2(row_base[r] - base[r]);  // nothing to scale yet
+            row_max[r] = top[r];
+            row_base[r] = base[r];
+            row_sum[r] *= alpha[r];
+        }
+        #pragma unroll
+        for (int mi = 0; mi < 1; ++mi)
+        #pragma unroll
+        for (int ni = 0; ni < 8; ++ni)
+        #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = mi * 2 + e / 2;
+                s[mi][ni][e] = cvl_ex2(fmaf(s[mi][ni][e], 1.4426950408889634f, -base[r]));
+                row_sum[r] += s[mi][ni][e];
+            }
+        #pragma unroll
+        for (int mi = 0; mi < 1; ++mi)
+        #pragma unroll
+        for (int nd = 0; nd < 8; ++nd)
+        #pragma unroll
+            for (int e = 0; e < 4; ++e) o[mi][nd][e] *= alpha[mi * 2 + e / 2];
+        #pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            pf[j][0] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][0], s[0][2 * j][1]));
+            pf[j][1] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][2], s[0][2 * j][3]));
+            pf[j][2] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][0], s[0][2 * j + 1][1]));
+            pf[j][3] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][2], s[0][2 * j + 1][3]));
+        }
+        cvl_wgmma_fence();
+        cvl_wgmma_pv(o[0], pf[0], desc_v + (((t % 2) * 8192 + 0) >> 4));
+        cvl_wgmma_pv(o[0], pf[1], desc_v + (((t % 2) * 8192 + 2048) >> 4));
+        cvl_wgmma_pv(o[0], pf[2], desc_v + (((t % 2) * 8192 + 4096) >> 4));
+        cvl_wgmma_pv(o[0], pf[3], desc_v + (((t % 2) * 8192 + 6144) >> 4));
+        cvl_wgmma_commit();
+        cvl_wgmma_wait<0>();
+        cvl_pin(o[0]);
+        cvl_pin(pf);
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
+        row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
+        row_sum[r] = 1.0f / row_sum[r];  // 1 / 0 = inf: a row all -inf gives 0 * inf = NaN
+    }
+    #pragma unroll
+    for (int mi = 0; mi < 1; ++mi)
+    #pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
+        const float inv = row_sum[mi * 2 + h];
+        if (m < 64) {
+            #pragma unroll
+            for (int nd = 0; nd < 8; ++nd) {
+                const int d = d0 + nd * 8 + lane % 4 * 2;
+                *reinterpret_cast<__half2*>(b4 + (c0 * 4096 + m * 64) + d) = __floats2half2_rn(o[mi][nd][h * 2] * inv, o[mi][nd][h * 2 + 1] * inv);
+            }
+        }
+    }
+}
