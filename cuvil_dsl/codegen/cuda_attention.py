@@ -434,19 +434,34 @@ class _Attention:
         return out + indent(loop) + ["}"]
 
     # ------------------------------------------------------------------ the kernel
-    def render(self, entry: str) -> Emitted:
-        k = self.k
-        st, mi = self.st, self.mi
+    def decode(self) -> list[str]:
+        """The block's row tile ``mt``, output chunk ``dz`` (when Dv takes more than one) and batch index
+        ``bz`` with its coordinates ``c{d}``, from the 1-D grid."""
         batch_shape = self.p.domain[:-2]
-        decode = [f"const int mt = blockIdx.x % {self.mt};",
-                  f"const int dz = blockIdx.x / {self.mt} % {self.chunks};",
-                  f"const int bz = blockIdx.x / {self.mt * self.chunks};"]
+        if self.chunks > 1:
+            out = [f"const int mt = blockIdx.x % {self.mt};", f"const int dz = blockIdx.x / {self.mt} % {self.chunks};",
+                   f"const int bz = blockIdx.x / {self.mt * self.chunks};"]
+        else:
+            out = [f"const int mt = blockIdx.x % {self.mt};", f"const int bz = blockIdx.x / {self.mt};"]
         inner = 1
         for d in reversed(range(len(batch_shape))):
             div = f"bz / {inner}" if inner > 1 else "bz"
-            decode.append(f"const int c{d} = ({div}) % {batch_shape[d]};")
+            out.append(f"const int c{d} = ({div}) % {batch_shape[d]};")
             inner *= batch_shape[d]
-        decode.append("(void)bz;")
+        return out + ["(void)bz;"]
+
+    def fold_constants(self) -> list[str]:
+        """With "fold": the exponent's factor ``u log2 e``, ``|u|`` and the sign test (see tile_max)."""
+        if self.fold is None:
+            return []
+        u = self.fold or "1.0f"
+        return [f"const float fold_c = {u} * {LOG2E};  // exp(acc * u) = 2^(acc * fold_c)",
+                f"const float fold_abs = fabsf({u});", f"const bool fold_flip = {u} < 0.0f;"]
+
+    def render(self, entry: str) -> Emitted:
+        k = self.k
+        st, mi = self.st, self.mi
+        decode = self.decode()
         neg_inf = k.lang.literal(-math.inf, DType.F32)
         body = [
             "extern __shared__ __align__(16) unsigned char cvl_smem[];",
@@ -457,7 +472,7 @@ class _Attention:
             f"const int wm = threadIdx.x / 32 * {16 * mi};  // this warp's rows of the block",
             *decode,
             f"const int m0 = mt * {self.bm};",
-            f"const int d0 = dz * {self.dv};",
+            f"const int d0 = dz * {self.dv};" if self.chunks > 1 else "const int d0 = 0;",
             f"const {st}* pq = {self.q.pointer} + {batch_offset(k, self.q)};",
             f"const {st}* pk = {self.kk.pointer} + {batch_offset(k, self.kk)};",
             f"const {st}* pv = {self.v.pointer} + {batch_offset(k, self.v)};",
@@ -469,10 +484,7 @@ class _Attention:
             "#pragma unroll", f"for (int r = 0; r < {2 * mi}; ++r) {{",
             f"    row_max[r] = {neg_inf};", "    row_base[r] = 0.0f;", "    row_sum[r] = 0.0f;", "}",
         ]
-        if self.fold is not None:
-            u = self.fold or "1.0f"
-            body += [f"const float fold_c = {u} * {LOG2E};  // exp(acc * u) = 2^(acc * fold_c)",
-                     f"const float fold_abs = fabsf({u});", f"const bool fold_flip = {u} < 0.0f;"]
+        body += self.fold_constants()
         body += [*self.load_q(), *self.load_kv("0", "0"), "cvl_cp_commit();"]
         load_a, a_addr = self.q_fragment("mi", "kq")
         if self.q_regs:
@@ -752,14 +764,7 @@ template <int N> __device__ __forceinline__ void cvl_pin(unsigned (&r)[N][4]) {{
     def render(self, entry: str) -> Emitted:
         k = self.k
         st = self.st
-        batch_shape = self.p.domain[:-2]
-        decode = [f"const int mt = blockIdx.x % {self.mt};", f"const int bz = blockIdx.x / {self.mt};"]
-        inner = 1
-        for d in reversed(range(len(batch_shape))):
-            div = f"bz / {inner}" if inner > 1 else "bz"
-            decode.append(f"const int c{d} = ({div}) % {batch_shape[d]};")
-            inner *= batch_shape[d]
-        decode.append("(void)bz;")
+        decode = self.decode()
         neg_inf = k.lang.literal(-math.inf, DType.F32)
         body = [
             "extern __shared__ __align__(1024) unsigned char cvl_smem[];",
@@ -785,10 +790,7 @@ template <int N> __device__ __forceinline__ void cvl_pin(unsigned (&r)[N][4]) {{
             "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
             f"    row_max[r] = {neg_inf};", "    row_base[r] = 0.0f;", "    row_sum[r] = 0.0f;", "}",
         ]
-        if self.fold is not None:
-            u = self.fold or "1.0f"
-            body += [f"const float fold_c = {u} * {LOG2E};  // exp(acc * u) = 2^(acc * fold_c)",
-                     f"const float fold_abs = fabsf({u});", f"const bool fold_flip = {u} < 0.0f;"]
+        body += self.fold_constants()
         body += [f"float s[1][{self.ni}][4];", f"unsigned pf[{self.ni // 2}][4];  // P's A fragments",
                  *(["float alpha[2];"] if self.overlap else []),
                  *(self.overlapped_loop() if self.overlap else self.plain_loop()), *self.finish()]
