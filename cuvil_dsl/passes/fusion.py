@@ -13,7 +13,7 @@ prologue or epilogue into reductions and row ops (same rows), into a GEMM as epi
 reads the GEMM's result), and a row softmax over a GEMM's last axis shares the GEMM's kernel.
 A second `@` that multiplies such an unnamed softmax by a tensor from memory joins them too
 (``attention``: ``softmax(q @ k.T * c) @ v`` in one kernel, the probabilities never stored; see
-:func:`attention_misfit` for when).
+:meth:`_Planner._attention_misfit` for when).
 """
 
 from __future__ import annotations
