@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from cuvil_dsl.codegen import cpu_rows
 from cuvil_dsl.codegen.cpu import CpuKernel, Gemm, indent, prod
-from cuvil_dsl.codegen.cpu_matmul import _operand_lines
+from cuvil_dsl.codegen.cpu_matmul import operand_lines
 from cuvil_dsl.types import DType
 
 
@@ -22,8 +22,8 @@ def render(k: CpuKernel, entry: str) -> list[str]:
     second = k.kernel.ops[-1]
     probs, v = second.args
     domain = k.p.domain
-    lines = _operand_lines(k, "lhs", first.args[0]) + _operand_lines(k, "rhs", first.args[1])
-    lines += _operand_lines(k, "vv", v)
+    lines = operand_lines(k, "lhs", first.args[0]) + operand_lines(k, "rhs", first.args[1])
+    lines += operand_lines(k, "vv", v)
     acc = k.add_workspace(DType.F32, prod(domain))
     k.gemm = Gemm(first.out, acc)
     lines.append(f"np.matmul(lhs, rhs, out={acc}.reshape({domain}))")

@@ -25,7 +25,7 @@ def _operand(k: CpuKernel, value: str) -> tuple[str, bool]:
     return value, flips % 2 == 1
 
 
-def _operand_lines(k: CpuKernel, local: str, value: str) -> list[str]:
+def operand_lines(k: CpuKernel, local: str, value: str) -> list[str]:
     """Bind ``local`` to the operand as an f32/f64 array of its buffer's shape, transposed if needed."""
     buffer, transposed = _operand(k, value)
     shape = k.p.shape(buffer)
@@ -47,7 +47,7 @@ def _operand_lines(k: CpuKernel, local: str, value: str) -> list[str]:
 
 def render(k: CpuKernel, entry: str) -> list[str]:
     gemm = next(op for op in k.p.ops.values() if op.op == "matmul")
-    lines = _operand_lines(k, "lhs", gemm.args[0]) + _operand_lines(k, "rhs", gemm.args[1])
+    lines = operand_lines(k, "lhs", gemm.args[0]) + operand_lines(k, "rhs", gemm.args[1])
     acc_dtype = DType.F64 if k.dtype(gemm.out) is DType.F64 else DType.F32
     acc = k.add_workspace(acc_dtype, prod(k.p.domain))
     k.gemm = Gemm(gemm.out, acc)

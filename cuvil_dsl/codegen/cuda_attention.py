@@ -42,7 +42,7 @@ from dataclasses import replace
 from cuvil_dsl.codegen import cuda_wgmma
 from cuvil_dsl.codegen.base import rounds
 from cuvil_dsl.codegen.cuda import CudaKernel, Emitted, element_count, indent
-from cuvil_dsl.codegen.cuda_gemm import MMA_HELPERS, Operand, _mma_helper, batch_offset, operand
+from cuvil_dsl.codegen.cuda_gemm import MMA_HELPERS, Operand, mma_helper, batch_offset, operand
 from cuvil_dsl.codegen.cuda_lang import STORAGE
 from cuvil_dsl.codegen.cuda_matmul import BAND_HELPERS, LOG2E
 from cuvil_dsl.diagnostics import UserError, error
@@ -522,7 +522,7 @@ class _Attention:
         lines = [*k.signature(entry, self.threads), *indent(body), "}"]
         shared = 2 * (self.q_elems + 2 * self.k_elems + 2 * self.v_elems)
         grid = self.batch * self.chunks * self.mt
-        helpers = MMA_HELPERS + _mma_helper(self.dtype) + BAND_HELPERS + PACK_HELPER
+        helpers = MMA_HELPERS + mma_helper(self.dtype) + BAND_HELPERS + PACK_HELPER
         return Emitted(lines, (grid, 1, 1), (self.threads, 1, 1), shared, helpers)
 
 
@@ -571,7 +571,6 @@ class _WgmmaAttention(_Attention):
         tune = ATTENTION_TUNING
         asked = k.config.block if "block" in k.config.overridden else None
         groups = asked // 128 if asked else int(tune.get("groups", 2))
-        self.wg_groups = groups
         super().__init__(k)
         # the base chose tiles for mma.sync; the wgmma kernel's own
         self.mi = 1
@@ -605,8 +604,8 @@ class _WgmmaAttention(_Attention):
         return self.q_bytes + self.stages * (self.k_bytes + self.v_bytes) + 1024  # 1 KiB to align the base to 1024
 
     # ------------------------------------------------------------------ loads (128-byte swizzle)
-    def swizzled_copy(self, dst: str, o: Operand, rows: int, cols: int, r0: str, c0: str, base: str,
-                      r_ext: int, c_ext: int, r_stride: int, k_major: bool) -> list[str]:
+    def swizzled_copy(self, dst: str, rows: int, cols: int, r0: str, c0: str, base: str, r_ext: int, c_ext: int,
+                      r_stride: int) -> list[str]:
         """cp.async of a ``rows`` x ``cols`` tile (16-byte chunks of 8 along the contiguous axis) into the
         swizzled layout: K-major, chunk (r, c) at ``(c / 8) * rows * 128 + r * 128 + ((c % 8) ^ (r % 8)) * 16``
         (atoms of 64 columns); MN-major the same with rows the K axis (atoms of 64 MN-elements x 8 rows)."""
@@ -623,20 +622,19 @@ class _WgmmaAttention(_Attention):
                 f"cvl_cp_async16s(d, ok ? {base} + ({kx.index_t})gr * {kx.stride_literal(r_stride)} + gc : {base}, ok);"]
         if count % self.threads:
             body = [body[0], f"if (c < {count}) {{", *indent(body[1:]), "}"]
-        del o, k_major
         return ["#pragma unroll", f"for (int i = 0; i < {iters}; ++i) {{", *indent(body), "}"]
 
     def load_q(self) -> list[str]:
         q = self.q
-        return self.swizzled_copy("sq", q, self.bm, self.depth, "m0", "0", "pq", q.extent, q.depth, q.stride_mn, True)
+        return self.swizzled_copy("sq", self.bm, self.depth, "m0", "0", "pq", q.extent, q.depth, q.stride_mn)
 
     def load_kv(self, stage: str, tile: str) -> list[str]:
         kk, v = self.kk, self.v
         n0 = f"({tile}) * {self.bn}"
-        return (self.swizzled_copy(f"sk + ({stage}) * {self.k_bytes}u", kk, self.bn, self.depth, n0, "0", "pk",
-                                   kk.extent, kk.depth, kk.stride_mn, True)
-                + self.swizzled_copy(f"sv + ({stage}) * {self.v_bytes}u", v, self.bn, self.dv, n0, "0", "pv",
-                                     v.depth, v.extent, v.stride_k, False))
+        return (self.swizzled_copy(f"sk + ({stage}) * {self.k_bytes}u", self.bn, self.depth, n0, "0", "pk",
+                                   kk.extent, kk.depth, kk.stride_mn)
+                + self.swizzled_copy(f"sv + ({stage}) * {self.v_bytes}u", self.bn, self.dv, n0, "0", "pv",
+                                     v.depth, v.extent, v.stride_k))
 
     # ------------------------------------------------------------------ wgmma
     def wgmma_helpers(self) -> str:

@@ -122,7 +122,7 @@ _MMA = {
 }
 
 
-def _mma_helper(dtype: DType) -> str:
+def mma_helper(dtype: DType) -> str:
     return f"""
 __device__ __forceinline__ void cvl_mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {{
     asm volatile("{_MMA[dtype]} {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};\\n"
@@ -167,7 +167,7 @@ class MmaEngine:
         return self.stages * (self.tile_elems(self.a) + self.tile_elems(self.b)) * self.item
 
     def helpers(self) -> str:
-        return MMA_HELPERS + _mma_helper(self.dtype)
+        return MMA_HELPERS + mma_helper(self.dtype)
 
     def setup(self) -> list[str]:
         w = self.w
