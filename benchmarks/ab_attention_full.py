@@ -43,6 +43,12 @@ VARIANTS = [
     ("wgmma, 2 warpgroups, overlap", 256, {"overlap": True}),
     ("wgmma, 2 warpgroups, overlap, 128-key tiles", 256, {"overlap": True, "bn": 128}),
     ("wgmma, 3 warpgroups, overlap", None, {"overlap": True, "groups": 3}),
+    ("ws, 2 consumers, overlap", None, {"ws": True}),
+    ("ws, 2 consumers, no overlap", None, {"ws": True, "overlap": False}),
+    ("ws, 2 consumers, 64-key tiles", None, {"ws": True, "bn": 64}),
+    ("ws, 2 consumers, 3 stages", None, {"ws": True, "stages": 3}),
+    ("ws, 3 consumers, 64-key tiles", None, {"ws": True, "groups": 3, "bn": 64}),
+    ("ws, 3 consumers, no overlap", None, {"ws": True, "groups": 3, "overlap": False}),
 ]
 
 

@@ -529,6 +529,8 @@ class _Attention:
 def render(k: CudaKernel, entry: str) -> Emitted:
     asked = k.config.block if "block" in k.config.overridden else None
     if ATTENTION_TUNING.get("wgmma", True) and asked in (None, 128, 256) and wgmma_operands(k) is None:
+        if ATTENTION_TUNING.get("ws", False) and asked is None and tma_operands(k):
+            return _WsAttention(k).render(entry)
         return _WgmmaAttention(k).render(entry)
     return _Attention(k).render(entry)
 
@@ -555,6 +557,15 @@ def wgmma_operands(k: CudaKernel) -> str | None:
     if q.depth > WGMMA_DEPTHS[-1] or v.extent > WGMMA_DEPTHS[-1]:
         return f"wgmma attention: Dk and Dv of at most {WGMMA_DEPTHS[-1]}"
     return None
+
+
+def tma_operands(k: CudaKernel) -> bool:
+    """Whether q, k and v each load by TMA: their batch axes fold into one dimension of a map
+    (:func:`cuda_wgmma.batch_view`)."""
+    ops = list(k.p.ops.values())
+    first, second = k.p.ops[k.kernel.anchor], ops[-1]
+    return all(cuda_wgmma.batch_view(o, k.p.domain) is not None
+               for o in (operand(k, first.out, 0), operand(k, first.out, 1), operand(k, second.out, 1)))
 
 
 class _WgmmaAttention(_Attention):
@@ -795,4 +806,184 @@ template <int N> __device__ __forceinline__ void cvl_pin(unsigned (&r)[N][4]) {{
         lines = [*k.signature(entry, self.threads), *indent(body), "}"]
         grid = self.batch * self.mt
         helpers = cuda_wgmma.HELPERS + BAND_HELPERS + PACK_HELPER + self.wgmma_helpers()
+        return Emitted(lines, (grid, 1, 1), (self.threads, 1, 1), self.shared_total(), helpers, (f"-arch={cuda_wgmma.ARCH}",))
+
+
+WS_PRODUCER_REGS = 24  # setmaxnreg of the producer warpgroup (one thread issues every copy)
+
+
+class _WsAttention(_WgmmaAttention):
+    """The wgmma kernel warp-specialised (FlashAttention-3's data flow): warpgroup 0 is the producer, one
+    thread of it loading Q once and then K and V tile by tile by TMA (128-byte swizzle, zero fill past the
+    operands' extents) into ``stages`` slots, each slot's K and V with a "full" mbarrier apiece (the
+    copies' bytes complete it) and an "empty" one (one arrival per consumer warpgroup once the wgmma that
+    read it retired); warpgroups 1..G are consumers of 64 query rows each, with no block-wide barrier in
+    the loop, so each runs at its own pace. ``setmaxnreg`` moves the producer's registers to the
+    consumers. With "overlap" (the default here) a consumer issues S of tile t and O += P(t - 1) V(t - 1)
+    together and computes tile t's softmax while the second product runs.
+
+    Taken (:func:`render`) with ATTENTION_TUNING "ws" when every operand's batch axes fold into one
+    dimension of a TMA map (:func:`cuda_wgmma.batch_view`) and no block size was asked for."""
+
+    def __init__(self, k: CudaKernel):
+        tune = ATTENTION_TUNING
+        groups = int(tune.get("groups", 2))
+        # the base class sizes a block of `groups` warpgroups; this kernel adds the producer's
+        super().__init__(k)
+        self.groups = groups
+        self.overlap = bool(tune.get("overlap", True))
+        self.stages = int(tune.get("stages", 2))
+        self.bn = int(tune.get("bn", 128))
+        self.bm = 64 * groups
+        self.ni = self.bn // 8
+        self.mt = -(-self.M // self.bm)
+        self.nt = -(-self.N // self.bn)
+        self.q_bytes = self.bm * self.depth * 2
+        self.k_bytes = self.bn * self.depth * 2
+        self.v_bytes = self.bn * self.dv * 2
+        self.threads = 128 * (groups + 1)
+        shared = self.shared_total()
+        if shared > configs.smem_limit(k.arch):
+            raise UserError([error("E509", f"kernel `{k.kernel.name}`: the attention tiles need {shared} bytes of "
+                                   f"shared memory, more than {k.arch} has", k.kernel.span)])
+        entry = cuda_wgmma.ws_entry_regs(self.threads)
+        freed = (entry - WS_PRODUCER_REGS) * 128
+        self.regs = (WS_PRODUCER_REGS, min(240, (entry + freed // (128 * groups)) // 8 * 8))
+        self.maps: dict[str, str] = {}
+        self.batch_coord: dict[str, str] = {}
+        for name, o, inner, outer, stride in (("q", self.q, self.q.depth, self.q.extent, self.q.stride_mn),
+                                              ("k", self.kk, self.kk.depth, self.kk.extent, self.kk.stride_mn),
+                                              ("v", self.v, self.v.extent, self.v.depth, self.v.stride_k)):
+            rows = self.bm if name == "q" else self.bn
+            count, unit, terms = cuda_wgmma.batch_view(o, self.p.domain)
+            dims, box = (inner, outer), (64, rows)
+            if terms:
+                dims, box = (*dims, count), (*box, 1)
+                self.batch_coord[name] = " + ".join(f"(int)c{d}" + (f" * {w}" if w != 1 else "") for d, w in terms)
+            self.maps[name] = k.tensor_map(f"tma_{name}", o.buffer, dims, stride * 2, box, unit * 2 if terms else 0)
+        k.config = replace(k.config, block=self.threads)
+        if "launch_bounds" not in k.config.overridden:
+            k.config = replace(k.config, min_blocks=1)
+
+    # ------------------------------------------------------------------ the producer
+    def tma_copy(self, name: str, dst: str, c0: str, c1: str, bar: str) -> str:
+        batch = self.batch_coord.get(name)
+        if batch:
+            return f"cvl_tma_3d({dst}, {self.maps[name]}, {c0}, {c1}, {batch}, {bar});"
+        return f"cvl_tma_2d({dst}, {self.maps[name]}, {c0}, {c1}, {bar});"
+
+    def producer(self) -> list[str]:
+        """Thread 0 of warpgroup 0: Q, then tile t's K and V into slot t % S once the consumers released the
+        slot's previous tile (use n of a slot completes phase n of its barriers)."""
+        s = self.stages
+        q = [self.tma_copy("q", f"sq + {a * self.bm * 128}u", str(64 * a), "m0", "bars") for a in range(self.depth // 64)]
+        kk = [self.tma_copy("k", f"sk + stage * {self.k_bytes}u + {a * self.bn * 128}u", str(64 * a), "n0",
+                        f"bars + 8 * (1 + stage)") for a in range(self.depth // 64)]
+        v = [self.tma_copy("v", f"sv + stage * {self.v_bytes}u + {j * self.bn * 128}u", str(64 * j), "n0",
+                       f"bars + 8 * (1 + {s} + stage)") for j in range(self.dv // 64)]
+        loop = [
+            f"const unsigned stage = t % {s}, use = t / {s};",
+            f"const int n0 = t * {self.bn};",
+            f"if (t >= {s}) cvl_mbar_wait(bars + 8 * (1 + {2 * s} + stage), (use - 1) & 1);  // K's slot free",
+            f"cvl_mbar_expect_tx(bars + 8 * (1 + stage), {self.k_bytes}u);", *kk,
+            f"if (t >= {s}) cvl_mbar_wait(bars + 8 * (1 + {3 * s} + stage), (use - 1) & 1);  // V's slot free",
+            f"cvl_mbar_expect_tx(bars + 8 * (1 + {s} + stage), {self.v_bytes}u);", *v,
+        ]
+        return [
+            f"asm volatile(\"setmaxnreg.dec.sync.aligned.u32 {self.regs[0]};\\n\" ::: \"memory\");",
+            "if (threadIdx.x == 0) {",
+            f"    cvl_mbar_expect_tx(bars, {self.q_bytes}u);", *indent(q),
+            *indent(["#pragma unroll 1", f"for (int t = 0; t < {self.nt}; ++t) {{", *indent(loop), "}"]),
+            "}",
+        ]
+
+    # ------------------------------------------------------------------ the consumers
+    def wait_full(self, which: str, tile: str) -> str:
+        base = 1 if which == "k" else 1 + self.stages
+        return f"cvl_mbar_wait(bars + 8 * ({base} + ({tile}) % {self.stages}), (({tile}) / {self.stages}) & 1);"
+
+    def release(self, which: str, tile: str) -> str:
+        base = 1 + 2 * self.stages if which == "k" else 1 + 3 * self.stages
+        return f"if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * ({base} + ({tile}) % {self.stages}));"
+
+    def slot(self, tile: str) -> str:
+        return f"(({tile}) % {self.stages})"
+
+    def consumer_loop(self) -> list[str]:
+        _, rescale = self.softmax_parts()
+        nt = self.nt
+        if not self.overlap:
+            loop = [
+                self.wait_full("k", "t"), "cvl_wgmma_fence();", *self.issue_scores(self.slot("t")),
+                "cvl_wgmma_commit();", "cvl_wgmma_wait<0>();", "cvl_pin(s[0]);", self.release("k", "t"),
+                "float alpha[2];", *self.scores_ready("t"), *rescale, *self.pack(),
+                self.wait_full("v", "t"), "cvl_wgmma_fence();", *self.issue_pv(self.slot("t")),
+                "cvl_wgmma_commit();", "cvl_wgmma_wait<0>();", "cvl_pin(o[0]);", "cvl_pin(pf);", self.release("v", "t"),
+            ]
+            return ["#pragma unroll 1", f"for (int t = 0; t < {nt}; ++t) {{", *indent(loop), "}"]
+        first = ["{", *indent([
+            self.wait_full("k", "0"), "cvl_wgmma_fence();", *self.issue_scores("0"), "cvl_wgmma_commit();",
+            "cvl_wgmma_wait<0>();", "cvl_pin(s[0]);", self.release("k", "0"),
+            "float alpha[2];", *self.scores_ready("0"), "(void)alpha;  // o is still 0", *self.pack()]), "}"]
+        loop = [
+            self.wait_full("k", "t"), "cvl_wgmma_fence();", *self.issue_scores(self.slot("t")), "cvl_wgmma_commit();",
+            self.wait_full("v", "t - 1"), *self.issue_pv(self.slot("t - 1")), "cvl_wgmma_commit();",
+            "cvl_wgmma_wait<1>();  // S of tile t (O += P V of tile t - 1 may still run)", "cvl_pin(s[0]);",
+            self.release("k", "t"),
+            "float alpha[2];", *self.scores_ready("t"),
+            "cvl_wgmma_wait<0>();", "cvl_pin(o[0]);", "cvl_pin(pf);", self.release("v", "t - 1"),
+            *rescale, *self.pack(),
+        ]
+        last = [self.wait_full("v", str(nt - 1)), "cvl_wgmma_fence();", *self.issue_pv(self.slot(str(nt - 1))),
+                "cvl_wgmma_commit();", "cvl_wgmma_wait<0>();", "cvl_pin(o[0]);"]
+        return [*first, "#pragma unroll 1", f"for (int t = 1; t < {nt}; ++t) {{", *indent(loop), "}", *last]
+
+    def consumer(self) -> list[str]:
+        neg_inf = self.k.lang.literal(-math.inf, DType.F32)
+        return [
+            f"asm volatile(\"setmaxnreg.inc.sync.aligned.u32 {self.regs[1]};\\n\" ::: \"memory\");",
+            "const int lane = threadIdx.x % 32;",
+            "const int wg = (int)(threadIdx.x / 128) - 1;  // consumer warpgroup",
+            "const int wm = wg * 64 + (threadIdx.x / 32) % 4 * 16;  // this warp's rows of the block",
+            "const int d0 = 0;",
+            "const unsigned long long desc_q = cvl_wgmma_desc(sq + wg * 8192u, 16u, 1024u);",
+            "const unsigned long long desc_k = cvl_wgmma_desc(sk, 16u, 1024u);",
+            f"const unsigned long long desc_v = cvl_wgmma_desc(sv, {self.bn * 128}u, 1024u);",
+            f"float o[1][{self.nd}][4];",
+            "#pragma unroll", f"for (int nd = 0; nd < {self.nd}; ++nd)",
+            "#pragma unroll", "    for (int e = 0; e < 4; ++e) o[0][nd][e] = 0.0f;",
+            "float row_max[2], row_base[2], row_sum[2];",
+            "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
+            f"    row_max[r] = {neg_inf};", "    row_base[r] = 0.0f;", "    row_sum[r] = 0.0f;", "}",
+            *self.fold_constants(),
+            f"float s[1][{self.ni}][4];", f"unsigned pf[{self.ni // 2}][4];  // P's A fragments",
+            "cvl_mbar_wait(bars, 0);  // Q",
+            *self.consumer_loop(), *self.finish(),
+        ]
+
+    # ------------------------------------------------------------------ the kernel
+    def render(self, entry: str) -> Emitted:
+        k, s = self.k, self.stages
+        body = [
+            "extern __shared__ __align__(1024) unsigned char cvl_smem[];",
+            f"__shared__ __align__(8) unsigned long long cvl_bars[{1 + 4 * s}];",
+            "const unsigned sq = (cvl_smem_addr(cvl_smem) + 1023u) & ~1023u;  // the block's Q rows",
+            f"const unsigned sk = sq + {self.q_bytes}u;  // {s} slots of K",
+            f"const unsigned sv = sk + {s * self.k_bytes}u;  // {s} slots of V",
+            f"const unsigned bars = cvl_smem_addr(cvl_bars);  // Q; K full [{s}]; V full; K empty; V empty",
+            *self.decode(),
+            f"const int m0 = mt * {self.bm};",
+            "if (threadIdx.x == 0) {",
+            *[f"    cvl_tma_prefetch({m});" for m in self.maps.values()],
+            f"    for (int i = 0; i < {1 + 2 * s}; ++i) cvl_mbar_init(bars + 8 * i, 1u);",
+            f"    for (int i = {1 + 2 * s}; i < {1 + 4 * s}; ++i) cvl_mbar_init(bars + 8 * i, {self.groups}u);",
+            "    asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");",
+            "}",
+            "__syncthreads();",
+            "if (threadIdx.x < 128) {", *indent(self.producer()), "} else {", *indent(self.consumer()), "}",
+        ]
+        lines = [*k.signature(entry, self.threads), *indent(body), "}"]
+        grid = self.batch * self.mt
+        helpers = (cuda_wgmma.HELPERS + cuda_wgmma.TMA_HELPERS + cuda_wgmma.TMA3_HELPERS + cuda_wgmma.WS_HELPERS
+                   + BAND_HELPERS + PACK_HELPER + self.wgmma_helpers())
         return Emitted(lines, (grid, 1, 1), (self.threads, 1, 1), self.shared_total(), helpers, (f"-arch={cuda_wgmma.ARCH}",))
