@@ -35,6 +35,7 @@ CASES = [ROOT / "benchmarks" / "attention_full_f16.yaml", ROOT / "benchmarks" / 
 # (label, threads a block, cuda_attention.ATTENTION_TUNING)
 VARIANTS = [
     ("default", None, {}),
+    ("wgmma, not warp-specialised (session 21's default)", None, {"ws": False}),
     ("mma.sync, blocks of 256, fold", 256, {"wgmma": False}),
     ("wgmma, 1 warpgroup", 128, {}),
     ("wgmma, 2 warpgroups", 256, {}),
@@ -44,11 +45,17 @@ VARIANTS = [
     ("wgmma, 2 warpgroups, overlap, 128-key tiles", 256, {"overlap": True, "bn": 128}),
     ("wgmma, 3 warpgroups, overlap", None, {"overlap": True, "groups": 3}),
     ("ws, 2 consumers, overlap", None, {"ws": True}),
+    ("ws, 2 consumers, overlap, 3 stages", None, {"ws": True, "stages": 3}),
     ("ws, 2 consumers, no overlap", None, {"ws": True, "overlap": False}),
-    ("ws, 2 consumers, 64-key tiles", None, {"ws": True, "bn": 64}),
-    ("ws, 2 consumers, 3 stages", None, {"ws": True, "stages": 3}),
-    ("ws, 3 consumers, 64-key tiles", None, {"ws": True, "groups": 3, "bn": 64}),
-    ("ws, 3 consumers, no overlap", None, {"ws": True, "groups": 3, "overlap": False}),
+    ("ws, 2 consumers, pingpong", None, {"ws": True, "pingpong": True}),
+    ("ws, 2 consumers, pingpong, 3 stages", None, {"ws": True, "pingpong": True, "stages": 3}),
+    ("ws, 2 consumers, pingpong, 176-key tiles", None, {"ws": True, "pingpong": True, "bn": 176}),
+    ("ws, 2 consumers, overlap, 176-key tiles", None, {"ws": True, "bn": 176}),
+    ("ws, 3 consumers, overlap", None, {"ws": True, "groups": 3}),
+    ("ws, 3 consumers, overlap, 3 stages", None, {"ws": True, "groups": 3, "stages": 3}),
+    ("ws, 3 consumers, 64-key tiles, 4 stages", None, {"ws": True, "groups": 3, "bn": 64, "stages": 4}),
+    ("ws, 4 consumers, 64-key tiles", None, {"ws": True, "groups": 4, "bn": 64}),
+    ("ws, 4 consumers, 64-key tiles, 4 stages", None, {"ws": True, "groups": 4, "bn": 64, "stages": 4}),
 ]
 
 

@@ -25,8 +25,11 @@ This template runs it the way FlashAttention-2 does, on ``mma.sync.m16n8k16`` (s
 
 On sm_90, where the operands suit it (:func:`wgmma_operands`: head dimension contiguous in q and k,
 v's columns contiguous, Dk and Dv up to 128), :class:`_WgmmaAttention` runs the same data flow on
-Hopper's ``wgmma.mma_async`` (FlashAttention-3's, without its warp specialisation): warpgroups of 64
-query rows, Q and K from 128-byte-swizzled shared memory, P from registers into the second product.
+Hopper's ``wgmma.mma_async``: warpgroups of 64 query rows, Q and K from 128-byte-swizzled shared memory,
+P from registers into the second product. Where every operand also loads by TMA and no block size was
+asked for, :class:`_WsAttention` runs it warp-specialised, as FlashAttention-3 does: a producer warpgroup
+loads by TMA through mbarriers, the consumer warpgroups overlap each tile's softmax with the previous
+tile's second product.
 ``ATTENTION_TUNING`` holds the switches benchmarks/ab_attention_full.py times.
 
 Precision: the numerators enter the tensor-core product rounded to f16/bf16 (relative 2^-11 /
@@ -72,7 +75,17 @@ PAD = 8  # elements of padding a shared row (16 bytes)
 #   "overlap": the wgmma kernel issues S of the next tile and O += P V of this one together, and computes
 #           the next tile's softmax while the second product runs (_WgmmaAttention.overlapped_loop; three
 #           stages of K and V). Default False: measured slower (106.6 against 103.5 us at D 64, 111.8 against
-#           103.4 at D 128; benchmarks/NOTES.md).
+#           103.4 at D 128; benchmarks/NOTES.md). In the warp-specialised kernel ("ws") the default is True
+#           (95.7 against 102.9 us at D 64, 68.9 against 74.8 at D 128).
+#   "ws": on sm_90, where every operand loads by TMA (tma_operands) and no block size was asked for, the
+#           warp-specialised kernel (_WsAttention). Default True (D 64: 92.6 against 101.5 us; D 128: 68.9
+#           against 89.8; benchmarks/NOTES.md, session 22).
+#   "stages": K and V slots of the warp-specialised kernel. Default 3 with 3 consumer warpgroups, else 2.
+#   "pingpong": the warp-specialised kernel's two consumer warpgroups take turns issuing their products
+#           (FlashAttention-3's schedule). Default False: measured slower (99.5 against 95.7 us at D 64, 70.1
+#           against 68.9 at D 128).
+#   In the warp-specialised kernel "groups" (consumer warpgroups) defaults to 3 for Dk and Dv up to 64, else 2,
+#   and "bn" to 128.
 ATTENTION_TUNING: dict = {}
 
 PACK = {DType.F16: ("__half2", "__floats2half2_rn"), DType.BF16: ("__nv_bfloat162", "__floats2bfloat162_rn")}
@@ -529,7 +542,7 @@ class _Attention:
 def render(k: CudaKernel, entry: str) -> Emitted:
     asked = k.config.block if "block" in k.config.overridden else None
     if ATTENTION_TUNING.get("wgmma", True) and asked in (None, 128, 256) and wgmma_operands(k) is None:
-        if ATTENTION_TUNING.get("ws", False) and asked is None and tma_operands(k):
+        if ATTENTION_TUNING.get("ws", True) and asked is None and tma_operands(k):
             return _WsAttention(k).render(entry)
         return _WgmmaAttention(k).render(entry)
     return _Attention(k).render(entry)
@@ -827,12 +840,16 @@ class _WsAttention(_WgmmaAttention):
 
     def __init__(self, k: CudaKernel):
         tune = ATTENTION_TUNING
-        groups = int(tune.get("groups", 2))
-        # the base class sizes a block of `groups` warpgroups; this kernel adds the producer's
         super().__init__(k)
+        # Measured (benchmarks/NOTES.md, attention_full_f16, session 22): a head dimension of 64 runs fastest with
+        # 3 consumer warpgroups and 3 stages (92.6 us against 95.4 with 2), 128 with 2 and 2 stages (68.9; 3
+        # consumers have 160 registers each, too few for S, O and P of 128 columns)
+        narrow = self.depth <= 64 and self.dv <= 64
+        groups = int(tune.get("groups", 3 if narrow else 2))
         self.groups = groups
         self.overlap = bool(tune.get("overlap", True))
-        self.stages = int(tune.get("stages", 2))
+        self.stages = int(tune.get("stages", 3 if groups == 3 else 2))
+        self.pingpong = bool(tune.get("pingpong", False)) and self.overlap and groups == 2
         self.bn = int(tune.get("bn", 128))
         self.bm = 64 * groups
         self.ni = self.bn // 8
@@ -878,7 +895,7 @@ class _WsAttention(_WgmmaAttention):
         s = self.stages
         q = [self.tma_copy("q", f"sq + {a * self.bm * 128}u", str(64 * a), "m0", "bars") for a in range(self.depth // 64)]
         kk = [self.tma_copy("k", f"sk + stage * {self.k_bytes}u + {a * self.bn * 128}u", str(64 * a), "n0",
-                        f"bars + 8 * (1 + stage)") for a in range(self.depth // 64)]
+                        "bars + 8 * (1 + stage)") for a in range(self.depth // 64)]
         v = [self.tma_copy("v", f"sv + stage * {self.v_bytes}u + {j * self.bn * 128}u", str(64 * j), "n0",
                        f"bars + 8 * (1 + {s} + stage)") for j in range(self.dv // 64)]
         loop = [
@@ -921,21 +938,30 @@ class _WsAttention(_WgmmaAttention):
                 "cvl_wgmma_commit();", "cvl_wgmma_wait<0>();", "cvl_pin(o[0]);", "cvl_pin(pf);", self.release("v", "t"),
             ]
             return ["#pragma unroll 1", f"for (int t = 0; t < {nt}; ++t) {{", *indent(loop), "}"]
+        # "pingpong": the two consumer warpgroups take turns issuing their products (named barrier 1 + wg is
+        # warpgroup wg's turn, given by the other's arrival once it issued its own), so one's softmax runs
+        # while the other's products do
+        turn = ["asm volatile(\"bar.sync %0, 256;\\n\" :: \"r\"(1 + wg) : \"memory\");"] if self.pingpong else []
+        done = ["asm volatile(\"bar.arrive %0, 256;\\n\" :: \"r\"(2 - wg) : \"memory\");"] if self.pingpong else []
         first = ["{", *indent([
-            self.wait_full("k", "0"), "cvl_wgmma_fence();", *self.issue_scores("0"), "cvl_wgmma_commit();",
-            "cvl_wgmma_wait<0>();", "cvl_pin(s[0]);", self.release("k", "0"),
+            self.wait_full("k", "0"), *turn, "cvl_wgmma_fence();", *self.issue_scores("0"), "cvl_wgmma_commit();",
+            *done, "cvl_wgmma_wait<0>();", "cvl_pin(s[0]);", self.release("k", "0"),
             "float alpha[2];", *self.scores_ready("0"), "(void)alpha;  // o is still 0", *self.pack()]), "}"]
         loop = [
-            self.wait_full("k", "t"), "cvl_wgmma_fence();", *self.issue_scores(self.slot("t")), "cvl_wgmma_commit();",
-            self.wait_full("v", "t - 1"), *self.issue_pv(self.slot("t - 1")), "cvl_wgmma_commit();",
+            self.wait_full("k", "t"), self.wait_full("v", "t - 1"), *turn,
+            "cvl_wgmma_fence();", *self.issue_scores(self.slot("t")), "cvl_wgmma_commit();",
+            *self.issue_pv(self.slot("t - 1")), "cvl_wgmma_commit();", *done,
             "cvl_wgmma_wait<1>();  // S of tile t (O += P V of tile t - 1 may still run)", "cvl_pin(s[0]);",
             self.release("k", "t"),
             "float alpha[2];", *self.scores_ready("t"),
             "cvl_wgmma_wait<0>();", "cvl_pin(o[0]);", "cvl_pin(pf);", self.release("v", "t - 1"),
             *rescale, *self.pack(),
         ]
-        last = [self.wait_full("v", str(nt - 1)), "cvl_wgmma_fence();", *self.issue_pv(self.slot(str(nt - 1))),
-                "cvl_wgmma_commit();", "cvl_wgmma_wait<0>();", "cvl_pin(o[0]);"]
+        last = [self.wait_full("v", str(nt - 1)), *turn, "cvl_wgmma_fence();", *self.issue_pv(self.slot(str(nt - 1))),
+                "cvl_wgmma_commit();", *done, "cvl_wgmma_wait<0>();", "cvl_pin(o[0]);"]
+        if self.pingpong:  # warpgroup 1 lets warpgroup 0 go first; warpgroup 0 takes that extra arrival at the end
+            first = ["if (wg == 1) asm volatile(\"bar.arrive 1, 256;\\n\" ::: \"memory\");", *first]
+            last += ["if (wg == 0) asm volatile(\"bar.sync 1, 256;\\n\" ::: \"memory\");"]
         return [*first, "#pragma unroll 1", f"for (int t = 1; t < {nt}; ++t) {{", *indent(loop), "}", *last]
 
     def consumer(self) -> list[str]:
@@ -984,6 +1010,6 @@ class _WsAttention(_WgmmaAttention):
         ]
         lines = [*k.signature(entry, self.threads), *indent(body), "}"]
         grid = self.batch * self.mt
-        helpers = (cuda_wgmma.HELPERS + cuda_wgmma.TMA_HELPERS + cuda_wgmma.TMA3_HELPERS + cuda_wgmma.WS_HELPERS
+        helpers = (cuda_wgmma.HELPERS + cuda_wgmma.TMA_HELPERS + cuda_wgmma.TMA3_HELPERS + cuda_wgmma.WS_HELPERS_OUTLINED_TRAP
                    + BAND_HELPERS + PACK_HELPER + self.wgmma_helpers())
         return Emitted(lines, (grid, 1, 1), (self.threads, 1, 1), self.shared_total(), helpers, (f"-arch={cuda_wgmma.ARCH}",))

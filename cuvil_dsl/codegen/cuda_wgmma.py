@@ -993,7 +993,7 @@ def _persistent_loop(eng: WgmmaEngine, kt: int, tiles: int, epilogue: Sequence[s
     return out
 
 
-WS_HELPERS = r"""
+MBAR_HELPERS = r"""
 __device__ __forceinline__ void cvl_mbar_init(unsigned bar, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
 }
@@ -1004,7 +1004,9 @@ __device__ __forceinline__ void cvl_mbar_arrive(unsigned bar) {
 __device__ __forceinline__ void cvl_cp_arrive(unsigned bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(bar) : "memory");
 }
-// waits until the phase of parity `parity` of bar completed; traps after about 2^31 cycles
+"""
+
+_MBAR_WAIT = r"""// waits until the phase of parity `parity` of bar completed; traps after about 2^31 cycles
 __device__ __forceinline__ void cvl_mbar_wait(unsigned bar, unsigned parity) {
     unsigned done;
     asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
@@ -1014,10 +1016,17 @@ __device__ __forceinline__ void cvl_mbar_wait(unsigned bar, unsigned parity) {
     do {
         asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
                      "selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-        if (!done && clock64() - t0 > (1ll << 31)) __trap();
+        if (!done && clock64() - t0 > (1ll << 31)) ON_TIMEOUT
     } while (!done);
 }
 """
+
+WS_HELPERS = MBAR_HELPERS + _MBAR_WAIT.replace("ON_TIMEOUT", "__trap();")
+# The same wait with the trap in a function of its own: an inlined __trap() caps ptxas's registers at the
+# launch bounds' entry count even after setmaxnreg.inc (a consumer warpgroup given 240 spilled at 168);
+# outlined, the consumers get what setmaxnreg gives them.
+WS_HELPERS_OUTLINED_TRAP = (MBAR_HELPERS + "__device__ __noinline__ void cvl_hang() { __trap(); }\n"
+                            + _MBAR_WAIT.replace("ON_TIMEOUT", "cvl_hang();"))
 
 
 def _standalone_tile(t: str, m0: str, n0: str) -> list[str]:

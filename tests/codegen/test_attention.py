@@ -103,26 +103,35 @@ def test_hopper_takes_the_wgmma_kernel_where_the_operands_suit_it():
     sizes = {"B": 2, "M": 256, "N": 256, "D": 64, "E": 64}
     (k90,) = render_cuda(plan, sizes, "sm_90")
     (k80,) = render_cuda(plan, sizes, "sm_80")
-    assert "wgmma.mma_async" in k90.source and "-arch=sm_90a" in k90.options and k90.block == (256, 1, 1)
+    # warp-specialised: a producer warpgroup loading by TMA and, for a head dimension of 64, 3 consumers
+    assert "wgmma.mma_async" in k90.source and "-arch=sm_90a" in k90.options and k90.block == (512, 1, 1)
+    assert "cp.async.bulk.tensor.3d" in k90.source and "setmaxnreg.inc.sync.aligned.u32 160" in k90.source
     assert "wgmma" not in k80.source and "mma.sync" in k80.source
-    # a head dimension of 128 takes 128-key tiles; a K stored N-contiguous stays on mma.sync
+    # a head dimension of 128 takes 2 consumers (240 registers each) and 128-key tiles; a K stored N-contiguous
+    # stays on mma.sync
     (deep,) = render_cuda(plan, {**sizes, "D": 128}, "sm_90")
-    assert "m64n128k16" in deep.source
+    assert "m64n128k16" in deep.source and deep.block == (384, 1, 1)
+    assert "setmaxnreg.inc.sync.aligned.u32 240" in deep.source
     head = "pipeline f(q: f16[B, M, D], kt: f16[B, D, N], v: f16[B, N, E]) -> o: f16[B, M, E] {"
     plan, _ = plan_of("o = softmax(q @ kt) @ v", head=head)
     (k,) = render_cuda(plan, sizes, "sm_90")
     assert "wgmma" not in k.source and "cvl_ldsm_x4_trans(r, tk" in k.source
-    # 64 threads a block (a spec's choice) is the mma.sync kernel's
+    # 64 threads a block (a spec's choice) is the mma.sync kernel's; 256 the wgmma kernel's without a producer
     plan, _ = plan_of("kernel a { o = softmax(q @ k.T) @ v }", overrides={"a": {"block": 64}})
     (k,) = render_cuda(plan, sizes, "sm_90")
     assert "wgmma" not in k.source and k.block == (64, 1, 1)
+    plan, _ = plan_of("kernel a { o = softmax(q @ k.T) @ v }", overrides={"a": {"block": 256}})
+    (k,) = render_cuda(plan, sizes, "sm_90")
+    assert "wgmma.mma_async" in k.source and "setmaxnreg" not in k.source and k.block == (256, 1, 1)
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_benchmark_kernel_resources(arch, tmp_path, monkeypatch):
     """The benchmark's kernel: no spills within its launch bounds' registers. A warp's work per 64-key
-    tile: on sm_80 mma.sync, 4 x 8 for the scores and 4 x 8 for the product; on sm_90 wgmma, 4 m64n64k16
-    for each; one exp an element plus two a row."""
+    tile: on sm_80 mma.sync, 4 x 8 for the scores and 4 x 8 for the product, one exp an element plus two a
+    row; on sm_90 the warp-specialised kernel's 128-key tiles, 4 m64n128k16 for the scores and 8 m64n64k16
+    for the product, written out for the first tile, the loop and the last tile's product (24), 64 exps a
+    thread and tile plus two a row, and setmaxnreg moving registers to the consumers."""
     from cuvil_dsl.compile import CompileUnit, SassUnavailable, compile_units, count_instructions, disassemble
 
     monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
@@ -141,6 +150,54 @@ def test_benchmark_kernel_resources(arch, tmp_path, monkeypatch):
     if arch == "sm_80":
         assert count_instructions(sass, "HMMA") == 64
         assert count_instructions(sass, r"LDSM\.16\.MT88\.4") == 16  # V's fragments, transposed
+        assert 34 <= count_instructions(sass, r"MUFU\.EX2") <= 40
     else:
-        assert count_instructions(sass, "HGMMA") == 8
-    assert 34 <= count_instructions(sass, r"MUFU\.EX2") <= 40
+        assert count_instructions(sass, "HGMMA") == 24
+        assert 2 * 64 <= count_instructions(sass, r"MUFU\.EX2") <= 2 * 64 + 8  # the first tile rescales nothing
+        assert count_instructions(sass, r"USETMAXREG\.DEALLOC") == 1 and count_instructions(sass, r"USETMAXREG\.TRY_ALLOC") == 1
+        assert count_instructions(sass, "UTMALDG") == 3  # Q, K and V: one box each (D 64)
+
+
+def test_warp_specialised_consumers_get_the_registers_setmaxnreg_gives(tmp_path, monkeypatch):
+    """Head dimension 128 on sm_90: S (64 x 128), O (64 x 128) and P live at once in each consumer thread, more
+    than the 168 registers a thread of 384 has at entry. setmaxnreg gives the consumers 240, and ptxas uses
+    them: no spills and no serialised wgmma. (An inlined ``__trap()`` in the barrier wait capped every thread
+    at the entry count; the trap now sits in a function of its own.)"""
+    from cuvil_dsl.compile import CompileUnit, SassUnavailable, compile_units, disassemble
+
+    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
+    case = load_case(ROOT / "benchmarks" / "shapes" / "attention_full_f16-d128.yaml")
+    (k,) = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")
+    assert k.block == (384, 1, 1) and "setmaxnreg.inc.sync.aligned.u32 240" in k.source
+    (unit,) = compile_units([CompileUnit(k.entry, k.source, (k.entry,), k.options)], "sm_90")
+    r = unit.resources[k.entry]
+    assert r.spill_bytes == 0 and r.stack_bytes == 0, r
+    assert "serializ" not in unit.log.lower(), unit.log
+    try:
+        sass = disassemble(unit.cubin)
+    except SassUnavailable as exc:
+        pytest.skip(str(exc))
+    used = max(int(x) for x in re.findall(r"\bR(\d+)\b", sass))
+    assert used >= 168, used  # registers past the entry count: the consumers' share
+
+
+def test_warp_specialised_tunings_compile_within_their_resources(tmp_path, monkeypatch):
+    """The warp-specialised kernel's switches (benchmarks/ab_attention_full.py times them; the GPU tests run
+    them): each compiles for sm_90a without spills; 176-key tiles leave a ragged last tile (2048 keys)."""
+    from cuvil_dsl.codegen import cuda_attention
+    from cuvil_dsl.compile import CompileUnit, compile_units
+
+    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
+    case = load_case(BENCH)
+    for tuning in ({"pingpong": True, "groups": 2}, {"overlap": False}, {"bn": 176, "groups": 2}, {"stages": 1}):
+        monkeypatch.setattr(cuda_attention, "ATTENTION_TUNING", dict(tuning))
+        (k,) = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")
+        assert "setmaxnreg" in k.source, tuning
+        (unit,) = compile_units([CompileUnit(k.entry, k.source, (k.entry,), k.options)], "sm_90")
+        r = unit.resources[k.entry]
+        assert r.spill_bytes == 0 and r.stack_bytes == 0, (tuning, r)
+    # more slots than shared memory holds: E509, not a kernel that fails to launch
+    deep = load_case(ROOT / "benchmarks" / "shapes" / "attention_full_f16-d128.yaml")
+    monkeypatch.setattr(cuda_attention, "ATTENTION_TUNING", {"stages": 3, "bn": 176})
+    with pytest.raises(UserError, match="E509"):
+        render_cuda(deep.plan("sm_90"), deep.binding.sizes, "sm_90")
