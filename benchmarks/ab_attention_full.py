@@ -31,7 +31,8 @@ from ab_attention import fresh_inputs, load, matches, reference  # noqa: E402
 
 from cuvil_dsl.bench.timing import CudaClock, GpuTimer, Settings  # noqa: E402
 
-CASES = [ROOT / "benchmarks" / "attention_full_f16.yaml", ROOT / "benchmarks" / "shapes" / "attention_full_f16-d128.yaml"]
+CASES = [ROOT / "benchmarks" / "attention_full_f16.yaml", ROOT / "benchmarks" / "shapes" / "attention_full_f16-d128.yaml",
+         ROOT / "specs" / "attention.yaml"]  # the example: causal, a small grid
 # (label, threads a block, cuda_attention.ATTENTION_TUNING)
 VARIANTS = [
     ("default", None, {}),
@@ -44,18 +45,19 @@ VARIANTS = [
     ("wgmma, 2 warpgroups, overlap", 256, {"overlap": True}),
     ("wgmma, 2 warpgroups, overlap, 128-key tiles", 256, {"overlap": True, "bn": 128}),
     ("wgmma, 3 warpgroups, overlap", None, {"overlap": True, "groups": 3}),
-    ("ws, 2 consumers, overlap", None, {"ws": True}),
-    ("ws, 2 consumers, overlap, 3 stages", None, {"ws": True, "stages": 3}),
-    ("ws, 2 consumers, no overlap", None, {"ws": True, "overlap": False}),
-    ("ws, 2 consumers, pingpong", None, {"ws": True, "pingpong": True}),
-    ("ws, 2 consumers, pingpong, 3 stages", None, {"ws": True, "pingpong": True, "stages": 3}),
-    ("ws, 2 consumers, pingpong, 176-key tiles", None, {"ws": True, "pingpong": True, "bn": 176}),
-    ("ws, 2 consumers, overlap, 176-key tiles", None, {"ws": True, "bn": 176}),
+    ("ws, 2 consumers, overlap", None, {"ws": True, "groups": 2}),
+    ("ws, 2 consumers, overlap, 3 stages", None, {"ws": True, "groups": 2, "stages": 3}),
+    ("ws, 2 consumers, no overlap", None, {"ws": True, "groups": 2, "overlap": False}),
+    ("ws, 2 consumers, pingpong", None, {"ws": True, "groups": 2, "pingpong": True}),
+    ("ws, 2 consumers, pingpong, 3 stages", None, {"ws": True, "groups": 2, "pingpong": True, "stages": 3}),
+    ("ws, 2 consumers, pingpong, 176-key tiles", None, {"ws": True, "groups": 2, "pingpong": True, "bn": 176}),
+    ("ws, 2 consumers, overlap, 176-key tiles", None, {"ws": True, "groups": 2, "bn": 176}),
     ("ws, 3 consumers, overlap", None, {"ws": True, "groups": 3}),
     ("ws, 3 consumers, overlap, 3 stages", None, {"ws": True, "groups": 3, "stages": 3}),
     ("ws, 3 consumers, 64-key tiles, 4 stages", None, {"ws": True, "groups": 3, "bn": 64, "stages": 4}),
     ("ws, 4 consumers, 64-key tiles", None, {"ws": True, "groups": 4, "bn": 64}),
     ("ws, 4 consumers, 64-key tiles, 4 stages", None, {"ws": True, "groups": 4, "bn": 64, "stages": 4}),
+    ("ws, 1 consumer, 64-key tiles", None, {"ws": True, "groups": 1, "bn": 64}),
 ]
 
 

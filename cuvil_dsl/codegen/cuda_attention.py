@@ -78,14 +78,14 @@ PAD = 8  # elements of padding a shared row (16 bytes)
 #           103.4 at D 128; benchmarks/NOTES.md). In the warp-specialised kernel ("ws") the default is True
 #           (95.7 against 102.9 us at D 64, 68.9 against 74.8 at D 128).
 #   "ws": on sm_90, where every operand loads by TMA (tma_operands) and no block size was asked for, the
-#           warp-specialised kernel (_WsAttention). Default True (D 64: 92.6 against 101.5 us; D 128: 68.9
-#           against 89.8; benchmarks/NOTES.md, session 22).
-#   "stages": K and V slots of the warp-specialised kernel. Default 3 with 3 consumer warpgroups, else 2.
+#           warp-specialised kernel (_WsAttention). Default True (D 64: 88.9 against 102.0 us; D 128: 69.2
+#           against 91.0; benchmarks/NOTES.md, session 22).
+#   "stages": K and V slots of the warp-specialised kernel. Default 2 (3 or 4 measured no faster).
 #   "pingpong": the warp-specialised kernel's two consumer warpgroups take turns issuing their products
 #           (FlashAttention-3's schedule). Default False: measured slower (99.5 against 95.7 us at D 64, 70.1
 #           against 68.9 at D 128).
-#   In the warp-specialised kernel "groups" (consumer warpgroups) defaults to 3 for Dk and Dv up to 64, else 2,
-#   and "bn" to 128.
+#   In the warp-specialised kernel "groups" (consumer warpgroups) defaults to the fastest by WS_BLOCK_US (4 for
+#   the benchmark at D 64, 2 at D 128, 1 for the small example), and "bn" to 128 with 2 or 3 consumers, else 64.
 ATTENTION_TUNING: dict = {}
 
 PACK = {DType.F16: ("__half2", "__floats2half2_rn"), DType.BF16: ("__nv_bfloat162", "__floats2bfloat162_rn")}
@@ -823,6 +823,13 @@ template <int N> __device__ __forceinline__ void cvl_pin(unsigned (&r)[N][4]) {{
 
 
 WS_PRODUCER_REGS = 24  # setmaxnreg of the producer warpgroup (one thread issues every copy)
+# A block's time (us) by consumer warpgroups, one block a multiprocessor, at 2048 keys: the benchmarks' full waves
+# (benchmarks/NOTES.md, attention_full_f16, session 22: [32, 2048, 64] with 1, 2, 3 and 4 consumers took 170.9, 95.4,
+# 92.6 and 88.9 us in 8, 4, 3 and 2 waves; [16, 2048, 128] with 1 and 2, 106.4 and 69.2 in 4 and 2 waves). Only
+# the ratios matter: _WsAttention.fastest_groups picks the fewest waves times this. "narrow": Dk and Dv up to 64
+# (4 consumers hold S, O and P of 64-key tiles in 112 registers); "wide": up to 128 (2 consumers of 240; 3
+# have 160, too few for 128 columns of each).
+WS_BLOCK_US = {"narrow": {1: 22.0, 2: 24.6, 3: 30.9, 4: 44.5}, "wide": {1: 26.6, 2: 34.5}}
 
 
 class _WsAttention(_WgmmaAttention):
@@ -841,16 +848,12 @@ class _WsAttention(_WgmmaAttention):
     def __init__(self, k: CudaKernel):
         tune = ATTENTION_TUNING
         super().__init__(k)
-        # Measured (benchmarks/NOTES.md, attention_full_f16, session 22): a head dimension of 64 runs fastest with
-        # 3 consumer warpgroups and 3 stages (92.6 us against 95.4 with 2), 128 with 2 and 2 stages (68.9; 3
-        # consumers have 160 registers each, too few for S, O and P of 128 columns)
-        narrow = self.depth <= 64 and self.dv <= 64
-        groups = int(tune.get("groups", 3 if narrow else 2))
+        groups = int(tune["groups"]) if "groups" in tune else self.fastest_groups(k.sm_count)
         self.groups = groups
         self.overlap = bool(tune.get("overlap", True))
-        self.stages = int(tune.get("stages", 3 if groups == 3 else 2))
+        self.stages = int(tune.get("stages", 2))
         self.pingpong = bool(tune.get("pingpong", False)) and self.overlap and groups == 2
-        self.bn = int(tune.get("bn", 128))
+        self.bn = int(tune.get("bn", 128 if groups in (2, 3) else 64))
         self.bm = 64 * groups
         self.ni = self.bn // 8
         self.mt = -(-self.M // self.bm)
@@ -864,6 +867,10 @@ class _WsAttention(_WgmmaAttention):
             raise UserError([error("E509", f"kernel `{k.kernel.name}`: the attention tiles need {shared} bytes of "
                                    f"shared memory, more than {k.arch} has", k.kernel.span)])
         entry = cuda_wgmma.ws_entry_regs(self.threads)
+        if max(self.bn, self.dv) // 2 + 16 > entry:  # ptxas needs a wgmma's accumulators within the entry count
+            raise UserError([error("E509", f"kernel `{k.kernel.name}`: attention tiles of {self.bn} keys and {self.dv} "
+                                   f"output columns need more registers than {groups} consumer warpgroups have",
+                                   k.kernel.span, hint="fewer consumer warpgroups or smaller tiles")])
         freed = (entry - WS_PRODUCER_REGS) * 128
         self.regs = (WS_PRODUCER_REGS, min(240, (entry + freed // (128 * groups)) // 8 * 8))
         self.maps: dict[str, str] = {}
@@ -881,6 +888,17 @@ class _WsAttention(_WgmmaAttention):
         k.config = replace(k.config, block=self.threads)
         if "launch_bounds" not in k.config.overridden:
             k.config = replace(k.config, min_blocks=1)
+
+    def fastest_groups(self, sm_count: int) -> int:
+        """Consumer warpgroups a block: the fewest waves of blocks times a block's time (:data:`WS_BLOCK_US`)."""
+        costs = WS_BLOCK_US["narrow" if self.depth <= 64 and self.dv <= 64 else "wide"]
+        batch = self.batch
+
+        def time(groups: int) -> float:
+            blocks = batch * -(-self.M // (64 * groups))
+            return -(-blocks // sm_count) * costs[groups]
+
+        return min(costs, key=lambda g: (time(g), -g))
 
     # ------------------------------------------------------------------ the producer
     def tma_copy(self, name: str, dst: str, c0: str, c1: str, bar: str) -> str:

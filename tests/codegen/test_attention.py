@@ -103,15 +103,20 @@ def test_hopper_takes_the_wgmma_kernel_where_the_operands_suit_it():
     sizes = {"B": 2, "M": 256, "N": 256, "D": 64, "E": 64}
     (k90,) = render_cuda(plan, sizes, "sm_90")
     (k80,) = render_cuda(plan, sizes, "sm_80")
-    # warp-specialised: a producer warpgroup loading by TMA and, for a head dimension of 64, 3 consumers
-    assert "wgmma.mma_async" in k90.source and "-arch=sm_90a" in k90.options and k90.block == (512, 1, 1)
-    assert "cp.async.bulk.tensor.3d" in k90.source and "setmaxnreg.inc.sync.aligned.u32 160" in k90.source
+    # warp-specialised: a producer warpgroup loading by TMA and consumer warpgroups, here (8 blocks of 64 rows
+    # in one wave) one a block
+    assert "wgmma.mma_async" in k90.source and "-arch=sm_90a" in k90.options and k90.block == (256, 1, 1)
+    assert "cp.async.bulk.tensor.3d" in k90.source and "setmaxnreg.inc.sync.aligned.u32 240" in k90.source
     assert "wgmma" not in k80.source and "mma.sync" in k80.source
-    # a head dimension of 128 takes 2 consumers (240 registers each) and 128-key tiles; a K stored N-contiguous
-    # stays on mma.sync
-    (deep,) = render_cuda(plan, {**sizes, "D": 128}, "sm_90")
+    # the benchmark's size (256 blocks of 4 consumers in two waves) takes 4 on 64-key tiles; a head dimension of
+    # 128, 2 on 128-key tiles (240 registers each)
+    (big,) = render_cuda(plan, {**sizes, "B": 32, "M": 2048, "N": 2048}, "sm_90")
+    assert big.block == (640, 1, 1) and "setmaxnreg.inc.sync.aligned.u32 112" in big.source
+    assert "m64n64k16" in big.source and "m64n128k16" not in big.source
+    (deep,) = render_cuda(plan, {**sizes, "B": 16, "M": 2048, "N": 2048, "D": 128}, "sm_90")
     assert "m64n128k16" in deep.source and deep.block == (384, 1, 1)
     assert "setmaxnreg.inc.sync.aligned.u32 240" in deep.source
+    # a K stored N-contiguous stays on mma.sync
     head = "pipeline f(q: f16[B, M, D], kt: f16[B, D, N], v: f16[B, N, E]) -> o: f16[B, M, E] {"
     plan, _ = plan_of("o = softmax(q @ kt) @ v", head=head)
     (k,) = render_cuda(plan, sizes, "sm_90")
@@ -129,9 +134,9 @@ def test_hopper_takes_the_wgmma_kernel_where_the_operands_suit_it():
 def test_benchmark_kernel_resources(arch, tmp_path, monkeypatch):
     """The benchmark's kernel: no spills within its launch bounds' registers. A warp's work per 64-key
     tile: on sm_80 mma.sync, 4 x 8 for the scores and 4 x 8 for the product, one exp an element plus two a
-    row; on sm_90 the warp-specialised kernel's 128-key tiles, 4 m64n128k16 for the scores and 8 m64n64k16
-    for the product, written out for the first tile, the loop and the last tile's product (24), 64 exps a
-    thread and tile plus two a row, and setmaxnreg moving registers to the consumers."""
+    row; on sm_90 the warp-specialised kernel's 64-key tiles, 4 m64n64k16 for the scores and 4 for the
+    product, written out for the first tile, the loop and the last tile's product (16), 32 exps a thread and
+    tile plus two a row, and setmaxnreg moving registers to the consumers."""
     from cuvil_dsl.compile import CompileUnit, SassUnavailable, compile_units, count_instructions, disassemble
 
     monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
@@ -142,6 +147,7 @@ def test_benchmark_kernel_resources(arch, tmp_path, monkeypatch):
     r = unit.resources[k.entry]
     threads, per_sm = map(int, re.search(r"__launch_bounds__\((\d+), (\d+)\)", k.source).groups())
     assert r.spill_bytes == 0 and r.stack_bytes == 0 and r.registers <= 65536 // (threads * per_sm), r
+    assert arch == "sm_80" or threads == 640  # 4 consumer warpgroups and the producer
     assert per_sm * k.shared_bytes <= 227 * 1024
     try:
         sass = disassemble(unit.cubin)
@@ -152,8 +158,8 @@ def test_benchmark_kernel_resources(arch, tmp_path, monkeypatch):
         assert count_instructions(sass, r"LDSM\.16\.MT88\.4") == 16  # V's fragments, transposed
         assert 34 <= count_instructions(sass, r"MUFU\.EX2") <= 40
     else:
-        assert count_instructions(sass, "HGMMA") == 24
-        assert 2 * 64 <= count_instructions(sass, r"MUFU\.EX2") <= 2 * 64 + 8  # the first tile rescales nothing
+        assert count_instructions(sass, "HGMMA") == 16
+        assert 2 * 32 <= count_instructions(sass, r"MUFU\.EX2") <= 2 * 32 + 8  # the first tile rescales nothing
         assert count_instructions(sass, r"USETMAXREG\.DEALLOC") == 1 and count_instructions(sass, r"USETMAXREG\.TRY_ALLOC") == 1
         assert count_instructions(sass, "UTMALDG") == 3  # Q, K and V: one box each (D 64)
 
@@ -189,15 +195,34 @@ def test_warp_specialised_tunings_compile_within_their_resources(tmp_path, monke
 
     monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
     case = load_case(BENCH)
-    for tuning in ({"pingpong": True, "groups": 2}, {"overlap": False}, {"bn": 176, "groups": 2}, {"stages": 1}):
+    for tuning in ({"pingpong": True, "groups": 2}, {"overlap": False}, {"bn": 176, "groups": 2}, {"stages": 1},
+                   {"groups": 1}, {"groups": 3}):
         monkeypatch.setattr(cuda_attention, "ATTENTION_TUNING", dict(tuning))
         (k,) = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")
         assert "setmaxnreg" in k.source, tuning
         (unit,) = compile_units([CompileUnit(k.entry, k.source, (k.entry,), k.options)], "sm_90")
         r = unit.resources[k.entry]
         assert r.spill_bytes == 0 and r.stack_bytes == 0, (tuning, r)
+    # a wgmma's accumulators past the registers a thread of 5 warpgroups has: E509, not a ptxas failure
+    monkeypatch.setattr(cuda_attention, "ATTENTION_TUNING", {"groups": 4, "bn": 176})
+    with pytest.raises(UserError, match="E509.*more registers"):
+        render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")
     # more slots than shared memory holds: E509, not a kernel that fails to launch
     deep = load_case(ROOT / "benchmarks" / "shapes" / "attention_full_f16-d128.yaml")
     monkeypatch.setattr(cuda_attention, "ATTENTION_TUNING", {"stages": 3, "bn": 176})
     with pytest.raises(UserError, match="E509"):
         render_cuda(deep.plan("sm_90"), deep.binding.sizes, "sm_90")
+
+
+@pytest.mark.parametrize("sizes, groups", [
+    ({"B": 32, "M": 2048, "D": 64}, 4),  # 256 blocks: 2 waves of the most rows a block
+    ({"B": 4, "M": 256, "D": 64}, 1),  # everything fits one wave: the smallest blocks are the fastest
+    ({"B": 16, "M": 2048, "D": 128}, 2),  # 3 and 4 consumers have too few registers for 128 columns
+    ({"B": 8, "M": 2048, "D": 64}, 2),  # one wave of 128 blocks of 2 beats two of 256 blocks of 1
+])
+def test_warp_specialised_consumers_by_waves(sizes, groups):
+    """cuda_attention.WS_BLOCK_US: the consumer warpgroups a block that give the fewest waves times a block's
+    measured time on the target's multiprocessors (132 on sm_90)."""
+    plan, _ = plan_of("o = softmax(q @ k.T * 0.125) @ v")
+    (k,) = render_cuda(plan, {"N": sizes["M"], "E": sizes["D"], **sizes}, "sm_90")
+    assert k.block == (128 * (groups + 1), 1, 1)

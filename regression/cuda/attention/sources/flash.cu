@@ -127,6 +127,58 @@ __device__ __forceinline__ unsigned long long cvl_wgmma_desc(unsigned addr, unsi
          | ((unsigned long long)1 << 62);
 }
 
+// CUtensorMap (cuda.h): 128 opaque bytes, passed by value as a __grid_constant__ parameter
+struct __align__(64) cvl_tensor_map { unsigned long long opaque[16]; };
+__device__ __forceinline__ void cvl_mbar_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n"
+                 :: "r"(bar), "r"(bytes) : "memory");
+}
+// box (c0, c1) of the tensor map (c0 innermost, in elements; out of bounds reads as zero) -> shared
+// memory at dst, in the map's 128-byte swizzle; its bytes complete a transaction on bar
+__device__ __forceinline__ void cvl_tma_2d(unsigned dst, const cvl_tensor_map& map, int c0, int c1, unsigned bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3}], [%4];\n"
+                 :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(&map)), "r"(c0), "r"(c1), "r"(bar)
+                 : "memory");
+}
+__device__ __forceinline__ void cvl_tma_prefetch(const cvl_tensor_map& map) {
+    asm volatile("prefetch.tensormap [%0];\n" :: "l"(reinterpret_cast<unsigned long long>(&map)) : "memory");
+}
+
+// box (c0, c1, c2) of a three-dimensional tensor map (c2: the batch) -> shared memory at dst, as cvl_tma_2d
+__device__ __forceinline__ void cvl_tma_3d(unsigned dst, const cvl_tensor_map& map, int c0, int c1, int c2,
+                                           unsigned bar) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4}], [%5];\n"
+                 :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(&map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cvl_mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void cvl_mbar_arrive(unsigned bar) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" :: "r"(bar) : "memory");
+}
+// arrives on bar once every cp.async this thread issued so far has landed (no pending-count increment)
+__device__ __forceinline__ void cvl_cp_arrive(unsigned bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(bar) : "memory");
+}
+__device__ __noinline__ void cvl_hang() { __trap(); }
+// waits until the phase of parity `parity` of bar completed; traps after about 2^31 cycles
+__device__ __forceinline__ void cvl_mbar_wait(unsigned bar, unsigned parity) {
+    unsigned done;
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    if (done) return;
+    const long long t0 = clock64();
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+        if (!done && clock64() - t0 > (1ll << 31)) cvl_hang();
+    } while (!done);
+}
+
 // 2^x by the MUFU (relative error below 2^-21; -inf -> 0, NaN -> NaN); subnormal results flush to 0.
 __device__ __forceinline__ float cvl_ex2(float x) {
     float y;
@@ -167,213 +219,264 @@ template <int N> __device__ __forceinline__ void cvl_pin(unsigned (&r)[N][4]) {
         for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(r[i][e]) :: "memory");
 }
 
-extern "C" __global__ void __launch_bounds__(256, 2) cvl_flash(
+extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
     const __half* __restrict__ b0,  // k: f16[B, N, D] input
     const __half* __restrict__ b1,  // q: f16[B, M, D] input
     const unsigned char* __restrict__ b2,  // causal: bool[M, N] input
     const __half* __restrict__ b3,  // v: f16[B, N, D] input
     __half* __restrict__ b4,  // o: f16[B, M, D] output
     float u0,  // %3: f16[] scalar
-    float u1  // %7: f16[] scalar
+    float u1,  // %7: f16[] scalar
+    const __grid_constant__ cvl_tensor_map tma_q,  // TMA descriptor of q: 64 x 64, box 64 x 64
+    const __grid_constant__ cvl_tensor_map tma_k,  // TMA descriptor of k: 128 x 64, box 64 x 64
+    const __grid_constant__ cvl_tensor_map tma_v  // TMA descriptor of v: 128 x 64, box 64 x 64
 ) {
     extern __shared__ __align__(1024) unsigned char cvl_smem[];
+    __shared__ __align__(8) unsigned long long cvl_bars[9];
     const unsigned sq = (cvl_smem_addr(cvl_smem) + 1023u) & ~1023u;  // the block's Q rows
-    const unsigned sk = sq + 16384u;  // 2 stages of K
-    const unsigned sv = sk + 16384u;  // 2 stages of V
-    const int lane = threadIdx.x % 32;
-    const int wm = threadIdx.x / 128 * 64 + (threadIdx.x / 32) % 4 * 16;  // this warp's rows of the block
+    const unsigned sk = sq + 8192u;  // 2 slots of K
+    const unsigned sv = sk + 16384u;  // 2 slots of V
+    const unsigned bars = cvl_smem_addr(cvl_bars);  // Q; K full [2]; V full; K empty; V empty
     const int mt = blockIdx.x % 1;
     const int bz = blockIdx.x / 1;
     const int c0 = (bz) % 4;
     (void)bz;
-    const int m0 = mt * 128;
-    const int d0 = 0;
-    const __half* pq = b1 + (int)c0 * 4096;
-    const __half* pk = b0 + (int)c0 * 8192;
-    const __half* pv = b3 + (int)c0 * 8192;
-    const unsigned long long desc_q = cvl_wgmma_desc(sq + threadIdx.x / 128 * 8192u, 16u, 1024u);
-    const unsigned long long desc_k = cvl_wgmma_desc(sk, 16u, 1024u);
-    const unsigned long long desc_v = cvl_wgmma_desc(sv, 8192u, 1024u);
-    float o[1][8][4];
-    #pragma unroll
-    for (int nd = 0; nd < 8; ++nd)
-    #pragma unroll
-        for (int e = 0; e < 4; ++e) o[0][nd][e] = 0.0f;
-    float row_max[2], row_base[2], row_sum[2];
-    #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        row_max[r] = (-__int_as_float(0x7f800000));
-        row_base[r] = 0.0f;
-        row_sum[r] = 0.0f;
+    const int m0 = mt * 64;
+    if (threadIdx.x == 0) {
+        cvl_tma_prefetch(tma_q);
+        cvl_tma_prefetch(tma_k);
+        cvl_tma_prefetch(tma_v);
+        for (int i = 0; i < 5; ++i) cvl_mbar_init(bars + 8 * i, 1u);
+        for (int i = 5; i < 9; ++i) cvl_mbar_init(bars + 8 * i, 1u);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    float s[1][8][4];
-    unsigned pf[4][4];  // P's A fragments
-    #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int c = i * 256 + threadIdx.x;
-        const int r = c / 8;
-        const int j = c % 8;
-        const int gr = m0 + r;
-        const int gc = 0 + j * 8;
-        const bool ok = gr < 64;
-        const unsigned d = sq + (j >> 3) * 16384 + r * 128 + (((j & 7) ^ (r & 7)) << 4);
-        cvl_cp_async16s(d, ok ? pq + (int)gr * 64 + gc : pq, ok);
-    }
-    #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        const int c = i * 256 + threadIdx.x;
-        const int r = c / 8;
-        const int j = c % 8;
-        const int gr = (0) * 64 + r;
-        const int gc = 0 + j * 8;
-        const bool ok = true;
-        const unsigned d = sk + (0) * 8192u + (j >> 3) * 8192 + r * 128 + (((j & 7) ^ (r & 7)) << 4);
-        cvl_cp_async16s(d, ok ? pk + (int)gr * 64 + gc : pk, ok);
-    }
-    #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        const int c = i * 256 + threadIdx.x;
-        const int r = c / 8;
-        const int j = c % 8;
-        const int gr = (0) * 64 + r;
-        const int gc = 0 + j * 8;
-        const bool ok = true;
-        const unsigned d = sv + (0) * 8192u + (j >> 3) * 8192 + r * 128 + (((j & 7) ^ (r & 7)) << 4);
-        cvl_cp_async16s(d, ok ? pv + (int)gr * 64 + gc : pv, ok);
-    }
-    cvl_cp_commit();
-    #pragma unroll 1
-    for (int t = 0; t < 2; ++t) {
-        cvl_cp_wait<0>();
-        cvl_fence_proxy_async();  // cp.async wrote through the generic proxy
-        __syncthreads();  // tile t is in, and every warpgroup is done with tile t - 1
-        if (t + 1 < 2) {
-            #pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                const int c = i * 256 + threadIdx.x;
-                const int r = c / 8;
-                const int j = c % 8;
-                const int gr = (t + 1) * 64 + r;
-                const int gc = 0 + j * 8;
-                const bool ok = true;
-                const unsigned d = sk + ((t + 1) % 2) * 8192u + (j >> 3) * 8192 + r * 128 + (((j & 7) ^ (r & 7)) << 4);
-                cvl_cp_async16s(d, ok ? pk + (int)gr * 64 + gc : pk, ok);
-            }
-            #pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                const int c = i * 256 + threadIdx.x;
-                const int r = c / 8;
-                const int j = c % 8;
-                const int gr = (t + 1) * 64 + r;
-                const int gc = 0 + j * 8;
-                const bool ok = true;
-                const unsigned d = sv + ((t + 1) % 2) * 8192u + (j >> 3) * 8192 + r * 128 + (((j & 7) ^ (r & 7)) << 4);
-                cvl_cp_async16s(d, ok ? pv + (int)gr * 64 + gc : pv, ok);
+    __syncthreads();
+    if (threadIdx.x < 128) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+        if (threadIdx.x == 0) {
+            cvl_mbar_expect_tx(bars, 8192u);
+            cvl_tma_3d(sq + 0u, tma_q, 0, m0, (int)c0, bars);
+            #pragma unroll 1
+            for (int t = 0; t < 2; ++t) {
+                const unsigned stage = t % 2, use = t / 2;
+                const int n0 = t * 64;
+                if (t >= 2) cvl_mbar_wait(bars + 8 * (1 + 4 + stage), (use - 1) & 1);  // K's slot free
+                cvl_mbar_expect_tx(bars + 8 * (1 + stage), 8192u);
+                cvl_tma_3d(sk + stage * 8192u + 0u, tma_k, 0, n0, (int)c0, bars + 8 * (1 + stage));
+                if (t >= 2) cvl_mbar_wait(bars + 8 * (1 + 6 + stage), (use - 1) & 1);  // V's slot free
+                cvl_mbar_expect_tx(bars + 8 * (1 + 2 + stage), 8192u);
+                cvl_tma_3d(sv + stage * 8192u + 0u, tma_v, 0, n0, (int)c0, bars + 8 * (1 + 2 + stage));
             }
         }
-        cvl_cp_commit();
-        cvl_wgmma_fence();
-        cvl_wgmma_qk<0>(s[0], desc_q + (0 >> 4), desc_k + (((t % 2) * 8192 + 0) >> 4));
-        cvl_wgmma_qk<1>(s[0], desc_q + (32 >> 4), desc_k + (((t % 2) * 8192 + 32) >> 4));
-        cvl_wgmma_qk<1>(s[0], desc_q + (64 >> 4), desc_k + (((t % 2) * 8192 + 64) >> 4));
-        cvl_wgmma_qk<1>(s[0], desc_q + (96 >> 4), desc_k + (((t % 2) * 8192 + 96) >> 4));
-        cvl_wgmma_commit();
-        cvl_wgmma_wait<0>();
-        cvl_pin(s[0]);
-        float alpha[2];
-        const int n0 = (t) * 64;
-        (void)n0;
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+        const int lane = threadIdx.x % 32;
+        const int wg = (int)(threadIdx.x / 128) - 1;  // consumer warpgroup
+        const int wm = wg * 64 + (threadIdx.x / 32) % 4 * 16;  // this warp's rows of the block
+        const int d0 = 0;
+        const unsigned long long desc_q = cvl_wgmma_desc(sq + wg * 8192u, 16u, 1024u);
+        const unsigned long long desc_k = cvl_wgmma_desc(sk, 16u, 1024u);
+        const unsigned long long desc_v = cvl_wgmma_desc(sv, 8192u, 1024u);
+        float o[1][8][4];
         #pragma unroll
-        for (int mi = 0; mi < 1; ++mi)
+        for (int nd = 0; nd < 8; ++nd)
         #pragma unroll
-        for (int ni = 0; ni < 8; ++ni)
+            for (int e = 0; e < 4; ++e) o[0][nd][e] = 0.0f;
+        float row_max[2], row_base[2], row_sum[2];
         #pragma unroll
-        for (int h = 0; h < 2; ++h)
-        #pragma unroll
-        for (int q = 0; q < 2; ++q) {
-            const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
-            const int n = n0 + ni * 8 + lane % 4 * 2 + q;
-            (void)m; (void)n;
-            float& ACC = s[mi][ni][h * 2 + q];
-            if (m < 64) {
+        for (int r = 0; r < 2; ++r) {
+            row_max[r] = (-__int_as_float(0x7f800000));
+            row_base[r] = 0.0f;
+            row_sum[r] = 0.0f;
+        }
+        float s[1][8][4];
+        unsigned pf[4][4];  // P's A fragments
+        cvl_mbar_wait(bars, 0);  // Q
+        {
+            cvl_mbar_wait(bars + 8 * (1 + (0) % 2), ((0) / 2) & 1);
+            cvl_wgmma_fence();
+            cvl_wgmma_qk<0>(s[0], desc_q + (0 >> 4), desc_k + (((0) * 8192 + 0) >> 4));
+            cvl_wgmma_qk<1>(s[0], desc_q + (32 >> 4), desc_k + (((0) * 8192 + 32) >> 4));
+            cvl_wgmma_qk<1>(s[0], desc_q + (64 >> 4), desc_k + (((0) * 8192 + 64) >> 4));
+            cvl_wgmma_qk<1>(s[0], desc_q + (96 >> 4), desc_k + (((0) * 8192 + 96) >> 4));
+            cvl_wgmma_commit();
+            cvl_wgmma_wait<0>();
+            cvl_pin(s[0]);
+            if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (5 + (0) % 2));
+            float alpha[2];
+            const int n0 = (0) * 64;
+            (void)n0;
+            #pragma unroll
+            for (int mi = 0; mi < 1; ++mi)
+            #pragma unroll
+            for (int ni = 0; ni < 8; ++ni)
+            #pragma unroll
+            for (int h = 0; h < 2; ++h)
+            #pragma unroll
+            for (int q = 0; q < 2; ++q) {
+                const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
+                const int n = n0 + ni * 8 + lane % 4 * 2 + q;
+                (void)m; (void)n;
+                float& ACC = s[mi][ni][h * 2 + q];
                 const float t1 = ACC;
                 const float t2 = (t1 * u0);
                 const float t3 = ((b2[m * 128 + n] != 0) ? t2 : u1);
                 ACC = t3;
-            } else {
-                ACC = (-__int_as_float(0x7f800000));
+            }
+            float top[2];
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) top[r] = (-__int_as_float(0x7f800000));
+            #pragma unroll
+            for (int mi = 0; mi < 1; ++mi)
+            #pragma unroll
+            for (int ni = 0; ni < 8; ++ni)
+            #pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    top[mi * 2 + e / 2] = fmaxf(top[mi * 2 + e / 2], s[mi][ni][e]);
+            float base[2];
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 1));
+                top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 2));
+                top[r] = fmaxf(top[r], row_max[r]);
+                const float bl = __fmul_rn(top[r], 1.4426950408889634f);
+                base[r] = top[r] == (-__int_as_float(0x7f800000)) ? 0.0f : bl;  // a row all -inf so far adds exp(-inf) = 0
+                alpha[r] = row_max[r] == top[r] ? 1.0f
+                         : row_max[r] == (-__int_as_float(0x7f800000)) ? 0.0f : cvl_ex2(row_base[r] - base[r]);  // nothing to scale yet
+                row_max[r] = top[r];
+                row_base[r] = base[r];
+                row_sum[r] *= alpha[r];
+            }
+            #pragma unroll
+            for (int mi = 0; mi < 1; ++mi)
+            #pragma unroll
+            for (int ni = 0; ni < 8; ++ni)
+            #pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int r = mi * 2 + e / 2;
+                    s[mi][ni][e] = cvl_ex2(fmaf(s[mi][ni][e], 1.4426950408889634f, -base[r]));
+                    row_sum[r] += s[mi][ni][e];
+                }
+            (void)alpha;  // o is still 0
+            #pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                pf[j][0] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][0], s[0][2 * j][1]));
+                pf[j][1] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][2], s[0][2 * j][3]));
+                pf[j][2] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][0], s[0][2 * j + 1][1]));
+                pf[j][3] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][2], s[0][2 * j + 1][3]));
             }
         }
-        float top[2];
-        #pragma unroll
-        for (int r = 0; r < 2; ++r) top[r] = (-__int_as_float(0x7f800000));
-        #pragma unroll
-        for (int mi = 0; mi < 1; ++mi)
-        #pragma unroll
-        for (int ni = 0; ni < 8; ++ni)
-        #pragma unroll
-            for (int e = 0; e < 4; ++e)
-                top[mi * 2 + e / 2] = fmaxf(top[mi * 2 + e / 2], s[mi][ni][e]);
-        float base[2];
-        #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 1));
-            top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 2));
-            top[r] = fmaxf(top[r], row_max[r]);
-            const float bl = __fmul_rn(top[r], 1.4426950408889634f);
-            base[r] = top[r] == (-__int_as_float(0x7f800000)) ? 0.0f : bl;  // a row all -inf so far adds exp(-inf) = 0
-            alpha[r] = row_max[r] == top[r] ? 1.0f
-                     : row_max[r] == (-__int_as_float(0x7f800000)) ? 0.0f : cvl_ex2(row_base[r] - base[r]);  // nothing to scale yet
-            row_max[r] = top[r];
-            row_base[r] = base[r];
-            row_sum[r] *= alpha[r];
-        }
-        #pragma unroll
-        for (int mi = 0; mi < 1; ++mi)
-        #pragma unroll
-        for (int ni = 0; ni < 8; ++ni)
-        #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int r = mi * 2 + e / 2;
-                s[mi][ni][e] = cvl_ex2(fmaf(s[mi][ni][e], 1.4426950408889634f, -base[r]));
-                row_sum[r] += s[mi][ni][e];
+        #pragma unroll 1
+        for (int t = 1; t < 2; ++t) {
+            cvl_mbar_wait(bars + 8 * (1 + (t) % 2), ((t) / 2) & 1);
+            cvl_mbar_wait(bars + 8 * (3 + (t - 1) % 2), ((t - 1) / 2) & 1);
+            cvl_wgmma_fence();
+            cvl_wgmma_qk<0>(s[0], desc_q + (0 >> 4), desc_k + (((((t) % 2)) * 8192 + 0) >> 4));
+            cvl_wgmma_qk<1>(s[0], desc_q + (32 >> 4), desc_k + (((((t) % 2)) * 8192 + 32) >> 4));
+            cvl_wgmma_qk<1>(s[0], desc_q + (64 >> 4), desc_k + (((((t) % 2)) * 8192 + 64) >> 4));
+            cvl_wgmma_qk<1>(s[0], desc_q + (96 >> 4), desc_k + (((((t) % 2)) * 8192 + 96) >> 4));
+            cvl_wgmma_commit();
+            cvl_wgmma_pv(o[0], pf[0], desc_v + (((((t - 1) % 2)) * 8192 + 0) >> 4));
+            cvl_wgmma_pv(o[0], pf[1], desc_v + (((((t - 1) % 2)) * 8192 + 2048) >> 4));
+            cvl_wgmma_pv(o[0], pf[2], desc_v + (((((t - 1) % 2)) * 8192 + 4096) >> 4));
+            cvl_wgmma_pv(o[0], pf[3], desc_v + (((((t - 1) % 2)) * 8192 + 6144) >> 4));
+            cvl_wgmma_commit();
+            cvl_wgmma_wait<1>();  // S of tile t (O += P V of tile t - 1 may still run)
+            cvl_pin(s[0]);
+            if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (5 + (t) % 2));
+            float alpha[2];
+            const int n0 = (t) * 64;
+            (void)n0;
+            #pragma unroll
+            for (int mi = 0; mi < 1; ++mi)
+            #pragma unroll
+            for (int ni = 0; ni < 8; ++ni)
+            #pragma unroll
+            for (int h = 0; h < 2; ++h)
+            #pragma unroll
+            for (int q = 0; q < 2; ++q) {
+                const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
+                const int n = n0 + ni * 8 + lane % 4 * 2 + q;
+                (void)m; (void)n;
+                float& ACC = s[mi][ni][h * 2 + q];
+                const float t6 = ACC;
+                const float t7 = (t6 * u0);
+                const float t8 = ((b2[m * 128 + n] != 0) ? t7 : u1);
+                ACC = t8;
             }
-        #pragma unroll
-        for (int mi = 0; mi < 1; ++mi)
-        #pragma unroll
-        for (int nd = 0; nd < 8; ++nd)
-        #pragma unroll
-            for (int e = 0; e < 4; ++e) o[mi][nd][e] *= alpha[mi * 2 + e / 2];
-        #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            pf[j][0] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][0], s[0][2 * j][1]));
-            pf[j][1] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][2], s[0][2 * j][3]));
-            pf[j][2] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][0], s[0][2 * j + 1][1]));
-            pf[j][3] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][2], s[0][2 * j + 1][3]));
+            float top[2];
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) top[r] = (-__int_as_float(0x7f800000));
+            #pragma unroll
+            for (int mi = 0; mi < 1; ++mi)
+            #pragma unroll
+            for (int ni = 0; ni < 8; ++ni)
+            #pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    top[mi * 2 + e / 2] = fmaxf(top[mi * 2 + e / 2], s[mi][ni][e]);
+            float base[2];
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 1));
+                top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 2));
+                top[r] = fmaxf(top[r], row_max[r]);
+                const float bl = __fmul_rn(top[r], 1.4426950408889634f);
+                base[r] = top[r] == (-__int_as_float(0x7f800000)) ? 0.0f : bl;  // a row all -inf so far adds exp(-inf) = 0
+                alpha[r] = row_max[r] == top[r] ? 1.0f
+                         : row_max[r] == (-__int_as_float(0x7f800000)) ? 0.0f : cvl_ex2(row_base[r] - base[r]);  // nothing to scale yet
+                row_max[r] = top[r];
+                row_base[r] = base[r];
+                row_sum[r] *= alpha[r];
+            }
+            #pragma unroll
+            for (int mi = 0; mi < 1; ++mi)
+            #pragma unroll
+            for (int ni = 0; ni < 8; ++ni)
+            #pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int r = mi * 2 + e / 2;
+                    s[mi][ni][e] = cvl_ex2(fmaf(s[mi][ni][e], 1.4426950408889634f, -base[r]));
+                    row_sum[r] += s[mi][ni][e];
+                }
+            cvl_wgmma_wait<0>();
+            cvl_pin(o[0]);
+            cvl_pin(pf);
+            if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (7 + (t - 1) % 2));
+            #pragma unroll
+            for (int mi = 0; mi < 1; ++mi)
+            #pragma unroll
+            for (int nd = 0; nd < 8; ++nd)
+            #pragma unroll
+                for (int e = 0; e < 4; ++e) o[mi][nd][e] *= alpha[mi * 2 + e / 2];
+            #pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                pf[j][0] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][0], s[0][2 * j][1]));
+                pf[j][1] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][2], s[0][2 * j][3]));
+                pf[j][2] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][0], s[0][2 * j + 1][1]));
+                pf[j][3] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][2], s[0][2 * j + 1][3]));
+            }
         }
+        cvl_mbar_wait(bars + 8 * (3 + (1) % 2), ((1) / 2) & 1);
         cvl_wgmma_fence();
-        cvl_wgmma_pv(o[0], pf[0], desc_v + (((t % 2) * 8192 + 0) >> 4));
-        cvl_wgmma_pv(o[0], pf[1], desc_v + (((t % 2) * 8192 + 2048) >> 4));
-        cvl_wgmma_pv(o[0], pf[2], desc_v + (((t % 2) * 8192 + 4096) >> 4));
-        cvl_wgmma_pv(o[0], pf[3], desc_v + (((t % 2) * 8192 + 6144) >> 4));
+        cvl_wgmma_pv(o[0], pf[0], desc_v + (((((1) % 2)) * 8192 + 0) >> 4));
+        cvl_wgmma_pv(o[0], pf[1], desc_v + (((((1) % 2)) * 8192 + 2048) >> 4));
+        cvl_wgmma_pv(o[0], pf[2], desc_v + (((((1) % 2)) * 8192 + 4096) >> 4));
+        cvl_wgmma_pv(o[0], pf[3], desc_v + (((((1) % 2)) * 8192 + 6144) >> 4));
         cvl_wgmma_commit();
         cvl_wgmma_wait<0>();
         cvl_pin(o[0]);
-        cvl_pin(pf);
-    }
-    #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
-        row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
-        row_sum[r] = 1.0f / row_sum[r];  // 1 / 0 = inf: a row all -inf gives 0 * inf = NaN
-    }
-    #pragma unroll
-    for (int mi = 0; mi < 1; ++mi)
-    #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
-        const float inv = row_sum[mi * 2 + h];
-        if (m < 64) {
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
+            row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
+            row_sum[r] = 1.0f / row_sum[r];  // 1 / 0 = inf: a row all -inf gives 0 * inf = NaN
+        }
+        #pragma unroll
+        for (int mi = 0; mi < 1; ++mi)
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
+            const float inv = row_sum[mi * 2 + h];
             #pragma unroll
             for (int nd = 0; nd < 8; ++nd) {
                 const int d = d0 + nd * 8 + lane % 4 * 2;
