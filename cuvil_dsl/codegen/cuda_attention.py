@@ -782,12 +782,28 @@ template <int N> __device__ __forceinline__ void cvl_pin(unsigned (&r)[N][4]) {{
         ]
         return [*first, "#pragma unroll 1", f"for (int t = 0; t < {nt}; ++t) {{", *indent(loop), "}"]
 
+    def warpgroup_state(self, wg: str) -> list[str]:
+        """The wgmma descriptors of warpgroup ``wg`` (the C expression of its index), its output accumulators
+        (zero) and its rows' running statistics."""
+        neg_inf = self.k.lang.literal(-math.inf, DType.F32)
+        return [
+            # descriptors: Q K-major (this warpgroup's 64 rows), K K-major, V MN-major (LBO: one 64-wide atom of Dv)
+            f"const unsigned long long desc_q = cvl_wgmma_desc(sq + {wg} * 8192u, 16u, 1024u);",
+            "const unsigned long long desc_k = cvl_wgmma_desc(sk, 16u, 1024u);",
+            f"const unsigned long long desc_v = cvl_wgmma_desc(sv, {self.bn * 128}u, 1024u);",
+            f"float o[1][{self.nd}][4];",
+            "#pragma unroll", f"for (int nd = 0; nd < {self.nd}; ++nd)",
+            "#pragma unroll", "    for (int e = 0; e < 4; ++e) o[0][nd][e] = 0.0f;",
+            "float row_max[2], row_base[2], row_sum[2];",
+            "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
+            f"    row_max[r] = {neg_inf};", "    row_base[r] = 0.0f;", "    row_sum[r] = 0.0f;", "}",
+        ]
+
     # ------------------------------------------------------------------ the kernel
     def render(self, entry: str) -> Emitted:
         k = self.k
         st = self.st
         decode = self.decode()
-        neg_inf = k.lang.literal(-math.inf, DType.F32)
         body = [
             "extern __shared__ __align__(1024) unsigned char cvl_smem[];",
             "const unsigned sq = (cvl_smem_addr(cvl_smem) + 1023u) & ~1023u;  // the block's Q rows",
@@ -801,16 +817,7 @@ template <int N> __device__ __forceinline__ void cvl_pin(unsigned (&r)[N][4]) {{
             f"const {st}* pq = {self.q.pointer} + {batch_offset(k, self.q)};",
             f"const {st}* pk = {self.kk.pointer} + {batch_offset(k, self.kk)};",
             f"const {st}* pv = {self.v.pointer} + {batch_offset(k, self.v)};",
-            # descriptors: Q K-major (this warpgroup's 64 rows), K K-major, V MN-major (LBO: one 64-wide atom of Dv)
-            "const unsigned long long desc_q = cvl_wgmma_desc(sq + threadIdx.x / 128 * 8192u, 16u, 1024u);",
-            "const unsigned long long desc_k = cvl_wgmma_desc(sk, 16u, 1024u);",
-            f"const unsigned long long desc_v = cvl_wgmma_desc(sv, {self.bn * 128}u, 1024u);",
-            f"float o[1][{self.nd}][4];",
-            "#pragma unroll", f"for (int nd = 0; nd < {self.nd}; ++nd)",
-            "#pragma unroll", "    for (int e = 0; e < 4; ++e) o[0][nd][e] = 0.0f;",
-            "float row_max[2], row_base[2], row_sum[2];",
-            "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
-            f"    row_max[r] = {neg_inf};", "    row_base[r] = 0.0f;", "    row_sum[r] = 0.0f;", "}",
+            *self.warpgroup_state("threadIdx.x / 128"),
         ]
         body += self.fold_constants()
         body += [f"float s[1][{self.ni}][4];", f"unsigned pf[{self.ni // 2}][4];  // P's A fragments",
@@ -983,22 +990,13 @@ class _WsAttention(_WgmmaAttention):
         return [*first, "#pragma unroll 1", f"for (int t = 1; t < {nt}; ++t) {{", *indent(loop), "}", *last]
 
     def consumer(self) -> list[str]:
-        neg_inf = self.k.lang.literal(-math.inf, DType.F32)
         return [
             f"asm volatile(\"setmaxnreg.inc.sync.aligned.u32 {self.regs[1]};\\n\" ::: \"memory\");",
             "const int lane = threadIdx.x % 32;",
             "const int wg = (int)(threadIdx.x / 128) - 1;  // consumer warpgroup",
             "const int wm = wg * 64 + (threadIdx.x / 32) % 4 * 16;  // this warp's rows of the block",
             "const int d0 = 0;",
-            "const unsigned long long desc_q = cvl_wgmma_desc(sq + wg * 8192u, 16u, 1024u);",
-            "const unsigned long long desc_k = cvl_wgmma_desc(sk, 16u, 1024u);",
-            f"const unsigned long long desc_v = cvl_wgmma_desc(sv, {self.bn * 128}u, 1024u);",
-            f"float o[1][{self.nd}][4];",
-            "#pragma unroll", f"for (int nd = 0; nd < {self.nd}; ++nd)",
-            "#pragma unroll", "    for (int e = 0; e < 4; ++e) o[0][nd][e] = 0.0f;",
-            "float row_max[2], row_base[2], row_sum[2];",
-            "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
-            f"    row_max[r] = {neg_inf};", "    row_base[r] = 0.0f;", "    row_sum[r] = 0.0f;", "}",
+            *self.warpgroup_state("wg"),
             *self.fold_constants(),
             f"float s[1][{self.ni}][4];", f"unsigned pf[{self.ni // 2}][4];  // P's A fragments",
             "cvl_mbar_wait(bars, 0);  // Q",
