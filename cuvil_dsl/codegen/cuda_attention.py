@@ -542,7 +542,8 @@ class _Attention:
 def render(k: CudaKernel, entry: str) -> Emitted:
     asked = k.config.block if "block" in k.config.overridden else None
     if ATTENTION_TUNING.get("wgmma", True) and asked in (None, 128, 256) and wgmma_operands(k) is None:
-        if ATTENTION_TUNING.get("ws", True) and asked is None and tma_operands(k):
+        if (ATTENTION_TUNING.get("ws", True) and asked is None and "launch_bounds" not in k.config.overridden
+                and tma_operands(k)):
             return _WsAttention(k).render(entry)
         return _WgmmaAttention(k).render(entry)
     return _Attention(k).render(entry)
@@ -850,7 +851,8 @@ class _WsAttention(_WgmmaAttention):
     together and computes tile t's softmax while the second product runs.
 
     Taken (:func:`render`) with ATTENTION_TUNING "ws" when every operand's batch axes fold into one
-    dimension of a TMA map (:func:`cuda_wgmma.batch_view`) and no block size was asked for."""
+    dimension of a TMA map (:func:`cuda_wgmma.batch_view`) and the spec sets neither the block size nor
+    launch bounds (setmaxnreg's counts assume one block of exactly these threads a multiprocessor)."""
 
     def __init__(self, k: CudaKernel):
         tune = ATTENTION_TUNING
@@ -873,6 +875,9 @@ class _WsAttention(_WgmmaAttention):
         if shared > configs.smem_limit(k.arch):
             raise UserError([error("E509", f"kernel `{k.kernel.name}`: the attention tiles need {shared} bytes of "
                                    f"shared memory, more than {k.arch} has", k.kernel.span)])
+        # one block a multiprocessor (render takes this kernel only where the spec sets no launch bounds): ptxas
+        # gives every thread `entry` registers, the block's pool, which setmaxnreg only moves between warpgroups
+        k.config = replace(k.config, block=self.threads, min_blocks=1)
         entry = cuda_wgmma.ws_entry_regs(self.threads)
         if max(self.bn, self.dv) // 2 + 16 > entry:  # ptxas needs a wgmma's accumulators within the entry count
             raise UserError([error("E509", f"kernel `{k.kernel.name}`: attention tiles of {self.bn} keys and {self.dv} "
@@ -892,9 +897,6 @@ class _WsAttention(_WgmmaAttention):
                 dims, box = (*dims, count), (*box, 1)
                 self.batch_coord[name] = " + ".join(f"(int)c{d}" + (f" * {w}" if w != 1 else "") for d, w in terms)
             self.maps[name] = k.tensor_map(f"tma_{name}", o.buffer, dims, stride * 2, box, unit * 2 if terms else 0)
-        k.config = replace(k.config, block=self.threads)
-        if "launch_bounds" not in k.config.overridden:
-            k.config = replace(k.config, min_blocks=1)
 
     def fastest_groups(self, sm_count: int) -> int:
         """Consumer warpgroups a block: the fewest waves of blocks times a block's time (:data:`WS_BLOCK_US`)."""

@@ -128,6 +128,11 @@ def test_hopper_takes_the_wgmma_kernel_where_the_operands_suit_it():
     plan, _ = plan_of("kernel a { o = softmax(q @ k.T) @ v }", overrides={"a": {"block": 256}})
     (k,) = render_cuda(plan, sizes, "sm_90")
     assert "wgmma.mma_async" in k.source and "setmaxnreg" not in k.source and k.block == (256, 1, 1)
+    # launch bounds from the spec: setmaxnreg's counts assume one block of the kernel's own threads, so the
+    # kernel without a producer takes them
+    plan, _ = plan_of("kernel a { o = softmax(q @ k.T) @ v }", overrides={"a": {"launch_bounds": {"max_threads": 256, "min_blocks": 2}}})
+    (k,) = render_cuda(plan, sizes, "sm_90")
+    assert "wgmma.mma_async" in k.source and "setmaxnreg" not in k.source and "__launch_bounds__(256, 2)" in k.source
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
