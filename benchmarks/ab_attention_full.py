@@ -58,6 +58,8 @@ VARIANTS = [
     ("ws, 4 consumers, 64-key tiles", None, {"ws": True, "groups": 4, "bn": 64}),
     ("ws, 4 consumers, 64-key tiles, 4 stages", None, {"ws": True, "groups": 4, "bn": 64, "stages": 4}),
     ("ws, 1 consumer, 64-key tiles", None, {"ws": True, "groups": 1, "bn": 64}),
+    ("ws, persistent", None, {"ws": True, "persistent": True}),
+    ("ws, 3 consumers, 3 stages, persistent", None, {"ws": True, "groups": 3, "stages": 3, "persistent": True}),
 ]
 
 

@@ -84,6 +84,9 @@ PAD = 8  # elements of padding a shared row (16 bytes)
 #   "pingpong": the warp-specialised kernel's two consumer warpgroups take turns issuing their products
 #           (FlashAttention-3's schedule). Default False: measured slower (99.5 against 95.7 us at D 64, 70.1
 #           against 68.9 at D 128).
+#   "persistent": the warp-specialised kernel on a grid of one block a multiprocessor (or of this many blocks),
+#           each walking blocks of rows, the next one's Q and first tiles loading during the last one's end.
+#           Default False.
 #   In the warp-specialised kernel "groups" (consumer warpgroups) defaults to the fastest by WS_BLOCK_US (4 for
 #   the benchmark at D 64, 2 at D 128, 1 for the small example), and "bn" to 128 with 2 or 3 consumers, else 64.
 ATTENTION_TUNING: dict = {}
@@ -447,15 +450,15 @@ class _Attention:
         return out + indent(loop) + ["}"]
 
     # ------------------------------------------------------------------ the kernel
-    def decode(self) -> list[str]:
+    def decode(self, index: str = "blockIdx.x") -> list[str]:
         """The block's row tile ``mt``, output chunk ``dz`` (when Dv takes more than one) and batch index
-        ``bz`` with its coordinates ``c{d}``, from the 1-D grid."""
+        ``bz`` with its coordinates ``c{d}``, from the 1-D grid (or the work item ``index``)."""
         batch_shape = self.p.domain[:-2]
         if self.chunks > 1:
-            out = [f"const int mt = blockIdx.x % {self.mt};", f"const int dz = blockIdx.x / {self.mt} % {self.chunks};",
-                   f"const int bz = blockIdx.x / {self.mt * self.chunks};"]
+            out = [f"const int mt = {index} % {self.mt};", f"const int dz = {index} / {self.mt} % {self.chunks};",
+                   f"const int bz = {index} / {self.mt * self.chunks};"]
         else:
-            out = [f"const int mt = blockIdx.x % {self.mt};", f"const int bz = blockIdx.x / {self.mt};"]
+            out = [f"const int mt = {index} % {self.mt};", f"const int bz = {index} / {self.mt};"]
         inner = 1
         for d in reversed(range(len(batch_shape))):
             div = f"bz / {inner}" if inner > 1 else "bz"
@@ -862,11 +865,15 @@ class _WsAttention(_WgmmaAttention):
         self.overlap = bool(tune.get("overlap", True))
         self.stages = int(tune.get("stages", 2))
         self.pingpong = bool(tune.get("pingpong", False)) and self.overlap and groups == 2
+        persistent = tune.get("persistent", False)
+        self.persistent = bool(persistent)
+        self.blocks = k.sm_count if persistent is True else int(persistent)  # the persistent grid (tests: a few)
         self.bn = int(tune.get("bn", 128 if groups in (2, 3) else 64))
         self.bm = 64 * groups
         self.ni = self.bn // 8
         self.mt = -(-self.M // self.bm)
         self.nt = -(-self.N // self.bn)
+        self.items = self.batch * self.mt  # blocks of rows: one a block, or walked by a persistent grid
         self.q_bytes = self.bm * self.depth * 2
         self.k_bytes = self.bn * self.depth * 2
         self.v_bytes = self.bn * self.dv * 2
@@ -925,33 +932,52 @@ class _WsAttention(_WgmmaAttention):
                         "bars + 8 * (1 + stage)") for a in range(self.depth // 64)]
         v = [self.tma_copy("v", f"sv + stage * {self.v_bytes}u + {j * self.bn * 128}u", str(64 * j), "n0",
                        f"bars + 8 * (1 + {s} + stage)") for j in range(self.dv // 64)]
+        g = "g + t" if self.persistent else "t"
+        gp = f"({g})" if self.persistent else g
         loop = [
-            f"const unsigned stage = t % {s}, use = t / {s};",
+            f"const unsigned stage = {gp} % {s}, use = {gp} / {s};",
             f"const int n0 = t * {self.bn};",
-            f"if (t >= {s}) cvl_mbar_wait(bars + 8 * (1 + {2 * s} + stage), (use - 1) & 1);  // K's slot free",
+            f"if ({g} >= {s}) cvl_mbar_wait(bars + 8 * (1 + {2 * s} + stage), (use - 1) & 1);  // K's slot free",
             f"cvl_mbar_expect_tx(bars + 8 * (1 + stage), {self.k_bytes}u);", *kk,
-            f"if (t >= {s}) cvl_mbar_wait(bars + 8 * (1 + {3 * s} + stage), (use - 1) & 1);  // V's slot free",
+            f"if ({g} >= {s}) cvl_mbar_wait(bars + 8 * (1 + {3 * s} + stage), (use - 1) & 1);  // V's slot free",
             f"cvl_mbar_expect_tx(bars + 8 * (1 + {s} + stage), {self.v_bytes}u);", *v,
         ]
+        work = [f"cvl_mbar_expect_tx(bars, {self.q_bytes}u);", *q,
+                "#pragma unroll 1", f"for (int t = 0; t < {self.nt}; ++t) {{", *indent(loop), "}"]
+        if self.persistent:  # work item `it` of this block's i-th turn; its Q once every consumer is done with the last
+            work = ["#pragma unroll 1",
+                    f"for (int i = 0, it = blockIdx.x, g = 0; it < {self.items}; ++i, it += gridDim.x, g += {self.nt}) {{",
+                    *indent([*self.decode("it"), f"const int m0 = mt * {self.bm};",
+                             f"if (i > 0) cvl_mbar_wait(bars + 8 * {1 + 4 * s}, (i - 1) & 1);  // Q's buffer free",
+                             *work]), "}"]
         return [
             f"asm volatile(\"setmaxnreg.dec.sync.aligned.u32 {self.regs[0]};\\n\" ::: \"memory\");",
-            "if (threadIdx.x == 0) {",
-            f"    cvl_mbar_expect_tx(bars, {self.q_bytes}u);", *indent(q),
-            *indent(["#pragma unroll 1", f"for (int t = 0; t < {self.nt}; ++t) {{", *indent(loop), "}"]),
-            "}",
+            "if (threadIdx.x == 0) {", *indent(work), "}",
         ]
 
     # ------------------------------------------------------------------ the consumers
+    def use(self, tile: str) -> str:
+        """The block's count of tiles before ``tile`` of this work item (with "persistent", ``g`` before it)."""
+        return f"g + {tile}" if self.persistent else tile
+
     def wait_full(self, which: str, tile: str) -> str:
         base = 1 if which == "k" else 1 + self.stages
-        return f"cvl_mbar_wait(bars + 8 * ({base} + ({tile}) % {self.stages}), (({tile}) / {self.stages}) & 1);"
+        g = self.use(tile)
+        return f"cvl_mbar_wait(bars + 8 * ({base} + ({g}) % {self.stages}), (({g}) / {self.stages}) & 1);"
 
     def release(self, which: str, tile: str) -> str:
         base = 1 + 2 * self.stages if which == "k" else 1 + 3 * self.stages
-        return f"if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * ({base} + ({tile}) % {self.stages}));"
+        return f"if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * ({base} + ({self.use(tile)}) % {self.stages}));"
 
     def slot(self, tile: str) -> str:
-        return f"(({tile}) % {self.stages})"
+        return f"(({self.use(tile)}) % {self.stages})"
+
+    def free_q(self) -> list[str]:
+        """With "persistent": each consumer warpgroup's arrival once its last product reading Q retired, after which
+        the producer loads the next work item's Q."""
+        if not self.persistent:
+            return []
+        return [f"if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * {1 + 4 * self.stages});  // Q read"]
 
     def consumer_loop(self) -> list[str]:
         _, rescale = self.softmax_parts()
@@ -964,14 +990,15 @@ class _WsAttention(_WgmmaAttention):
                 self.wait_full("v", "t"), "cvl_wgmma_fence();", *self.issue_pv(self.slot("t")),
                 "cvl_wgmma_commit();", "cvl_wgmma_wait<0>();", "cvl_pin(o[0]);", "cvl_pin(pf);", self.release("v", "t"),
             ]
-            return ["#pragma unroll 1", f"for (int t = 0; t < {nt}; ++t) {{", *indent(loop), "}"]
+            return ["#pragma unroll 1", f"for (int t = 0; t < {nt}; ++t) {{", *indent(loop), "}", *self.free_q()]
         # "pingpong": the two consumer warpgroups take turns issuing their products (named barrier 1 + wg is
         # warpgroup wg's turn, given by the other's arrival once it issued its own), so one's softmax runs
         # while the other's products do
         turn = ["asm volatile(\"bar.sync %0, 256;\\n\" :: \"r\"(1 + wg) : \"memory\");"] if self.pingpong else []
         done = ["asm volatile(\"bar.arrive %0, 256;\\n\" :: \"r\"(2 - wg) : \"memory\");"] if self.pingpong else []
         first = ["{", *indent([
-            self.wait_full("k", "0"), *turn, "cvl_wgmma_fence();", *self.issue_scores("0"), "cvl_wgmma_commit();",
+            self.wait_full("k", "0"), *turn, "cvl_wgmma_fence();",
+            *self.issue_scores(self.slot("0") if self.persistent else "0"), "cvl_wgmma_commit();",
             *done, "cvl_wgmma_wait<0>();", "cvl_pin(s[0]);", self.release("k", "0"),
             "float alpha[2];", *self.scores_ready("0"), "(void)alpha;  // o is still 0", *self.pack()]), "}"]
         loop = [
@@ -984,25 +1011,31 @@ class _WsAttention(_WgmmaAttention):
             "cvl_wgmma_wait<0>();", "cvl_pin(o[0]);", "cvl_pin(pf);", self.release("v", "t - 1"),
             *rescale, *self.pack(),
         ]
-        last = [self.wait_full("v", str(nt - 1)), *turn, "cvl_wgmma_fence();", *self.issue_pv(self.slot(str(nt - 1))),
-                "cvl_wgmma_commit();", *done, "cvl_wgmma_wait<0>();", "cvl_pin(o[0]);"]
+        last = [*self.free_q(), self.wait_full("v", str(nt - 1)), *turn, "cvl_wgmma_fence();",
+                *self.issue_pv(self.slot(str(nt - 1))),
+                "cvl_wgmma_commit();", *done, "cvl_wgmma_wait<0>();", "cvl_pin(o[0]);",
+                *([self.release("v", str(nt - 1))] if self.persistent else [])]  # the next work item's tiles reuse it
         if self.pingpong:  # warpgroup 1 lets warpgroup 0 go first; warpgroup 0 takes that extra arrival at the end
             first = ["if (wg == 1) asm volatile(\"bar.arrive 1, 256;\\n\" ::: \"memory\");", *first]
             last += ["if (wg == 0) asm volatile(\"bar.sync 1, 256;\\n\" ::: \"memory\");"]
         return [*first, "#pragma unroll 1", f"for (int t = 1; t < {nt}; ++t) {{", *indent(loop), "}", *last]
 
     def consumer(self) -> list[str]:
+        work = [*self.warpgroup_state("wg"), *self.fold_constants(),
+                f"float s[1][{self.ni}][4];", f"unsigned pf[{self.ni // 2}][4];  // P's A fragments",
+                f"cvl_mbar_wait(bars, {'i & 1' if self.persistent else '0'});  // Q",
+                *self.consumer_loop(), *self.finish()]
+        if self.persistent:
+            work = ["#pragma unroll 1",
+                    f"for (int i = 0, it = blockIdx.x, g = 0; it < {self.items}; ++i, it += gridDim.x, g += {self.nt}) {{",
+                    *indent([*self.decode("it"), f"const int m0 = mt * {self.bm};", *work]), "}"]
         return [
             f"asm volatile(\"setmaxnreg.inc.sync.aligned.u32 {self.regs[1]};\\n\" ::: \"memory\");",
             "const int lane = threadIdx.x % 32;",
             "const int wg = (int)(threadIdx.x / 128) - 1;  // consumer warpgroup",
             "const int wm = wg * 64 + (threadIdx.x / 32) % 4 * 16;  // this warp's rows of the block",
             "const int d0 = 0;",
-            *self.warpgroup_state("wg"),
-            *self.fold_constants(),
-            f"float s[1][{self.ni}][4];", f"unsigned pf[{self.ni // 2}][4];  // P's A fragments",
-            "cvl_mbar_wait(bars, 0);  // Q",
-            *self.consumer_loop(), *self.finish(),
+            *work,
         ]
 
     # ------------------------------------------------------------------ the kernel
@@ -1010,24 +1043,24 @@ class _WsAttention(_WgmmaAttention):
         k, s = self.k, self.stages
         body = [
             "extern __shared__ __align__(1024) unsigned char cvl_smem[];",
-            f"__shared__ __align__(8) unsigned long long cvl_bars[{1 + 4 * s}];",
+            f"__shared__ __align__(8) unsigned long long cvl_bars[{1 + 4 * s + self.persistent}];",
             "const unsigned sq = (cvl_smem_addr(cvl_smem) + 1023u) & ~1023u;  // the block's Q rows",
             f"const unsigned sk = sq + {self.q_bytes}u;  // {s} slots of K",
             f"const unsigned sv = sk + {s * self.k_bytes}u;  // {s} slots of V",
-            f"const unsigned bars = cvl_smem_addr(cvl_bars);  // Q; K full [{s}]; V full; K empty; V empty",
-            *self.decode(),
-            f"const int m0 = mt * {self.bm};",
+            f"const unsigned bars = cvl_smem_addr(cvl_bars);  // Q; K full [{s}]; V full; K empty; V empty"
+            + ("; Q empty" if self.persistent else ""),
+            *([] if self.persistent else [*self.decode(), f"const int m0 = mt * {self.bm};"]),
             "if (threadIdx.x == 0) {",
             *[f"    cvl_tma_prefetch({m});" for m in self.maps.values()],
             f"    for (int i = 0; i < {1 + 2 * s}; ++i) cvl_mbar_init(bars + 8 * i, 1u);",
-            f"    for (int i = {1 + 2 * s}; i < {1 + 4 * s}; ++i) cvl_mbar_init(bars + 8 * i, {self.groups}u);",
+            f"    for (int i = {1 + 2 * s}; i < {1 + 4 * s + self.persistent}; ++i) cvl_mbar_init(bars + 8 * i, {self.groups}u);",
             "    asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");",
             "}",
             "__syncthreads();",
             "if (threadIdx.x < 128) {", *indent(self.producer()), "} else {", *indent(self.consumer()), "}",
         ]
         lines = [*k.signature(entry, self.threads), *indent(body), "}"]
-        grid = self.batch * self.mt
+        grid = min(self.items, self.blocks) if self.persistent else self.items
         helpers = (cuda_wgmma.HELPERS + cuda_wgmma.TMA_HELPERS + cuda_wgmma.TMA3_HELPERS + cuda_wgmma.WS_HELPERS_OUTLINED_TRAP
                    + BAND_HELPERS + PACK_HELPER + self.wgmma_helpers())
         return Emitted(lines, (grid, 1, 1), (self.threads, 1, 1), self.shared_total(), helpers, (f"-arch={cuda_wgmma.ARCH}",))

@@ -454,7 +454,9 @@ def test_fused_attention_on_fresh_inputs_and_special_rows(stem, block, tmp_path)
 @pytest.mark.parametrize("tuning", [{}, {"overlap": True}, {"bn": 128}, {"wgmma": False}, {"ws": True},
                                     {"ws": True, "overlap": False}, {"ws": True, "bn": 64, "stages": 1},
                                     {"ws": True, "groups": 3, "bn": 64, "stages": 3}, {"ws": True, "pingpong": True},
-                                    {"ws": True, "pingpong": True, "bn": 176, "groups": 2}, {"ws": True, "groups": 1}], ids=str)
+                                    {"ws": True, "pingpong": True, "bn": 176, "groups": 2}, {"ws": True, "groups": 1},
+                                    {"ws": True, "persistent": 2}, {"ws": True, "persistent": 3, "groups": 2, "bn": 64}],
+                         ids=str)
 @pytest.mark.parametrize("stem", ["attention_fused", "attention_fused_hopper", "one_tile"])
 def test_fused_attention_tunings(stem, tuning, tmp_path, monkeypatch):
     """cuda_attention.ATTENTION_TUNING's variants (benchmarks/ab_attention_full.py times them) on the ragged
