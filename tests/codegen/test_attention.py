@@ -201,13 +201,15 @@ def test_warp_specialised_tunings_compile_within_their_resources(tmp_path, monke
     monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
     case = load_case(BENCH)
     for tuning in ({"pingpong": True, "groups": 2}, {"overlap": False}, {"bn": 176, "groups": 2}, {"stages": 1},
-                   {"groups": 1}, {"groups": 3}):
+                   {"groups": 1}, {"groups": 3}, {"persistent": True}, {"persistent": True, "overlap": False}):
         monkeypatch.setattr(cuda_attention, "ATTENTION_TUNING", dict(tuning))
         (k,) = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")
         assert "setmaxnreg" in k.source, tuning
         (unit,) = compile_units([CompileUnit(k.entry, k.source, (k.entry,), k.options)], "sm_90")
         r = unit.resources[k.entry]
         assert r.spill_bytes == 0 and r.stack_bytes == 0, (tuning, r)
+        if tuning.get("persistent"):  # one block a multiprocessor walking the 256 blocks of rows
+            assert k.grid == (132, 1, 1) and "it += gridDim.x" in k.source, tuning
     # a wgmma's accumulators past the registers a thread of 5 warpgroups has: E509, not a ptxas failure
     monkeypatch.setattr(cuda_attention, "ATTENTION_TUNING", {"groups": 4, "bn": 176})
     with pytest.raises(UserError, match="E509.*more registers"):
