@@ -86,7 +86,8 @@ PAD = 8  # elements of padding a shared row (16 bytes)
 #           against 68.9 at D 128).
 #   "persistent": the warp-specialised kernel on a grid of one block a multiprocessor (or of this many blocks),
 #           each walking blocks of rows, the next one's Q and first tiles loading during the last one's end.
-#           Default False.
+#           Default: where there are more blocks of rows than multiprocessors (D 128: 69.4 against 71.5 and 67.3
+#           against 69.5 us in two calls; D 64: 88.8 against 88.9 and 88.2 against 88.2).
 #   In the warp-specialised kernel "groups" (consumer warpgroups) defaults to the fastest by WS_BLOCK_US (4 for
 #   the benchmark at D 64, 2 at D 128, 1 for the small example), and "bn" to 128 with 2 or 3 consumers, else 64.
 ATTENTION_TUNING: dict = {}
@@ -865,15 +866,16 @@ class _WsAttention(_WgmmaAttention):
         self.overlap = bool(tune.get("overlap", True))
         self.stages = int(tune.get("stages", 2))
         self.pingpong = bool(tune.get("pingpong", False)) and self.overlap and groups == 2
-        persistent = tune.get("persistent", False)
-        self.persistent = bool(persistent)
-        self.blocks = k.sm_count if persistent is True else int(persistent)  # the persistent grid (tests: a few)
         self.bn = int(tune.get("bn", 128 if groups in (2, 3) else 64))
         self.bm = 64 * groups
         self.ni = self.bn // 8
         self.mt = -(-self.M // self.bm)
         self.nt = -(-self.N // self.bn)
         self.items = self.batch * self.mt  # blocks of rows: one a block, or walked by a persistent grid
+        # persistent where blocks hand over on a multiprocessor, i.e. past one wave (measured: D 128 -3%, D 64 level)
+        persistent = tune.get("persistent", self.items > k.sm_count)
+        self.persistent = bool(persistent)
+        self.blocks = k.sm_count if persistent is True else int(persistent)  # the persistent grid (tests: a few)
         self.q_bytes = self.bm * self.depth * 2
         self.k_bytes = self.bn * self.depth * 2
         self.v_bytes = self.bn * self.dv * 2

@@ -112,6 +112,9 @@ def test_hopper_takes_the_wgmma_kernel_where_the_operands_suit_it():
     # 128, 2 on 128-key tiles (240 registers each)
     (big,) = render_cuda(plan, {**sizes, "B": 32, "M": 2048, "N": 2048}, "sm_90")
     assert big.block == (640, 1, 1) and "setmaxnreg.inc.sync.aligned.u32 112" in big.source
+    # 256 blocks of rows on 132 multiprocessors: a persistent grid walks them; 8 (one wave) a block each
+    assert big.grid == (132, 1, 1) and "it += gridDim.x" in big.source
+    assert k90.grid == (8, 1, 1) and "gridDim.x" not in k90.source
     assert "m64n64k16" in big.source and "m64n128k16" not in big.source
     (deep,) = render_cuda(plan, {**sizes, "B": 16, "M": 2048, "N": 2048, "D": 128}, "sm_90")
     assert "m64n128k16" in deep.source and deep.block == (384, 1, 1)
