@@ -927,7 +927,8 @@ class _WsAttention(_WgmmaAttention):
 
     def producer(self) -> list[str]:
         """Thread 0 of warpgroup 0: Q, then tile t's K and V into slot t % S once the consumers released the
-        slot's previous tile (use n of a slot completes phase n of its barriers)."""
+        slot's previous tile (use n of a slot completes phase n of its barriers); with "persistent", so for
+        each work item of the block in turn, its Q once the consumers released the last item's."""
         s = self.stages
         q = [self.tma_copy("q", f"sq + {a * self.bm * 128}u", str(64 * a), "m0", "bars") for a in range(self.depth // 64)]
         kk = [self.tma_copy("k", f"sk + stage * {self.k_bytes}u + {a * self.bn * 128}u", str(64 * a), "n0",
@@ -959,7 +960,8 @@ class _WsAttention(_WgmmaAttention):
 
     # ------------------------------------------------------------------ the consumers
     def use(self, tile: str) -> str:
-        """The block's count of tiles before ``tile`` of this work item (with "persistent", ``g`` before it)."""
+        """Tile ``tile`` of this work item counted among all the block's tiles (with "persistent", after the ``g``
+        tiles of its earlier work items), which picks its slot and barrier phase."""
         return f"g + {tile}" if self.persistent else tile
 
     def wait_full(self, which: str, tile: str) -> str:
