@@ -236,3 +236,76 @@ def test_warp_specialised_consumers_by_waves(sizes, groups):
     plan, _ = plan_of("o = softmax(q @ k.T * 0.125) @ v")
     (k,) = render_cuda(plan, {"N": sizes["M"], "E": sizes["D"], **sizes}, "sm_90")
     assert k.block == (128 * (groups + 1), 1, 1)
+
+
+def _ws_kernel(monkeypatch, path, tuning: dict | None = None, sizes: dict | None = None):
+    """The _WsAttention instance that renders ``path``'s attention kernel on sm_90 (with ``tuning``)."""
+    from cuvil_dsl.codegen import cuda_attention
+
+    monkeypatch.setattr(cuda_attention, "ATTENTION_TUNING", dict(tuning or {}))
+    seen = []
+    original = cuda_attention._WsAttention.render
+
+    def spy(self, entry):
+        seen.append(self)
+        return original(self, entry)
+
+    monkeypatch.setattr(cuda_attention._WsAttention, "render", spy)
+    case = load_case(path)
+    render_cuda(case.plan("sm_90"), {**case.binding.sizes, **(sizes or {})}, "sm_90")
+    assert seen, "the warp-specialised kernel was not taken"
+    return seen[-1]
+
+
+PROTOCOL_CASES = [
+    ("benchmark", BENCH, {}, None),  # 4 consumers, 32 tiles, a persistent grid (blocks of 2 work items and of 1)
+    ("d128", ROOT / "benchmarks" / "shapes" / "attention_full_f16-d128.yaml", {}, None),
+    ("ragged", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml", {"persistent": 2}, None),
+    ("ragged, 3 slots", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml",
+     {"persistent": 3, "stages": 3, "groups": 2, "bn": 64}, None),
+    ("one slot", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml", {"persistent": 2, "stages": 1}, None),
+    ("no overlap", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml", {"persistent": 2, "overlap": False}, None),
+    ("ping-pong", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml",
+     {"persistent": 2, "pingpong": True, "groups": 2}, None),
+    ("one tile", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml", {"persistent": 2}, {"N": 40}),
+    ("not persistent", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml", {"persistent": False, "groups": 3}, None),
+]
+
+
+@pytest.mark.parametrize("label, path, tuning, sizes", PROTOCOL_CASES, ids=[c[0] for c in PROTOCOL_CASES])
+def test_warp_specialised_barrier_protocol(label, path, tuning, sizes, monkeypatch):
+    """The warp-specialised kernel's generated producer and consumer lines, run by a model of the GPU's
+    barriers in random interleavings (tests/codegen/ws_protocol.py): no deadlock, every product reads the
+    tile it should, no copy overwrites a tile still being read. The GPU tests run the same kernels; this
+    finds a protocol mistake without one (both of session 22's persistent-walk bugs were of this kind)."""
+    from ws_protocol import simulate
+
+    k = _ws_kernel(monkeypatch, path, tuning, sizes)
+    grid = min(k.items, k.blocks) if k.persistent else k.items
+    for seed in range(3):
+        for block in sorted({0, grid - 1}):
+            assert simulate(k, seed, block) > 0
+
+
+def test_barrier_protocol_model_finds_the_mistakes_it_is_for(monkeypatch):
+    """The model fails on the two mistakes the persistent walk first had: the first tile's scores read
+    from slot 0 whatever the work item, and the last tile's V slot never released."""
+    from ws_protocol import simulate
+
+    from cuvil_dsl.codegen import cuda_attention
+
+    path = ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml"
+    k = _ws_kernel(monkeypatch, path, {"persistent": 2})
+    assert simulate(k, 0) > 0
+    issue = cuda_attention._WsAttention.issue_scores
+    monkeypatch.setattr(cuda_attention._WsAttention, "issue_scores",
+                        lambda self, stage: issue(self, "0" if "g + 0" in stage else stage))
+    with pytest.raises(AssertionError, match="read from slot"):
+        simulate(k, 0)
+    monkeypatch.setattr(cuda_attention._WsAttention, "issue_scores", issue)
+    release = cuda_attention._WsAttention.release
+    last = str(k.nt - 1)
+    monkeypatch.setattr(cuda_attention._WsAttention, "release",
+                        lambda self, which, tile: "" if (which, tile) == ("v", last) else release(self, which, tile))
+    with pytest.raises(AssertionError, match="deadlock"):
+        simulate(k, 0)

@@ -1,0 +1,228 @@
+"""A model of the warp-specialised attention kernel's synchronisation, run on its generated lines.
+
+:func:`simulate` executes the producer's and the consumers' lines of one block (``_WsAttention.producer`` and
+``consumer``) as the GPU would order them, in a random interleaving: mbarriers with phases and arrival counts
+(a TMA copy completes its barrier at once), named barriers (``bar.sync``/``bar.arrive``), loops over tiles and
+work items, and the slots' contents. It fails on what the GPU would do wrong or never finish:
+
+* a deadlock (every thread waits);
+* a wgmma that reads a slot not holding the tile it should (K tiles and V tiles each in order 0..nt-1 of
+  each work item, Q of the work item);
+* a copy into a slot whose last tile a consumer has read and not yet released.
+
+Lines that move no data and touch no barrier (the arithmetic) are skipped; a block of them is skipped whole,
+after checking that no barrier or copy hides in it. The interpreter knows just the shapes of line this
+kernel emits; a new shape fails loudly.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+_FOR_T = re.compile(r"for \(int t = (\d+); t < (\d+); \+\+t\) \{$")
+_FOR_ITEMS = re.compile(r"for \(int i = 0, it = blockIdx\.x, g = 0; it < (\d+); \+\+i, it \+= gridDim\.x, g \+= (\d+)\) \{$")
+_IF_LINE = re.compile(r"if \((.+?)\) ((?:cvl_|asm ).*)$")
+_STAGE = re.compile(r"const unsigned stage = (.+) % (\d+), use = (.+) / (\d+);$")
+_WAIT = re.compile(r"cvl_mbar_wait\(bars(?: \+ 8 \* (.+?))?, (.+)\);$")
+_ARRIVE = re.compile(r"cvl_mbar_arrive\(bars \+ 8 \* (.+)\);$")
+_EXPECT = re.compile(r"cvl_mbar_expect_tx\(bars(?: \+ 8 \* (.+?))?, \d+u\);$")
+_COPY = re.compile(r"cvl_tma_[23]d\((s[qkv])(?: \+ (.+?))?, tma_[qkv],")
+_READ = re.compile(r"desc_([kv]) \+ \(\(\((.+?)\) \* \d+ \+")
+_NAMED = re.compile(r'asm volatile\("bar\.(sync|arrive) (%0|\d+), 256;\\n"(?: :: "r"\((.+?)\))?')
+_EVENTS = ("cvl_mbar", "cvl_tma", "desc_k +", "desc_v +", "bar.sync", "bar.arrive")
+
+
+def _c(expr: str, env: dict) -> int:
+    """A C integer expression of the kernel's (non-negative operands) in Python."""
+    py = re.sub(r"(\d+)u\b", r"\1", expr).replace("/", "//").replace("&&", " and ").replace("||", " or ")
+    py = py.replace("threadIdx.x % 128 == 0", "True")
+    return int(eval(py, {}, env))  # noqa: S307 - the kernel's own generated expressions
+
+
+def _blocks(lines: list[str]) -> list:
+    """Lines as a tree: a str, or (header, children) for a line ending in ``{`` (up to its ``}``)."""
+    out, i = [], 0
+    lines = [ln.split("//")[0].strip() for ln in lines]
+    lines = [ln for ln in lines if ln and not ln.startswith("#pragma")]
+    while i < len(lines):
+        ln = lines[i]
+        if ln.endswith("{") and not ln.startswith("}"):  # (an "} else {" stays inside its if's block)
+            depth, j = 1, i + 1
+            while depth:
+                depth += lines[j].count("{") - lines[j].count("}")
+                j += 1
+            out.append((ln, _blocks(lines[i + 1:j - 1])))
+            i = j
+        else:
+            out.append(ln)
+            i += 1
+    return out
+
+
+class Block:
+    """The shared state of one block: barriers, named barriers, slots."""
+
+    def __init__(self, k, items: list[int]):
+        s = k.stages
+        self.k, self.items, self.stages = k, items, s
+        count = [1] * (1 + 2 * s) + [k.groups] * (2 * s + 1)  # Q, K full, V full; K empty, V empty, Q empty
+        self.need = count
+        self.arrivals = [0] * len(count)
+        self.phases = [0] * len(count)
+        self.named = {}  # id -> [arrivals this generation, generation]
+        self.waiting: dict[str, str] = {}  # thread -> the line it last waited on
+        self.version = 0  # counts arrivals: a thread that waited before the last one may pass now
+        self.slots = {("q", 0): None, **{(w, j): None for w in "kv" for j in range(s)}}
+        self.busy = {key: set() for key in self.slots}  # consumers that read the slot's tile and have not released it
+
+    def arrive(self, bar: int) -> None:
+        self.version += 1
+        self.arrivals[bar] += 1
+        assert self.arrivals[bar] <= self.need[bar], f"barrier {bar}: more arrivals than its count"
+        if self.arrivals[bar] == self.need[bar]:
+            self.arrivals[bar] = 0
+            self.phases[bar] += 1
+
+    def passed(self, bar: int, parity: int) -> bool:
+        return self.phases[bar] & 1 != parity
+
+
+def _actor(block: Block, tree: list, env: dict, who: str, reads: dict):
+    """A generator running ``tree`` for thread ``who``: yields None after each step, "wait" while blocked."""
+    k, s = block.k, block.stages
+    pending = None  # (barrier) of an expect_tx whose copies are being issued
+    last_read = None
+
+    def flush():
+        nonlocal pending
+        if pending is not None:
+            block.arrive(pending)
+            pending = None
+
+    def statement(ln: str):
+        nonlocal pending, last_read
+        if not ln.startswith("cvl_tma"):
+            flush()
+        read = _READ.search(ln)
+        if not read:
+            last_read = None
+        m = _IF_LINE.match(ln)
+        if m:
+            if _c(m.group(1), env):
+                yield from statement(m.group(2))
+            return
+        if (m := _STAGE.match(ln)):
+            env["stage"], env["use"] = _c(m.group(1), env) % int(m.group(2)), _c(m.group(3), env) // int(m.group(4))
+            return
+        if (m := _WAIT.match(ln)):
+            bar = _c(m.group(1), env) if m.group(1) else 0
+            parity = _c(m.group(2), env)
+            while not block.passed(bar, parity):
+                block.waiting[who] = f"{ln} (t={env.get('t')}, work item {env.get('it')})"
+                yield "wait"
+            return
+        if (m := _ARRIVE.match(ln)):
+            bar = _c(m.group(1), env)
+            if bar >= 1 + 2 * s:  # an empty barrier: this consumer is done with the slot's tile
+                kind = "q" if bar == 1 + 4 * s else "k" if bar < 1 + 3 * s else "v"
+                slot = 0 if kind == "q" else (bar - 1 - 2 * s) % s
+                block.busy[(kind, slot)].discard(who)
+            block.arrive(bar)
+            return
+        if (m := _EXPECT.match(ln)):
+            pending = _c(m.group(1), env) if m.group(1) else 0
+            return
+        if (m := _COPY.match(ln)):
+            kind = m.group(1)[1]
+            slot = 0 if kind == "q" else _c(m.group(2).split(" * ")[0], env)
+            assert not block.busy[(kind, slot)], f"{who}: {kind} slot {slot} overwritten while read by {block.busy[(kind, slot)]}"
+            block.slots[(kind, slot)] = (env["it"], None if kind == "q" else env["t"])
+            return
+        if read:
+            kind, slot = read.group(1), _c(read.group(2), env)
+            if last_read != (kind, slot):  # the first wgmma of a product: the next tile of this kind
+                want = (env["it"], reads[kind])
+                got = block.slots[(kind, slot)]
+                assert got == want, f"{who}: {kind} tile {want} read from slot {slot}, which holds {got}"
+                if kind == "k":  # S = Q K^T reads Q too
+                    qgot = block.slots[("q", 0)]
+                    assert qgot == (env["it"], None), f"{who}: Q of work item {env['it']} read, the buffer holds {qgot}"
+                    block.busy[("q", 0)].add(who)
+                block.busy[(kind, slot)].add(who)
+                reads[kind] += 1
+            last_read = (kind, slot)
+            return
+        if (m := _NAMED.match(ln)):
+            nid = _c(m.group(3), env) if m.group(2) == "%0" else int(m.group(2))
+            state = block.named.setdefault(nid, [0, 0])
+            state[0] += 1
+            block.version += 1
+            gen = state[1]
+            if state[0] == 2:
+                state[0], state[1] = 0, gen + 1
+            if m.group(1) == "sync":
+                while state[1] == gen:
+                    block.waiting[who] = f"{ln} (t={env.get('t')}, work item {env.get('it')})"
+                    yield "wait"
+            return
+        assert not any(e in ln for e in _EVENTS), f"a line of an unknown shape: {ln}"
+
+    def run(nodes: list):
+        for node in nodes:
+            if isinstance(node, str):
+                yield from statement(node)
+                yield None
+                continue
+            head, body = node
+            if (m := _FOR_ITEMS.match(head)):
+                for i, it in enumerate(block.items):
+                    env.update(i=i, it=it, g=i * int(m.group(2)))
+                    reads["k"] = reads["v"] = 0
+                    yield from run(body)
+            elif (m := _FOR_T.match(head)):
+                for t in range(int(m.group(1)), int(m.group(2))):
+                    env["t"] = t
+                    yield from run(body)
+                flush()
+            elif head == "{" or head.startswith("if (threadIdx.x == 0)"):
+                yield from run(body)
+            else:  # arithmetic: no barrier, copy or product may hide in it
+                flat = repr(body)
+                assert not any(e in flat for e in _EVENTS), f"events inside a skipped block: {head}"
+        flush()
+
+    return run(tree)
+
+
+def simulate(k, seed: int, block_index: int = 0) -> int:
+    """Run block ``block_index`` of kernel ``k`` (a rendered ``_WsAttention``) to the end in a random
+    interleaving; returns the steps taken. Raises AssertionError on a deadlock or a wrong read or write."""
+    grid = min(k.items, k.blocks) if k.persistent else k.items
+    items = list(range(block_index, k.items, grid)) if k.persistent else [block_index]
+    block = Block(k, items)
+    producer_tree = _blocks(k.producer())
+    consumer_tree = _blocks(k.consumer())
+    actors = {"producer": _actor(block, producer_tree, {"it": items[0], "i": 0, "g": 0}, "producer", {})}
+    for wg in range(k.groups):
+        reads = {"k": 0, "v": 0}
+        actors[f"consumer {wg}"] = _actor(block, consumer_tree, {"it": items[0], "i": 0, "g": 0, "wg": wg}, f"consumer {wg}", reads)
+    rng = random.Random(seed)
+    steps, blocked = 0, {}  # thread -> block.version when it last found its barrier closed
+    while actors:
+        name = rng.choice(sorted(actors))
+        try:
+            state = next(actors[name])
+        except StopIteration:
+            del actors[name]
+            blocked.pop(name, None)
+            continue
+        steps += 1
+        if state == "wait":
+            blocked[name] = block.version
+            stuck = [n for n in actors if blocked.get(n) == block.version]
+            assert len(stuck) < len(actors), (f"deadlock: every thread waits (barrier phases {block.phases}): "
+                                              + "; ".join(f"{n} at {block.waiting.get(n)}" for n in sorted(stuck)))
+        else:
+            blocked.pop(name, None)
+    return steps
