@@ -90,7 +90,7 @@ class Block:
 
 def _actor(block: Block, tree: list, env: dict, who: str, reads: dict):
     """A generator running ``tree`` for thread ``who``: yields None after each step, "wait" while blocked."""
-    k, s = block.k, block.stages
+    s = block.stages
     pending = None  # (barrier) of an expect_tx whose copies are being issued
     last_read = None
 
