@@ -910,10 +910,9 @@ class _WsAttention(_WgmmaAttention):
     def fastest_groups(self, sm_count: int) -> int:
         """Consumer warpgroups a block: the fewest waves of blocks times a block's time (:data:`WS_BLOCK_US`)."""
         costs = WS_BLOCK_US["narrow" if self.depth <= 64 and self.dv <= 64 else "wide"]
-        batch = self.batch
 
         def time(groups: int) -> float:
-            blocks = batch * -(-self.M // (64 * groups))
+            blocks = self.batch * -(-self.M // (64 * groups))
             return -(-blocks // sm_count) * costs[groups]
 
         return min(costs, key=lambda g: (time(g), -g))
@@ -945,18 +944,23 @@ class _WsAttention(_WgmmaAttention):
             f"if ({g} >= {s}) cvl_mbar_wait(bars + 8 * (1 + {3 * s} + stage), (use - 1) & 1);  // V's slot free",
             f"cvl_mbar_expect_tx(bars + 8 * (1 + {s} + stage), {self.v_bytes}u);", *v,
         ]
-        work = [f"cvl_mbar_expect_tx(bars, {self.q_bytes}u);", *q,
+        # with "persistent", a work item's Q once every consumer is done with the last one's
+        free = [f"if (i > 0) cvl_mbar_wait(bars + 8 * {1 + 4 * s}, (i - 1) & 1);  // Q's buffer free"]
+        work = [*(free if self.persistent else []), f"cvl_mbar_expect_tx(bars, {self.q_bytes}u);", *q,
                 "#pragma unroll 1", f"for (int t = 0; t < {self.nt}; ++t) {{", *indent(loop), "}"]
-        if self.persistent:  # work item `it` of this block's i-th turn; its Q once every consumer is done with the last
-            work = ["#pragma unroll 1",
-                    f"for (int i = 0, it = blockIdx.x, g = 0; it < {self.items}; ++i, it += gridDim.x, g += {self.nt}) {{",
-                    *indent([*self.decode("it"), f"const int m0 = mt * {self.bm};",
-                             f"if (i > 0) cvl_mbar_wait(bars + 8 * {1 + 4 * s}, (i - 1) & 1);  // Q's buffer free",
-                             *work]), "}"]
         return [
             f"asm volatile(\"setmaxnreg.dec.sync.aligned.u32 {self.regs[0]};\\n\" ::: \"memory\");",
-            "if (threadIdx.x == 0) {", *indent(work), "}",
+            "if (threadIdx.x == 0) {", *indent(self.work_items(work)), "}",
         ]
+
+    def work_items(self, work: list[str]) -> list[str]:
+        """``work`` for the block's blocks of rows: its own (decoded in :meth:`render`), or with "persistent" each
+        work item ``it`` of its turns ``i`` in a loop, ``g`` counting the tiles of the items before."""
+        if not self.persistent:
+            return work
+        return ["#pragma unroll 1",
+                f"for (int i = 0, it = blockIdx.x, g = 0; it < {self.items}; ++i, it += gridDim.x, g += {self.nt}) {{",
+                *indent([*self.decode("it"), f"const int m0 = mt * {self.bm};", *work]), "}"]
 
     # ------------------------------------------------------------------ the consumers
     def use(self, tile: str) -> str:
@@ -1029,17 +1033,13 @@ class _WsAttention(_WgmmaAttention):
                 f"float s[1][{self.ni}][4];", f"unsigned pf[{self.ni // 2}][4];  // P's A fragments",
                 f"cvl_mbar_wait(bars, {'i & 1' if self.persistent else '0'});  // Q",
                 *self.consumer_loop(), *self.finish()]
-        if self.persistent:
-            work = ["#pragma unroll 1",
-                    f"for (int i = 0, it = blockIdx.x, g = 0; it < {self.items}; ++i, it += gridDim.x, g += {self.nt}) {{",
-                    *indent([*self.decode("it"), f"const int m0 = mt * {self.bm};", *work]), "}"]
         return [
             f"asm volatile(\"setmaxnreg.inc.sync.aligned.u32 {self.regs[1]};\\n\" ::: \"memory\");",
             "const int lane = threadIdx.x % 32;",
             "const int wg = (int)(threadIdx.x / 128) - 1;  // consumer warpgroup",
             "const int wm = wg * 64 + (threadIdx.x / 32) % 4 * 16;  // this warp's rows of the block",
             "const int d0 = 0;",
-            *work,
+            *self.work_items(work),
         ]
 
     # ------------------------------------------------------------------ the kernel
