@@ -44,7 +44,7 @@ VARIANTS = [
     ("wgmma, 1 warpgroup, overlap", 128, {"overlap": True}),
     ("wgmma, 2 warpgroups, overlap", 256, {"overlap": True}),
     ("wgmma, 2 warpgroups, overlap, 128-key tiles", 256, {"overlap": True, "bn": 128}),
-    ("wgmma, 3 warpgroups, overlap", None, {"overlap": True, "groups": 3}),
+    ("wgmma, 3 warpgroups, overlap", None, {"ws": False, "overlap": True, "groups": 3}),
     ("ws, 2 consumers, overlap", None, {"ws": True, "groups": 2}),
     ("ws, 2 consumers, overlap, 3 stages", None, {"ws": True, "groups": 2, "stages": 3}),
     ("ws, 2 consumers, no overlap", None, {"ws": True, "groups": 2, "overlap": False}),

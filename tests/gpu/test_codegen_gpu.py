@@ -451,7 +451,8 @@ def test_fused_attention_on_fresh_inputs_and_special_rows(stem, block, tmp_path)
         assert np.isnan(o[:, 1:4]).all() and np.isfinite(o[:, [0, 4, 5]]).all()
 
 
-@pytest.mark.parametrize("tuning", [{}, {"overlap": True}, {"bn": 128}, {"wgmma": False}, {"ws": True},
+@pytest.mark.parametrize("tuning", [{}, {"ws": False, "overlap": True}, {"ws": False, "bn": 128}, {"wgmma": False},
+                                    {"ws": False},
                                     {"ws": True, "overlap": False}, {"ws": True, "bn": 64, "stages": 1},
                                     {"ws": True, "groups": 3, "bn": 64, "stages": 3}, {"ws": True, "pingpong": True},
                                     {"ws": True, "pingpong": True, "bn": 176, "groups": 2}, {"ws": True, "groups": 1},
@@ -460,7 +461,9 @@ def test_fused_attention_on_fresh_inputs_and_special_rows(stem, block, tmp_path)
 @pytest.mark.parametrize("stem", ["attention_fused", "attention_fused_hopper", "one_tile"])
 def test_fused_attention_tunings(stem, tuning, tmp_path, monkeypatch):
     """cuda_attention.ATTENTION_TUNING's variants (benchmarks/ab_attention_full.py times them) on the ragged
-    programs and on one key tile (N 40 < BN, Dk 32 and Dv 16 padded to 64 for wgmma)."""
+    programs and on one key tile (N 40 < BN, Dk 32 and Dv 16 padded to 64 for wgmma): the wgmma kernel without a
+    producer ("ws": False) with and without overlap, the warp-specialised one's switches (persistent grids of 2
+    and 3 blocks walk several work items each), mma.sync."""
     import os
 
     from cuvil_dsl.codegen import cuda_attention
