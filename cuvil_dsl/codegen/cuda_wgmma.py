@@ -199,6 +199,10 @@ def split_cluster(parts: int) -> int:
 # bursts, less deep into the cap, 1-2% at 4096^3).
 RASTER_ROWS = 16
 LIBRARY_WS: bool | str = False
+# Session 23: the warp-specialised kernel's mbarrier wait traps through a __noinline__ function
+# (WS_HELPERS_OUTLINED_TRAP), as the attention kernel's does since session 22: inlined, ptxas kept every
+# thread at the launch bounds' entry count (R159 here) whatever setmaxnreg gave the consumers (R193 outlined).
+WS_TRAP_OUTLINED = True
 TMA = True
 # Session 19: batched operands load by TMA too, through three-dimensional maps whose outer dimension is the batch
 # (:func:`batch_view`); before, any operand with batch axes kept the cp.async loader.
@@ -523,7 +527,8 @@ class WgmmaEngine:
         return 64 * 128 if o.k_major else self.bk * 128
 
     def helpers(self) -> str:
-        return (HELPERS + self._mma_helper() + (TMA_HELPERS + WS_HELPERS if self.maps else "")
+        wait = WS_HELPERS_OUTLINED_TRAP if self.specialised and WS_TRAP_OUTLINED else WS_HELPERS
+        return (HELPERS + self._mma_helper() + (TMA_HELPERS + wait if self.maps else "")
                 + (TMA3_HELPERS if self.batch_coord else "") + (PAIR_HELPERS if self.pair else ""))
 
     def instruction(self) -> str:

@@ -1,0 +1,21 @@
+#!/bin/bash
+# Session 23's device calls: STEPS (space-separated) picks what runs, each with its output under $OUT.
+#   tests  the GPU tests of the attention and GEMM kernels (their tuning variants included)
+#   wsgemm the GEMM's warp-specialised kernel with its barrier wait's trap outlined (the default now) against
+#          the trap inlined and the plain kernel (ab_wgmma.py, rotated rounds, 4096^3)
+#   bench  `cuvil-dsl bench` of the attention benchmarks (the persistent grid is their default since session 22)
+set -u
+for step in ${STEPS:-tests wsgemm bench}; do
+    echo "== $step $(date -u +%H:%M:%S)"
+    case $step in
+    tests)
+        timeout 300 python3 -m pytest -p cuvil_dsl.testing.plugin -m gpu -q -p no:cacheprovider \
+            tests/gpu/test_codegen_gpu.py -k "${TESTS_K:-attention or wgmma or gemm}" 2>&1 | tail -25 | tee "$OUT/gpu-tests.log" ;;
+    wsgemm)
+        timeout 300 python3 benchmarks/ab_wgmma.py --configs 128x256s4p1 --no-sass --library-modes persistent \
+            --timed 4096x4096x4096 --rounds ${ROUNDS:-4} --samples 50 2>&1 | tee "$OUT/ab_wgmma.md" | tail -30 ;;
+    bench)
+        timeout 400 python3 -m cuvil_dsl bench ${BENCH_SPECS:-benchmarks/attention_full_f16.yaml benchmarks/shapes/attention_full_f16-d128.yaml} \
+            --quick --baselines ${BASELINES:-torch,triton} --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.md" | tail -30 ;;
+    esac
+done
