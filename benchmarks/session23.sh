@@ -3,6 +3,8 @@
 #   tests  the GPU tests of the attention and GEMM kernels (their tuning variants included)
 #   wsgemm the GEMM's warp-specialised kernel with its barrier wait's trap outlined (the default now) against
 #          the trap inlined and the plain kernel (ab_wgmma.py, rotated rounds, 4096^3)
+#   ncu    Nsight Compute's launch statistics, speed of light and occupancy of cuBLAS's GEMM, PyTorch's addmm + gelu
+#          and ours (benchmarks/ncu_gemm.py), then of PyTorch's fused attention and ours
 #   bench  `cuvil-dsl bench` of the attention benchmarks (the persistent grid is their default since session 22)
 set -u
 for step in ${STEPS:-tests wsgemm bench}; do
@@ -14,6 +16,12 @@ for step in ${STEPS:-tests wsgemm bench}; do
     wsgemm)
         timeout 300 python3 benchmarks/ab_wgmma.py --configs 128x256s4p1 --no-sass --library-modes persistent \
             --timed 4096x4096x4096 --rounds ${ROUNDS:-4} --samples 50 2>&1 | tee "$OUT/ab_wgmma.md" | tail -30 ;;
+    ncu)
+        for what in gemm attention; do
+            timeout 240 ncu --section LaunchStats --section SpeedOfLight --section Occupancy --section WarpStateStats \
+                python3 benchmarks/ncu_gemm.py $what > "$OUT/ncu-$what.txt" 2>&1
+            grep -E "^  [a-zA-Z_].*\(|Block Size|Grid Size|Cluster Size|Registers Per|Shared Memory Config|Dynamic Shared|Static Shared|Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Waves Per SM|Theoretical Occupancy" "$OUT/ncu-$what.txt" | head -120
+        done ;;
     bench)
         timeout 400 python3 -m cuvil_dsl bench ${BENCH_SPECS:-benchmarks/attention_full_f16.yaml benchmarks/shapes/attention_full_f16-d128.yaml} \
             --quick --baselines ${BASELINES:-torch,triton} --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.md" | tail -30 ;;

@@ -1,0 +1,78 @@
+"""Run gemm_gelu_f16's contenders once each after a warm-up, for Nsight Compute: cuBLAS's GEMM alone
+(cupy.matmul), PyTorch's addmm + gelu (when PyTorch is installed) and the library's kernel; with
+``attention``, attention_full_f16's instead: PyTorch's scaled_dot_product_attention and ours.
+
+    ncu --section LaunchStats --section SpeedOfLight --section Occupancy python3 benchmarks/ncu_gemm.py [attention]
+
+Session 23 added it to read the launch configuration of cuBLAS's kernel (tile from its name, grid, block,
+cluster, shared memory, registers) next to ours. Results are not checked here (the bench checks them).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def attention_runs(rng) -> list:
+    import cupy
+    import numpy as np
+
+    import cuvil_dsl
+
+    q, k, v = (cupy.asarray(rng.standard_normal((32, 2048, 64)).astype(np.float16)) for _ in range(3))
+    runs = []
+    try:
+        import torch
+
+        tq, tk, tv = (torch.as_tensor(x, device="cuda")[:, None] for x in (q, k, v))
+        runs.append(("torch sdpa", lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, scale=0.125)))
+    except ImportError:
+        pass
+    ours = cuvil_dsl.load(str(ROOT / "benchmarks" / "attention_full_f16.cuvil")).compile(backend="cuda")
+    runs.append(("cuvil-dsl", lambda: ours(q, k, v)))
+    return runs
+
+
+def gemm_runs(rng) -> list:
+    import cupy
+    import numpy as np
+
+    import cuvil_dsl
+
+    n = 4096
+    a = cupy.asarray((rng.standard_normal((n, n)) * 0.05).astype(np.float16))
+    b = cupy.asarray((rng.standard_normal((n, n)) * 0.05).astype(np.float16))
+    bias = cupy.asarray((rng.standard_normal(n) * 0.1).astype(np.float16))
+    runs = [("cupy.matmul", lambda: cupy.matmul(a, b))]
+    try:
+        import torch
+
+        ta, tb, tbias = (torch.as_tensor(x, device="cuda") for x in (a, b, bias))
+        runs.append(("torch addmm + gelu", lambda: torch.nn.functional.gelu(torch.addmm(tbias, ta, tb))))
+    except ImportError:
+        pass
+    ours = cuvil_dsl.load(str(ROOT / "benchmarks" / "gemm_gelu_f16.cuvil")).compile(backend="cuda")
+    runs.append(("cuvil-dsl", lambda: ours(a, b, bias)))
+    return runs
+
+
+def main(argv: list[str]) -> int:
+    import cupy
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    for label, fn in attention_runs(rng) if "attention" in argv else gemm_runs(rng):
+        fn()  # warm-up: module loads, graph capture, autotuning
+        cupy.cuda.runtime.deviceSynchronize()
+        print(f"-- {label}", flush=True)
+        fn()
+        cupy.cuda.runtime.deviceSynchronize()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
