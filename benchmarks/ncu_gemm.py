@@ -5,7 +5,8 @@
     ncu --section LaunchStats --section SpeedOfLight --section Occupancy python3 benchmarks/ncu_gemm.py [attention]
 
 Session 23 added it to read the launch configuration of cuBLAS's kernel (tile from its name, grid, block,
-cluster, shared memory, registers) next to ours. Results are not checked here (the bench checks them).
+cluster, shared memory, registers) next to ours. Results are not checked here (the bench checks them). Exit
+status 2 when there is no GPU.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+from raw_gpu import open_gpu  # noqa: E402
 
 
 def attention_runs(rng) -> list:
@@ -60,7 +63,10 @@ def gemm_runs(rng) -> list:
     return runs
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if open_gpu("ncu_gemm") is None:
+        return 2
     import cupy
     import numpy as np
 
@@ -75,4 +81,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """The session-13 probes without a GPU: benchmarks/flush_probe.py's replica kernels build for sm_90 (NVRTC
 needs no GPU), and it, benchmarks/placement_probe.py and benchmarks/graph_probe.py (session 17) say they have no
-GPU to run on with exit status 2;
+GPU to run on with exit status 2 (as does benchmarks/ncu_gemm.py, session 23);
 benchmarks/shapes/ holds specs that check, each matched to its benchmark's baselines."""
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ def test_flush_probe_needs_specs_or_stream(capsys):
     assert "name one or more specs, or --stream" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("stem, argv", [("flush_probe", ["--stream"]), ("placement_probe", []), ("graph_probe", [])])
+@pytest.mark.parametrize("stem, argv", [("flush_probe", ["--stream"]), ("placement_probe", []), ("graph_probe", []),
+                                        ("ncu_gemm", []), ("ncu_gemm", ["attention"])])
 def test_probes_exit_2_without_gpu(stem, argv, capsys):
     exits_2_without_gpu(load_script(stem), stem, capsys, argv)
 

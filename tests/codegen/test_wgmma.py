@@ -581,8 +581,9 @@ def test_library_gemm_gelu_f16(library):
 
 def test_library_warp_specialised(library):
     """cuda_wgmma.LIBRARY_WS: launches on LARGE_TILE get the persistent producer / consumer kernel
-    (grid of one block per SM, 4 consumer warpgroups + 1 producer, setmaxnreg), with the library's
-    tile decode (batch coordinates, operand bases) and the same paired epilogue; others are unchanged."""
+    (grid of one block per SM, 4 consumer warpgroups + 1 producer, setmaxnreg, the barrier wait's trap outlined),
+    with the library's tile decode (batch coordinates, operand bases) and the same paired epilogue; others are
+    unchanged."""
     from cuvil_dsl.codegen.cuda_wgmma import ws_entry_regs
 
     specialised = {}
@@ -603,6 +604,9 @@ def test_library_warp_specialised(library):
             assert k.shared_bytes == k0.shared_bytes + 64 or "m64n192k16" in k0.source
             body = k.source.split('extern "C"')[1]
             assert "cvl_mbar_wait" in body and "__syncthreads()" not in body.split("setmaxnreg")[1]
+            # the barrier wait traps through a function of its own (WS_TRAP_OUTLINED): inlined, ptxas would keep the
+            # consumers at the entry count whatever setmaxnreg gives them; the plain kernel keeps its inlined trap
+            assert "__noinline__ void cvl_hang()" in k.source and "cvl_hang" not in k0.source
             assert ("float& ACC0" in body) == ("float& ACC0" in k0.source)
             assert "HGMMA" in _sass(u)
     assert specialised[("gemm_gelu_f16", "gemm_gelu")] and specialised[("wg_batched_pairs", "main_k1")]
