@@ -1,6 +1,7 @@
 """Run gemm_gelu_f16's contenders once each after a warm-up, for Nsight Compute: cuBLAS's GEMM alone
 (cupy.matmul), PyTorch's addmm + gelu (when PyTorch is installed) and the library's kernel; with
-``attention``, attention_full_f16's instead: PyTorch's scaled_dot_product_attention and ours.
+``attention``, attention_full_f16's instead: PyTorch's scaled_dot_product_attention and ours (with
+``groups=G`` as well, ours again with G consumer warpgroups, ATTENTION_TUNING "groups").
 
     ncu --section LaunchStats --section SpeedOfLight --section Occupancy python3 benchmarks/ncu_gemm.py [attention]
 
@@ -20,11 +21,12 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 from raw_gpu import open_gpu  # noqa: E402
 
 
-def attention_runs(rng) -> list:
+def attention_runs(rng, groups: int | None = None) -> list:
     import cupy
     import numpy as np
 
     import cuvil_dsl
+    from cuvil_dsl.codegen import cuda_attention
 
     q, k, v = (cupy.asarray(rng.standard_normal((32, 2048, 64)).astype(np.float16)) for _ in range(3))
     runs = []
@@ -35,8 +37,19 @@ def attention_runs(rng) -> list:
         runs.append(("torch sdpa", lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, scale=0.125)))
     except ImportError:
         pass
-    ours = cuvil_dsl.load(str(ROOT / "benchmarks" / "attention_full_f16.cuvil")).compile(backend="cuda")
+    program = cuvil_dsl.load(str(ROOT / "benchmarks" / "attention_full_f16.cuvil"))
+    ours = program.compile(backend="cuda")
     runs.append(("cuvil-dsl", lambda: ours(q, k, v)))
+    if groups:  # rendered when first called, so the tuning is set around that call
+        saved = dict(cuda_attention.ATTENTION_TUNING)
+        cuda_attention.ATTENTION_TUNING["groups"] = groups
+        try:
+            tuned = cuvil_dsl.load(str(ROOT / "benchmarks" / "attention_full_f16.cuvil")).compile(backend="cuda")
+            tuned(q, k, v)
+        finally:
+            cuda_attention.ATTENTION_TUNING.clear()
+            cuda_attention.ATTENTION_TUNING.update(saved)
+        runs.append((f"cuvil-dsl, {groups} consumer warpgroups", lambda: tuned(q, k, v)))
     return runs
 
 
@@ -71,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
 
     rng = np.random.default_rng(0)
-    for label, fn in attention_runs(rng) if "attention" in argv else gemm_runs(rng):
+    groups = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("groups=")), None)
+    for label, fn in attention_runs(rng, groups) if "attention" in argv else gemm_runs(rng):
         fn()  # warm-up: module loads, graph capture, autotuning
         cupy.cuda.runtime.deviceSynchronize()
         print(f"-- {label}", flush=True)

@@ -5,6 +5,8 @@
 #          the trap inlined and the plain kernel (ab_wgmma.py, rotated rounds, 4096^3)
 #   ncu    Nsight Compute's launch statistics, speed of light and occupancy of cuBLAS's GEMM, PyTorch's addmm + gelu
 #          and ours (benchmarks/ncu_gemm.py), then of PyTorch's fused attention and ours
+#   ncufull ncu's full set (stall reasons, instruction mix, scheduler statistics) of PyTorch's fused attention and
+#          ours with 4 and 2 consumer warpgroups
 #   bench  `cuvil-dsl bench` of the attention benchmarks (the persistent grid is their default since session 22)
 set -u
 for step in ${STEPS:-tests wsgemm bench}; do
@@ -22,6 +24,11 @@ for step in ${STEPS:-tests wsgemm bench}; do
                 python3 benchmarks/ncu_gemm.py $what > "$OUT/ncu-$what.txt" 2>&1
             grep -E "^  [a-zA-Z_].*\(|Block Size|Grid Size|Cluster Size|Registers Per|Shared Memory Config|Dynamic Shared|Static Shared|Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Waves Per SM|Theoretical Occupancy" "$OUT/ncu-$what.txt" | head -120
         done ;;
+    ncufull)
+        timeout 420 ncu --set full -k regex:"cudnn|cvl_forward" python3 benchmarks/ncu_gemm.py attention groups=2 \
+            > "$OUT/ncu-attention-full-set.txt" 2>&1
+        grep -E "^  [a-zA-Z_].*\(|Duration|Warp Cycles Per Issued|Issued Ipc|No Eligible|Stall|Executed Instructions  " \
+            "$OUT/ncu-attention-full-set.txt" | head -80 ;;
     bench)
         timeout 400 python3 -m cuvil_dsl bench ${BENCH_SPECS:-benchmarks/attention_full_f16.yaml benchmarks/shapes/attention_full_f16-d128.yaml} \
             --quick --baselines ${BASELINES:-torch,triton} --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.md" | tail -30 ;;
