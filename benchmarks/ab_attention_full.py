@@ -60,6 +60,14 @@ VARIANTS = [
     ("ws, 1 consumer, 64-key tiles", None, {"ws": True, "groups": 1, "bn": 64}),
     ("ws, persistent", None, {"ws": True, "persistent": True}),
     ("ws, 3 consumers, 3 stages, persistent", None, {"ws": True, "groups": 3, "stages": 3, "persistent": True}),
+    # Session 23: a row's tile maximum and numerator sum in independent chains ("chains": (max, sum)); ncu put
+    # 30% of the two-consumer kernel's stalls on fixed-latency dependencies (FMNMX and FADD chains of 2 x bn / 8)
+    ("chains: max in 2", None, {"chains": (2, 1)}),
+    ("chains: max in 4", None, {"chains": (4, 1)}),
+    ("chains: max and sum in 4", None, {"chains": (4, 4)}),
+    ("chains: 2 consumers, max and sum in 4", None, {"ws": True, "groups": 2, "chains": (4, 4)}),
+    ("chains: 2 consumers, max in 4", None, {"ws": True, "groups": 2, "chains": (4, 1)}),
+    ("chains: none, 2 consumers", None, {"ws": True, "groups": 2}),
 ]
 
 

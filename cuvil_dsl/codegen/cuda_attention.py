@@ -88,6 +88,10 @@ PAD = 8  # elements of padding a shared row (16 bytes)
 #           each walking blocks of rows, the next one's Q and first tiles loading during the last one's end.
 #           Default: where there are more blocks of rows than multiprocessors (D 128: 69.4 against 71.5 and 67.3
 #           against 69.5 us in two calls; D 64: 88.8 against 88.9 and 88.2 against 88.2).
+#   "chains": (max, sum): independent chains a row slot's tile maximum and numerator sum are computed in, each
+#           over every chains-th 8-key column group, then combined (a thread's 2 x bn / 8 values of a row are one
+#           dependent FMNMX chain and one FADD chain otherwise). More max chains give the same bits (fmaxf is
+#           associative); more sum chains add in another order. Default (1, 1).
 #   In the warp-specialised kernel "groups" (consumer warpgroups) defaults to the fastest by WS_BLOCK_US (4 for
 #   the benchmark at D 64, 2 at D 128, 1 for the small example), and "bn" to 128 with 2 or 3 consumers, else 64.
 ATTENTION_TUNING: dict = {}
@@ -171,6 +175,7 @@ class _Attention:
         self.v_elems = self.bn * self.ldv
         self.fold = self.folded_scale() if tune.get("fold", True) else None
         self.lazy = bool(tune.get("lazy", False))
+        self.chains = tuple(int(c) for c in tune.get("chains", (1, 1)))  # (max, sum) chains a row slot
         k.config = replace(k.config, block=self.threads)
         if "launch_bounds" not in k.config.overridden:
             k.config = replace(k.config, min_blocks=self.blocks_per_sm())
@@ -324,23 +329,40 @@ class _Attention:
         neg_inf = self.k.lang.literal(-math.inf, DType.F32)
         slots = 2 * self.mi
 
-        def scan(combine: str) -> list[str]:
-            return ["#pragma unroll", f"for (int mi = 0; mi < {self.mi}; ++mi)",
+        chains = min(self.chains[0], self.ni)
+
+        def scan(combine: str, start: str) -> list[str]:
+            if chains == 1:
+                return ["#pragma unroll", f"for (int r = 0; r < {slots}; ++r) top[r] = {start};",
+                        "#pragma unroll", f"for (int mi = 0; mi < {self.mi}; ++mi)",
+                        "#pragma unroll", f"for (int ni = 0; ni < {self.ni}; ++ni)",
+                        "#pragma unroll", "    for (int e = 0; e < 4; ++e)",
+                        f"        top[mi * 2 + e / 2] = {combine}(top[mi * 2 + e / 2], s[mi][ni][e]);"]
+            # chain c takes column groups ni = c, c + chains, ...: independent dependency chains, then combined
+            return [f"float part[{slots}][{chains}];",
+                    "#pragma unroll", f"for (int r = 0; r < {slots}; ++r)",
+                    "#pragma unroll", f"    for (int c = 0; c < {chains}; ++c) part[r][c] = {start};",
+                    "#pragma unroll", f"for (int mi = 0; mi < {self.mi}; ++mi)",
                     "#pragma unroll", f"for (int ni = 0; ni < {self.ni}; ++ni)",
                     "#pragma unroll", "    for (int e = 0; e < 4; ++e)",
-                    f"        top[mi * 2 + e / 2] = {combine}(top[mi * 2 + e / 2], s[mi][ni][e]);"]
+                    f"        part[mi * 2 + e / 2][ni % {chains}] = {combine}(part[mi * 2 + e / 2][ni % {chains}], "
+                    "s[mi][ni][e]);",
+                    "#pragma unroll", f"for (int r = 0; r < {slots}; ++r) {{", "    top[r] = part[r][0];",
+                    "#pragma unroll", f"    for (int c = 1; c < {chains}; ++c) top[r] = {combine}(top[r], part[r][c]);",
+                    "}"]
+
+        def flush(lines: list[str]) -> list[str]:  # the first pragma at the left margin, as it has always been
+            return [lines[0].strip(), *lines[1:]]
 
         inf = self.k.lang.literal(math.inf, DType.F32)
         out = [f"float top[{slots}];"]
         if not self.fold:  # the argument itself ("" folds the GEMM value: its maximum is the argument's)
-            return out + ["#pragma unroll", f"for (int r = 0; r < {slots}; ++r) top[r] = {neg_inf};", *scan("fmaxf")]
+            return out + scan("fmaxf", neg_inf)
         # max(acc * u) is u * max(acc) for u >= 0 and u * min(acc) for u < 0 (rounding is monotonic)
         return out + [
-            "if (fold_flip) {",
-            "#pragma unroll", f"    for (int r = 0; r < {slots}; ++r) top[r] = {inf};", *indent(scan("fminf")),
+            "if (fold_flip) {", *flush(indent(scan("fminf", inf))),
             "#pragma unroll", f"    for (int r = 0; r < {slots}; ++r) top[r] = -top[r];",
-            "} else {",
-            "#pragma unroll", f"    for (int r = 0; r < {slots}; ++r) top[r] = {neg_inf};", *indent(scan("fmaxf")),
+            "} else {", *flush(indent(scan("fmaxf", neg_inf))),
             "}",
             "#pragma unroll", f"for (int r = 0; r < {slots}; ++r) top[r] *= fold_abs;",
         ]
@@ -377,15 +399,27 @@ class _Attention:
             f"             : row_max[r] == {neg_inf} ? 0.0f : cvl_ex2(row_base[r] - base[r]);  // nothing to scale yet",
             "    row_max[r] = top[r];", "    row_base[r] = base[r];", "    row_sum[r] *= alpha[r];",
             "}",
-            "#pragma unroll", f"for (int mi = 0; mi < {self.mi}; ++mi)",
-            "#pragma unroll", f"for (int ni = 0; ni < {self.ni}; ++ni)",
-            "#pragma unroll", "    for (int e = 0; e < 4; ++e) {",
-            "        const int r = mi * 2 + e / 2;",
-            f"        s[mi][ni][e] = cvl_ex2(fmaf(s[mi][ni][e], {scale}, -base[r]));",
-            "        row_sum[r] += s[mi][ni][e];",
-            "    }",
+            *self.numerators(scale),
         ]
         return stats, rescale
+
+    def numerators(self, scale: str) -> list[str]:
+        """Each logit's numerator in place of ``s``, added to its row slot's ``row_sum`` (in ``chains[1]``
+        independent chains, combined into it after the tile)."""
+        chains = min(self.chains[1], self.ni)
+        exp = f"        s[mi][ni][e] = cvl_ex2(fmaf(s[mi][ni][e], {scale}, -base[r]));"
+        loop = ["#pragma unroll", f"for (int mi = 0; mi < {self.mi}; ++mi)",
+                "#pragma unroll", f"for (int ni = 0; ni < {self.ni}; ++ni)",
+                "#pragma unroll", "    for (int e = 0; e < 4; ++e) {",
+                "        const int r = mi * 2 + e / 2;", exp]
+        if chains == 1:
+            return [*loop, "        row_sum[r] += s[mi][ni][e];", "    }"]
+        slots = 2 * self.mi
+        return [f"float sums[{slots}][{chains}] = {{}};", *loop,
+                f"        sums[r][ni % {chains}] += s[mi][ni][e];", "    }",
+                "#pragma unroll", f"for (int r = 0; r < {slots}; ++r) {{", "    float t = sums[r][0];",
+                "#pragma unroll", f"    for (int c = 1; c < {chains}; ++c) t += sums[r][c];", "    row_sum[r] += t;",
+                "}"]
 
     def pv(self) -> list[str]:
         """``o += P V`` over the tile's keys: P's A fragments from the numerators (an m16n8 C fragment pair
