@@ -91,7 +91,9 @@ PAD = 8  # elements of padding a shared row (16 bytes)
 #   "chains": (max, sum): independent chains a row slot's tile maximum and numerator sum are computed in, each
 #           over every chains-th 8-key column group, then combined (a thread's 2 x bn / 8 values of a row are one
 #           dependent FMNMX chain and one FADD chain otherwise). More max chains give the same bits (fmaxf is
-#           associative); more sum chains add in another order. Default (1, 1).
+#           associative); more sum chains add in another order. Default (1, 1); (4, 1) in the warp-specialised
+#           kernel with one consumer warpgroup (the example, [4, 256, 256]: 13.7 against 14.1 us; at the benchmarks'
+#           shapes, with 2 or 4 consumers, every split measured level: benchmarks/NOTES.md, session 23).
 #   In the warp-specialised kernel "groups" (consumer warpgroups) defaults to the fastest by WS_BLOCK_US (4 for
 #   the benchmark at D 64, 2 at D 128, 1 for the small example), and "bn" to 128 with 2 or 3 consumers, else 64.
 ATTENTION_TUNING: dict = {}
@@ -897,6 +899,9 @@ class _WsAttention(_WgmmaAttention):
         super().__init__(k)
         groups = int(tune["groups"]) if "groups" in tune else self.fastest_groups(k.sm_count)
         self.groups = groups
+        # one consumer alone (small grids) hides less of a row's FMNMX chain: the tile maximum in 4 chains
+        # (the same bits) measured 13.7 against 14.1 us on the example; with more consumers level
+        self.chains = tuple(int(c) for c in tune.get("chains", (4, 1) if groups == 1 else (1, 1)))
         self.overlap = bool(tune.get("overlap", True))
         self.stages = int(tune.get("stages", 2))
         self.pingpong = bool(tune.get("pingpong", False)) and self.overlap and groups == 2

@@ -195,6 +195,28 @@ def test_warp_specialised_consumers_get_the_registers_setmaxnreg_gives(tmp_path,
     assert used >= 168, used  # registers past the entry count: the consumers' share
 
 
+def test_one_consumer_takes_its_row_maxima_in_four_chains(monkeypatch):
+    """ATTENTION_TUNING "chains": a lone consumer warpgroup (the example's small grid) takes each row's tile maximum
+    in 4 independent FMNMX chains over every fourth column group, combined after (the same bits: fmaxf is
+    associative), and its sums in one; with 2 or 4 consumers (the benchmarks) one chain each, as before. An asked
+    split applies to any kernel, sums too."""
+    from cuvil_dsl.codegen import cuda_attention
+
+    monkeypatch.setattr(cuda_attention, "ATTENTION_TUNING", {})
+    example = load_case(ROOT / "specs" / "attention.yaml")
+    flash = next(k for k in render_cuda(example.plan("sm_90"), example.binding.sizes, "sm_90") if "setmaxnreg" in k.source)
+    assert flash.block == (256, 1, 1)  # one consumer
+    assert "part[mi * 2 + e / 2][ni % 4] = fmaxf(part[mi * 2 + e / 2][ni % 4], s[mi][ni][e]);" in flash.source
+    assert "for (int c = 1; c < 4; ++c) top[r] = fmaxf(top[r], part[r][c]);" in flash.source
+    assert "row_sum[r] += s[mi][ni][e];" in flash.source and "sums[" not in flash.source
+    case = load_case(BENCH)
+    (k,) = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")
+    assert k.block == (640, 1, 1) and "part[" not in k.source  # four consumers: one chain
+    monkeypatch.setattr(cuda_attention, "ATTENTION_TUNING", {"chains": (2, 4)})
+    (k,) = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")
+    assert "part[mi * 2 + e / 2][ni % 2]" in k.source and "sums[r][ni % 4] += s[mi][ni][e];" in k.source
+
+
 def test_warp_specialised_tunings_compile_within_their_resources(tmp_path, monkeypatch):
     """The warp-specialised kernel's switches (benchmarks/ab_attention_full.py times them; the GPU tests run
     them): each compiles for sm_90a without spills; 176-key tiles leave a ragged last tile (2048 keys)."""
@@ -204,6 +226,7 @@ def test_warp_specialised_tunings_compile_within_their_resources(tmp_path, monke
     monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
     case = load_case(BENCH)
     for tuning in ({"pingpong": True, "groups": 2}, {"overlap": False}, {"bn": 176, "groups": 2}, {"stages": 1},
+                   {"chains": (4, 4)}, {"chains": (4, 4), "groups": 2},
                    {"groups": 1}, {"groups": 3}, {"persistent": True}, {"persistent": True, "overlap": False}):
         monkeypatch.setattr(cuda_attention, "ATTENTION_TUNING", dict(tuning))
         (k,) = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90")

@@ -456,14 +456,16 @@ def test_fused_attention_on_fresh_inputs_and_special_rows(stem, block, tmp_path)
                                     {"ws": True, "overlap": False}, {"ws": True, "bn": 64, "stages": 1},
                                     {"ws": True, "groups": 3, "bn": 64, "stages": 3}, {"ws": True, "pingpong": True},
                                     {"ws": True, "pingpong": True, "bn": 176, "groups": 2}, {"ws": True, "groups": 1},
-                                    {"ws": True, "persistent": 2}, {"ws": True, "persistent": 3, "groups": 2, "bn": 64}],
+                                    {"ws": True, "persistent": 2}, {"ws": True, "persistent": 3, "groups": 2, "bn": 64},
+                                    {"ws": True, "chains": (4, 4)}, {"ws": True, "chains": (2, 4), "groups": 1},
+                                    {"wgmma": False, "chains": (4, 2)}],
                          ids=str)
 @pytest.mark.parametrize("stem", ["attention_fused", "attention_fused_hopper", "one_tile"])
 def test_fused_attention_tunings(stem, tuning, tmp_path, monkeypatch):
     """cuda_attention.ATTENTION_TUNING's variants (benchmarks/ab_attention_full.py times them) on the ragged
     programs and on one key tile (N 40 < BN, Dk 32 and Dv 16 padded to 64 for wgmma): the wgmma kernel without a
     producer ("ws": False) with and without overlap, the warp-specialised one's switches (persistent grids of 2
-    and 3 blocks walk several work items each), mma.sync."""
+    and 3 blocks walk several work items each; row statistics in chains), mma.sync."""
     import os
 
     from cuvil_dsl.codegen import cuda_attention
