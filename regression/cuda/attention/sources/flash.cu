@@ -324,15 +324,24 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
                 ACC = t3;
             }
             float top[2];
+            float part[2][4];
             #pragma unroll
-            for (int r = 0; r < 2; ++r) top[r] = (-__int_as_float(0x7f800000));
+            for (int r = 0; r < 2; ++r)
+            #pragma unroll
+                for (int c = 0; c < 4; ++c) part[r][c] = (-__int_as_float(0x7f800000));
             #pragma unroll
             for (int mi = 0; mi < 1; ++mi)
             #pragma unroll
             for (int ni = 0; ni < 8; ++ni)
             #pragma unroll
                 for (int e = 0; e < 4; ++e)
-                    top[mi * 2 + e / 2] = fmaxf(top[mi * 2 + e / 2], s[mi][ni][e]);
+                    part[mi * 2 + e / 2][ni % 4] = fmaxf(part[mi * 2 + e / 2][ni % 4], s[mi][ni][e]);
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                top[r] = part[r][0];
+            #pragma unroll
+                for (int c = 1; c < 4; ++c) top[r] = fmaxf(top[r], part[r][c]);
+            }
             float base[2];
             #pragma unroll
             for (int r = 0; r < 2; ++r) {
@@ -405,15 +414,24 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
                 ACC = t8;
             }
             float top[2];
+            float part[2][4];
             #pragma unroll
-            for (int r = 0; r < 2; ++r) top[r] = (-__int_as_float(0x7f800000));
+            for (int r = 0; r < 2; ++r)
+            #pragma unroll
+                for (int c = 0; c < 4; ++c) part[r][c] = (-__int_as_float(0x7f800000));
             #pragma unroll
             for (int mi = 0; mi < 1; ++mi)
             #pragma unroll
             for (int ni = 0; ni < 8; ++ni)
             #pragma unroll
                 for (int e = 0; e < 4; ++e)
-                    top[mi * 2 + e / 2] = fmaxf(top[mi * 2 + e / 2], s[mi][ni][e]);
+                    part[mi * 2 + e / 2][ni % 4] = fmaxf(part[mi * 2 + e / 2][ni % 4], s[mi][ni][e]);
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                top[r] = part[r][0];
+            #pragma unroll
+                for (int c = 1; c < 4; ++c) top[r] = fmaxf(top[r], part[r][c]);
+            }
             float base[2];
             #pragma unroll
             for (int r = 0; r < 2; ++r) {
