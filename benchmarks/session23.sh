@@ -7,6 +7,8 @@
 #          and ours (benchmarks/ncu_gemm.py), then of PyTorch's fused attention and ours
 #   ncufull ncu's full set (stall reasons, instruction mix, scheduler statistics) of PyTorch's fused attention and
 #          ours with 4 and 2 consumer warpgroups
+#   ncusrc per-instruction counters (stall samples) of our attention kernel with 4 consumers (launch 2 of ours) and
+#          with 2 (launch 3), exported as CSV for benchmarks/ncu_source.py
 #   bench  `cuvil-dsl bench` of the attention benchmarks (the persistent grid is their default since session 22)
 set -u
 for step in ${STEPS:-tests wsgemm bench}; do
@@ -29,6 +31,15 @@ for step in ${STEPS:-tests wsgemm bench}; do
             > "$OUT/ncu-attention-full-set.txt" 2>&1
         grep -E "^  [a-zA-Z_].*\(|Duration|Warp Cycles Per Issued|Issued Ipc|No Eligible|Stall|Executed Instructions  " \
             "$OUT/ncu-attention-full-set.txt" | head -80 ;;
+    ncusrc)
+        for pick in "4 2" "2 3"; do
+            set -- $pick
+            timeout 200 ncu --section SourceCounters --section WarpStateStats -k regex:cvl_forward --launch-skip $2 \
+                --launch-count 1 -f -o /tmp/src$1 python3 benchmarks/ncu_gemm.py attention groups=2 > /dev/null 2>&1
+            ncu --import /tmp/src$1.ncu-rep --page source --print-source sass --csv > "$OUT/ncu-attention-source-$1consumers.csv"
+            python3 benchmarks/ncu_source.py "$OUT/ncu-attention-source-$1consumers.csv" --elements 134217728 \
+                --listing "$OUT/ncu-attention-source-$1consumers.txt" 2>&1 | head -60
+        done ;;
     bench)
         timeout 400 python3 -m cuvil_dsl bench ${BENCH_SPECS:-benchmarks/attention_full_f16.yaml benchmarks/shapes/attention_full_f16-d128.yaml} \
             --quick --baselines ${BASELINES:-torch,triton} --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.md" | tail -30 ;;
