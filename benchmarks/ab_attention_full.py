@@ -68,11 +68,6 @@ VARIANTS = [
     ("chains: 2 consumers, max and sum in 4", None, {"ws": True, "groups": 2, "chains": (4, 4)}),
     ("chains: 2 consumers, max in 4", None, {"ws": True, "groups": 2, "chains": (4, 1)}),
     ("chains: none, 2 consumers", None, {"ws": True, "groups": 2}),
-    # Session 23: the outputs rescaled only when a row's maximum passes its base by more than the slack (log2 units);
-    # ncu's opcode mix of the 4-consumer kernel: FMUL 11.7% of its instructions, mostly that rescale (1 a logit)
-    ("slack: 8", None, {"slack": 8}),
-    ("slack: 4", None, {"slack": 4}),
-    ("slack: 8, 2 consumers", None, {"ws": True, "groups": 2, "slack": 8}),
 ]
 
 

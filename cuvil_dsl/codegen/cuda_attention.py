@@ -94,10 +94,6 @@ PAD = 8  # elements of padding a shared row (16 bytes)
 #           associative); more sum chains add in another order. Default (1, 1); (4, 1) in the warp-specialised
 #           kernel with one consumer warpgroup (the example, [4, 256, 256]: 13.7 against 14.1 us; at the benchmarks'
 #           shapes, with 2 or 4 consumers, every split measured level: benchmarks/NOTES.md, session 23).
-#   "slack": S > 0: a row keeps its exponent base (and its sum and outputs their scale) while a tile's maximum
-#           exceeds it by at most S in log2 units, so its numerators stay below 2^S (f16 holds them, with the same
-#           relative rounding), and the outputs are rescaled (a warp-uniform branch) only in the rare tile where some
-#           row's maximum moves past it. Default 0 (a rescale whenever a maximum grows).
 #   In the warp-specialised kernel "groups" (consumer warpgroups) defaults to the fastest by WS_BLOCK_US (4 for
 #   the benchmark at D 64, 2 at D 128, 1 for the small example), and "bn" to 128 with 2 or 3 consumers, else 64.
 ATTENTION_TUNING: dict = {}
@@ -182,7 +178,6 @@ class _Attention:
         self.fold = self.folded_scale() if tune.get("fold", True) else None
         self.lazy = bool(tune.get("lazy", False))
         self.chains = tuple(int(c) for c in tune.get("chains", (1, 1)))  # (max, sum) chains a row slot
-        self.slack = int(tune.get("slack", 0))  # log2 units a row's maximum may pass its base before a rescale
         k.config = replace(k.config, block=self.threads)
         if "launch_bounds" not in k.config.overridden:
             k.config = replace(k.config, min_blocks=self.blocks_per_sm())
@@ -388,15 +383,10 @@ class _Attention:
         rescale = ["#pragma unroll", f"for (int mi = 0; mi < {self.mi}; ++mi)",
                    "#pragma unroll", f"for (int nd = 0; nd < {self.nd}; ++nd)",
                    "#pragma unroll", "    for (int e = 0; e < 4; ++e) o[mi][nd][e] *= alpha[mi * 2 + e / 2];"]
-        if self.lazy or self.slack:  # most tiles raise no row's base: skip the multiplies by 1 (a warp-uniform branch)
+        if self.lazy:  # most tiles raise no row's maximum: skip the multiplies by 1 (a warp-uniform branch)
             rescale = ["if (__any_sync(0xffffffffu, alpha[0] != 1.0f"
                        + "".join(f" || alpha[{r}] != 1.0f" for r in range(1, slots)) + ")) {", *indent(rescale), "}"]
         scale = "fold_c" if self.fold is not None else LOG2E
-        # with "slack" S, a row keeps its base while the tile's maximum exceeds it by at most S (in log2 units), so its
-        # numerators stay below 2^S, and the sum and outputs are rescaled only when it moves
-        keep = ([f"    if (row_max[r] != {neg_inf} && bl - row_base[r] <= {self.slack}.0f) {{",
-                 "        base[r] = row_base[r];  // within the slack: no rescale", "        alpha[r] = 1.0f;",
-                 "        continue;", "    }"] if self.slack else [])
         stats = [
             *self.tile_max(),
             f"float base[{slots}];",
@@ -405,7 +395,6 @@ class _Attention:
             "    top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 2));",
             "    top[r] = fmaxf(top[r], row_max[r]);",
             f"    const float bl = __fmul_rn(top[r], {LOG2E});",
-            *keep,
             f"    base[r] = top[r] == {neg_inf} ? 0.0f : bl;  // a row all -inf so far adds exp(-inf) = 0",
             # the old sum and outputs are of 2^(x log2 e - old base): scale them to the new base
             "    alpha[r] = row_max[r] == top[r] ? 1.0f",
