@@ -1,7 +1,8 @@
 """Run gemm_gelu_f16's contenders once each after a warm-up, for Nsight Compute: cuBLAS's GEMM alone
 (cupy.matmul), PyTorch's addmm + gelu (when PyTorch is installed) and the library's kernel; with
 ``attention``, attention_full_f16's instead: PyTorch's scaled_dot_product_attention and ours (with
-``groups=G`` as well, ours again with G consumer warpgroups, ATTENTION_TUNING "groups").
+``groups=G`` as well, ours again with G consumer warpgroups, ATTENTION_TUNING "groups"; with ``alone`` too, only
+that one, so that ``--launch-skip 1 --launch-count 1`` picks it out).
 
     ncu --section LaunchStats --section SpeedOfLight --section Occupancy python3 benchmarks/ncu_gemm.py [attention]
 
@@ -21,7 +22,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 from raw_gpu import open_gpu  # noqa: E402
 
 
-def attention_runs(rng, groups: int | None = None) -> list:
+def attention_runs(rng, groups: int | None = None, alone: bool = False) -> list:
     import cupy
     import numpy as np
 
@@ -50,6 +51,8 @@ def attention_runs(rng, groups: int | None = None) -> list:
             cuda_attention.ATTENTION_TUNING.clear()
             cuda_attention.ATTENTION_TUNING.update(saved)
         runs.append((f"cuvil-dsl, {groups} consumer warpgroups", lambda: tuned(q, k, v)))
+        if alone:
+            return runs[-1:]
     return runs
 
 
@@ -85,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
 
     rng = np.random.default_rng(0)
     groups = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("groups=")), None)
-    for label, fn in attention_runs(rng, groups) if "attention" in argv else gemm_runs(rng):
+    runs = attention_runs(rng, groups, "alone" in argv) if "attention" in argv else gemm_runs(rng)
+    for label, fn in runs:
         fn()  # warm-up: module loads, graph capture, autotuning
         cupy.cuda.runtime.deviceSynchronize()
         print(f"-- {label}", flush=True)

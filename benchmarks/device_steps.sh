@@ -1,0 +1,60 @@
+#!/bin/bash
+# The GPU machine's short calls, by name: STEPS (space-separated) picks what runs, each writing under $OUT.
+# Run from the repository root after the device README's install line, e.g.
+#     STEPS="tests abattn" ONLY="default ws" bash benchmarks/device_steps.sh
+# (The whole session's run, tests, examples, the bench and budgets, is benchmarks/gpu_session.py.)
+#   tests   GPU tests of tests/gpu/test_codegen_gpu.py matching TESTS_K (default: the attention and GEMM kernels)
+#   abattn  benchmarks/ab_attention_full.py on the variants whose labels contain a word of ONLY (default "default"),
+#           ROUNDS interleaved rounds (default 3)
+#   record  the cuda regression cases whose generated code changed, and nothing else, re-recorded
+#           (regression/update_code.py) into $OUT/rerecorded.tar.gz: `tar xzf` it in regression/
+#   wsgemm  the GEMM's warp-specialised kernel (trap outlined, inlined, with multicast) against the plain one,
+#           ab_wgmma.py, rotated rounds at 4096^3
+#   ncu     Nsight Compute's launch statistics, speed of light, occupancy and warp states of cuBLAS's GEMM, PyTorch's
+#           addmm + gelu and ours, then of PyTorch's fused attention and ours (benchmarks/ncu_gemm.py)
+#   ncufull ncu's full set of PyTorch's fused attention and ours with 4 and 2 consumer warpgroups
+#   ncusrc  per-instruction counters (stall samples) of our attention kernel with CONSUMERS consumer warpgroups (default
+#           "4 2"), each alone in its process (its fourth launch), summarised by benchmarks/ncu_source.py
+#   bench   `cuvil-dsl bench --quick` of BENCH_SPECS (default: the attention benchmarks) against BASELINES
+set -u
+for step in ${STEPS:-tests}; do
+    echo "== $step $(date -u +%H:%M:%S)"
+    case $step in
+    tests)
+        timeout 400 python3 -m pytest -p cuvil_dsl.testing.plugin -m gpu -q -p no:cacheprovider \
+            tests/gpu/test_codegen_gpu.py -k "${TESTS_K:-attention or wgmma or gemm}" 2>&1 | tail -25 | tee "$OUT/gpu-tests.log" ;;
+    abattn)
+        only=(); for word in ${ONLY:-default}; do only+=(--only "$word"); done
+        timeout 500 python3 benchmarks/ab_attention_full.py "${only[@]}" --rounds ${ROUNDS:-3} 2>&1 | tail -60 ;;
+    record)
+        timeout 300 python3 regression/update_code.py --backend cuda --archive "$OUT/rerecorded.tar.gz" 2>&1 | tail -8 ;;
+    wsgemm)
+        timeout 300 python3 benchmarks/ab_wgmma.py --configs 128x256s4p1 --no-sass --library-modes persistent \
+            --timed 4096x4096x4096 --rounds ${ROUNDS:-4} --samples 50 2>&1 | tee "$OUT/ab_wgmma.md" | tail -30 ;;
+    ncu)
+        for what in gemm attention; do
+            timeout 240 ncu --section LaunchStats --section SpeedOfLight --section Occupancy --section WarpStateStats \
+                python3 benchmarks/ncu_gemm.py $what > "$OUT/ncu-$what.txt" 2>&1
+            grep -E "^  [a-zA-Z_].*\(|Block Size|Grid Size|Cluster Size|Registers Per|Dynamic Shared|Duration|Compute \(SM\) Throughput|Achieved Occupancy|Warp Cycles Per Issued" \
+                "$OUT/ncu-$what.txt" | head -120
+        done ;;
+    ncufull)
+        timeout 420 ncu --set full -k regex:"cudnn|cvl_forward" python3 benchmarks/ncu_gemm.py attention groups=2 \
+            > "$OUT/ncu-attention-full-set.txt" 2>&1
+        grep -E "^  [a-zA-Z_].*\(|Duration|Warp Cycles Per Issued|Issued Ipc|No Eligible|Executed Instructions  " \
+            "$OUT/ncu-attention-full-set.txt" | head -80 ;;
+    ncusrc)
+        for g in ${CONSUMERS:-4 2}; do
+            timeout 200 ncu --section SourceCounters --section WarpStateStats -k regex:cvl_forward --launch-skip 3 \
+                --launch-count 1 -f -o /tmp/src$g python3 benchmarks/ncu_gemm.py attention groups=$g alone > /dev/null 2>&1
+            ncu --import /tmp/src$g.ncu-rep --page source --print-source sass --csv > "$OUT/ncu-attention-source-$g.csv"
+            python3 benchmarks/ncu_source.py "$OUT/ncu-attention-source-$g.csv" --elements 134217728 \
+                --listing "$OUT/ncu-attention-source-$g.txt" 2>&1 | head -40
+        done ;;
+    bench)
+        timeout 400 python3 -m cuvil_dsl bench ${BENCH_SPECS:-benchmarks/attention_full_f16.yaml benchmarks/shapes/attention_full_f16-d128.yaml} \
+            --quick --baselines ${BASELINES:-torch,triton} --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.md" | tail -30 ;;
+    *)
+        echo "unknown step $step" >&2; exit 2 ;;
+    esac
+done
