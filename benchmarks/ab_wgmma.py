@@ -345,11 +345,6 @@ LIBRARY_MODES = [
 WS_INLINED_TRAP = "library warp-specialised persistent 128x256 s4p1, TMA, trap inlined (before session 23)"
 LIBRARY_MODES.append((WS_INLINED_TRAP, True, (128, 256, 4, 1), True, True))
 SETTINGS_OF[WS_INLINED_TRAP] = {"WS_TRAP_OUTLINED": False}  # (after LIBRARY_MODES: not a plain-kernel mode)
-# Session 23: the plain kernel's warpgroup index made warp-uniform (cuda_wgmma.UNIFORM_WG), the descriptors then in
-# uniform registers: 19 fewer SASS instructions a k step at 4096^3.
-UNIFORM_WG_MODE = "library plain kernel, uniform warpgroup index"
-LIBRARY_MODES.append((UNIFORM_WG_MODE, True, (128, 256, 4, 1), False, True))
-SETTINGS_OF[UNIFORM_WG_MODE] = {"UNIFORM_WG": True}
 # (Measured and dropped from the list: the session-6 epilogue and the previous gelu (SESSION6_MODES,
 # PREVIOUS_GELU_MODES), warp-specialised s4p0 and with cp.async; numbers in the comments above.)
 

@@ -203,11 +203,6 @@ LIBRARY_WS: bool | str = False
 # (WS_HELPERS_OUTLINED_TRAP), as the attention kernel's does since session 22: inlined, ptxas kept every
 # thread at the launch bounds' entry count (R159 here) whatever setmaxnreg gave the consumers (R193 outlined).
 WS_TRAP_OUTLINED = True
-# Session 23, not yet timed: the plain kernel's warpgroup index through __shfl_sync from lane 0, so ptxas knows it is
-# warp-uniform and keeps the wgmma descriptors in uniform registers (at 4096^3 the main loop's SASS falls from 155 to
-# 136 instructions a k step, no R2UR, registers 204 -> 189; cuBLAS issues about half our instructions a GEMM). Off:
-# A/B it with ab_wgmma.py's mode "uniform warpgroup index" before making it the default.
-UNIFORM_WG = False
 TMA = True
 # Session 19: batched operands load by TMA too, through three-dimensional maps whose outer dimension is the batch
 # (:func:`batch_view`); before, any operand with batch axes kept the cp.async loader.
@@ -580,8 +575,7 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], unsigned long long da, u
             "const unsigned sa = smem0;",
             f"const unsigned sb = smem0 + {self.stages * self.tile_bytes(a)}u;",
             "const int lane = threadIdx.x % 32;",
-            ("const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);  // warp-uniform: uniform registers"
-             if UNIFORM_WG and not self.specialised else "const int wg = threadIdx.x / 128;"),
+            "const int wg = threadIdx.x / 128;",
             "const int wl = (threadIdx.x / 32) % 4;",
             f"const unsigned long long desc_a = cvl_wgmma_desc(sa + wg * {self.group_bytes(a)}u, {la}u, {sa_}u);",
             f"const unsigned long long desc_b = cvl_wgmma_desc(sb, {lb}u, {sb_}u);",

@@ -1028,24 +1028,3 @@ def test_grouped_walk_of_pairs(M, N, monkeypatch):
                for t in range(0, mt * nt, 2))
     group = min(cuda_wgmma.RASTER_ROWS, mt)
     assert {m for m, _n, _b in walk[:group * nt]} == set(range(group))
-
-
-def test_uniform_warpgroup_index_keeps_descriptors_in_uniform_registers(tmp_path, monkeypatch):
-    """cuda_wgmma.UNIFORM_WG (off until timed): the plain kernel takes its warpgroup index through __shfl_sync from
-    lane 0, so ptxas computes the wgmma descriptors in uniform registers: at 4096^3 one R2UR instead of eight, fewer
-    registers, no spills; the warp-specialised kernel (whose setup rewrites that line) keeps its own."""
-    from cuvil_dsl.compile import CompileUnit, compile_units, count_instructions
-
-    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
-    built = {}
-    for uniform in (False, True):
-        monkeypatch.setattr(cuda_wgmma, "UNIFORM_WG", uniform)
-        k = _library_gemm(GELU, {"M": 4096, "N": 4096, "K": 4096})
-        assert ("__shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0)" in k.source) == uniform
-        (u,) = compile_units([CompileUnit(k.entry, k.source, (k.entry,), k.options)], "sm_90")
-        assert u.resources[k.entry].spill_bytes == 0
-        built[uniform] = (u.resources[k.entry].registers, count_instructions(_sass(u), r"R2UR"))
-    assert built[True][1] < built[False][1] and built[True][0] <= built[False][0], built
-    monkeypatch.setattr(cuda_wgmma, "LIBRARY_WS", "tma")
-    assert "__shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0)" not in _library_gemm(
-        GELU, {"M": 4096, "N": 4096, "K": 4096}).source
