@@ -2,7 +2,8 @@
 (cupy.matmul), PyTorch's addmm + gelu (when PyTorch is installed) and the library's kernel; with
 ``attention``, attention_full_f16's instead: PyTorch's scaled_dot_product_attention and ours (with
 ``groups=G`` as well, ours again with G consumer warpgroups, ATTENTION_TUNING "groups"; with ``alone`` too, only
-that one, so that ``--launch-skip 1 --launch-count 1`` picks it out).
+that one: its first call launches it twice, then a warm-up and the run, so ``--launch-skip 3 --launch-count 1``
+picks out the run, as benchmarks/device_steps.sh's step ncusrc does).
 
     ncu --section LaunchStats --section SpeedOfLight --section Occupancy python3 benchmarks/ncu_gemm.py [attention]
 
