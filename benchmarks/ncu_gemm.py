@@ -46,7 +46,7 @@ def attention_runs(rng, groups: int | None = None, alone: bool = False) -> list:
         saved = dict(cuda_attention.ATTENTION_TUNING)
         cuda_attention.ATTENTION_TUNING["groups"] = groups
         try:
-            tuned = cuvil_dsl.load(str(ROOT / "benchmarks" / "attention_full_f16.cuvil")).compile(backend="cuda")
+            tuned = program.compile(backend="cuda")
             tuned(q, k, v)
         finally:
             cuda_attention.ATTENTION_TUNING.clear()

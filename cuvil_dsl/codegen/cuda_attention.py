@@ -334,9 +334,9 @@ class _Attention:
         chains = min(self.chains[0], self.ni)
 
         def scan(combine: str, start: str) -> list[str]:
+            """Every element into ``top`` (with one chain, from the caller's ``init``; else each chain from ``start``)."""
             if chains == 1:
-                return ["#pragma unroll", f"for (int r = 0; r < {slots}; ++r) top[r] = {start};",
-                        "#pragma unroll", f"for (int mi = 0; mi < {self.mi}; ++mi)",
+                return ["#pragma unroll", f"for (int mi = 0; mi < {self.mi}; ++mi)",
                         "#pragma unroll", f"for (int ni = 0; ni < {self.ni}; ++ni)",
                         "#pragma unroll", "    for (int e = 0; e < 4; ++e)",
                         f"        top[mi * 2 + e / 2] = {combine}(top[mi * 2 + e / 2], s[mi][ni][e]);"]
@@ -353,18 +353,18 @@ class _Attention:
                     "#pragma unroll", f"    for (int c = 1; c < {chains}; ++c) top[r] = {combine}(top[r], part[r][c]);",
                     "}"]
 
-        def flush(lines: list[str]) -> list[str]:  # the first pragma at the left margin, as it has always been
-            return [lines[0].strip(), *lines[1:]]
+        def init(start: str, pad: str = "") -> list[str]:  # one chain: top[] itself is the chain
+            return [] if chains > 1 else ["#pragma unroll", f"{pad}for (int r = 0; r < {slots}; ++r) top[r] = {start};"]
 
         inf = self.k.lang.literal(math.inf, DType.F32)
         out = [f"float top[{slots}];"]
         if not self.fold:  # the argument itself ("" folds the GEMM value: its maximum is the argument's)
-            return out + scan("fmaxf", neg_inf)
+            return out + init(neg_inf) + scan("fmaxf", neg_inf)
         # max(acc * u) is u * max(acc) for u >= 0 and u * min(acc) for u < 0 (rounding is monotonic)
         return out + [
-            "if (fold_flip) {", *flush(indent(scan("fminf", inf))),
+            "if (fold_flip) {", *init(inf, "    "), *indent(scan("fminf", inf)),
             "#pragma unroll", f"    for (int r = 0; r < {slots}; ++r) top[r] = -top[r];",
-            "} else {", *flush(indent(scan("fmaxf", neg_inf))),
+            "} else {", *init(neg_inf, "    "), *indent(scan("fmaxf", neg_inf)),
             "}",
             "#pragma unroll", f"for (int r = 0; r < {slots}; ++r) top[r] *= fold_abs;",
         ]
