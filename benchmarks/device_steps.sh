@@ -15,6 +15,8 @@
 #   ncufull ncu's full set of PyTorch's fused attention and ours with 4 and 2 consumer warpgroups
 #   ncusrc  per-instruction counters (stall samples) of our attention kernel with CONSUMERS consumer warpgroups (default
 #           "4 2"), each alone in its process (its fourth launch), summarised by benchmarks/ncu_source.py
+#   tlb     benchmarks/flush_probe.py --tlb on TLB_SPECS (default: attention scores and the elementwise chain): do the
+#           flushed samples' extra microseconds come from address translation?
 #   bench   `cuvil-dsl bench --quick` of BENCH_SPECS (default: the attention benchmarks) against BASELINES
 set -u
 for step in ${STEPS:-tests}; do
@@ -51,6 +53,9 @@ for step in ${STEPS:-tests}; do
             python3 benchmarks/ncu_source.py "$OUT/ncu-attention-source-$g.csv" --elements 134217728 \
                 --listing "$OUT/ncu-attention-source-$g.txt" 2>&1 | head -40
         done ;;
+    tlb)
+        timeout 400 python3 benchmarks/flush_probe.py --tlb --rounds ${ROUNDS:-3} \
+            ${TLB_SPECS:-benchmarks/attention_f16.yaml benchmarks/elementwise_f32.yaml} 2>&1 | tail -30 ;;
     bench)
         timeout 400 python3 -m cuvil_dsl bench ${BENCH_SPECS:-benchmarks/attention_full_f16.yaml benchmarks/shapes/attention_full_f16-d128.yaml} \
             --quick --baselines ${BASELINES:-torch,triton} --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.md" | tail -30 ;;

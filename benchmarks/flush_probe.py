@@ -17,6 +17,13 @@ replayed on the executor's stream) is timed with CUDA events, in interleaved rou
   (grid, block, cluster, dynamic shared memory): whatever the switch from the memset's kernel to this
   shape costs the multiprocessors is paid before the sample.
 
+With ``--tlb``, address translation instead (the 2 MB pages' entries in the GPU's TLBs, not the data in
+L2): ``memset+touch`` and ``read+touch`` follow the flush with one byte read every 64 KB of the
+executor's whole arena (inputs and outputs: 0.03% of its bytes into L2, every page's translation
+fetched), and ``none+thrash`` follows the last sample with one byte read every 2 MB of a 16 GB buffer
+(8192 pages' translations, 0.25 MB of L2). If the flushed conditions' extra time is translation misses,
+the touch takes it back and the thrash adds it to the back-to-back replay.
+
 Then the empty kernel itself is timed after a memset and back to back (``empty``: the launch shape
 alone), and an empty kernel of the same grid and block without clusters or shared memory (``bare``).
 
@@ -46,6 +53,17 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 from raw_gpu import emit, open_gpu  # noqa: E402
 
 CONDITIONS = ("memset", "read", "memset+inputs", "read+inputs", "none", "memset+pre")
+TLB_CONDITIONS = ("memset", "memset+touch", "read", "read+touch", "none", "none+thrash")
+TOUCH_SOURCE = r"""
+extern "C" __global__ void touch(const unsigned char* p, unsigned long long n, unsigned long long stride,
+                                 unsigned* sink) {
+    const unsigned long long i = (blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x) * stride;
+    if (i < n) {
+        const unsigned v = *(const volatile unsigned char*)(p + i);
+        if (v == 0x1234567u) *sink = v;  // never: keeps the load
+    }
+}
+"""
 EMPTY_CONDITIONS = ("memset", "none")
 
 
@@ -55,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stream", action="store_true", help="time ab_stream.py's replicas instead of specs")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--samples", type=int, default=150, help="samples a condition and round")
+    ap.add_argument("--tlb", action="store_true", help="the translation conditions instead (see above)")
     args = ap.parse_args(argv)
     if not args.specs and not args.stream:
         ap.error("name one or more specs, or --stream")
@@ -71,6 +90,14 @@ def main(argv: list[str] | None = None) -> int:
         condition = "memset"
         inputs: list = []
         pre = None
+        arena = None  # (pointer, bytes) of the executor's arena, for ``+touch``
+
+        def touch(self, stream, ptr: int, nbytes: int, stride: int) -> None:
+            import numpy as np
+
+            count = -(-nbytes // stride)
+            touch_kernel((-(-count // 256),), (256,), (ptr, np.uint64(nbytes), np.uint64(stride), sink),
+                         stream=stream)
 
         def flush(self, stream) -> None:
             kind = self.condition
@@ -81,11 +108,19 @@ def main(argv: list[str] | None = None) -> int:
                     self._flush.view(cp.int32).sum()
             if kind.endswith("+pre"):
                 self.pre(stream)
+            if kind.endswith("+touch"):
+                self.touch(stream, *self.arena, 1 << 16)
+            if kind.endswith("+thrash"):
+                self.touch(stream, thrash.data.ptr, thrash.nbytes, 1 << 21)
             if kind.endswith("+inputs"):
                 with stream:
                     for a in self.inputs:
                         a.view(cp.uint8).sum(dtype=cp.int64)
 
+    touch_kernel = cp.RawModule(code=TOUCH_SOURCE).get_function("touch")
+    sink = cp.zeros(1, dtype=cp.uint32)
+    thrash = cp.empty(16 << 30, dtype=cp.uint8) if args.tlb else None
+    conditions = TLB_CONDITIONS if args.tlb else CONDITIONS
     clock = Clock()
     if args.stream:
         return stream_variants(cp, name, clock, args)
@@ -94,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"# flush_probe on {name}", "",
              f"CUDA events around each execution only; {args.samples} samples a condition and round, "
              f"{args.rounds} interleaved rounds; flush buffer {clock.flush_bytes / 1e6:.0f} MB.", "",
-             "| spec | " + " | ".join(CONDITIONS) + " | empty: " + " / ".join(EMPTY_CONDITIONS)
-             + " | bare: " + " / ".join(EMPTY_CONDITIONS) + " |", "|---|" + "---|" * (len(CONDITIONS) + 2)]
+             "| spec | " + " | ".join(conditions) + " | empty: " + " / ".join(EMPTY_CONDITIONS)
+             + " | bare: " + " / ".join(EMPTY_CONDITIONS) + " |", "|---|" + "---|" * (len(conditions) + 2)]
     for spec in args.specs:
         session = open_spec(spec, backend="cuda")
         executor = make_executor(session)
@@ -105,12 +140,13 @@ def main(argv: list[str] | None = None) -> int:
                             if p.name in session.inputs]
             empty, bare = empty_kernels(cp, executor._loaded[next(iter(executor._loaded))])
             clock.pre = empty
-            medians: dict[str, list[float]] = {c: [] for c in CONDITIONS}
+            clock.arena = (executor.arena._bytes.data.ptr, executor.arena._bytes.nbytes)
+            medians: dict[str, list[float]] = {c: [] for c in conditions}
             for kernel, label in ((empty, "empty"), (bare, "bare")):
                 for condition in EMPTY_CONDITIONS:
                     medians[f"{label} {condition}"] = []
             for r in range(args.rounds):
-                order = CONDITIONS[r % len(CONDITIONS):] + CONDITIONS[:r % len(CONDITIONS)]
+                order = conditions[r % len(conditions):] + conditions[:r % len(conditions)]
                 for condition in order:
                     clock.condition = condition
                     m = timer.measure(lambda: executor.execute(None), executor.stream)
@@ -122,13 +158,13 @@ def main(argv: list[str] | None = None) -> int:
                         m = timer.measure(lambda: kernel(executor.stream), executor.stream)
                         medians[f"{label} {condition}"].append(m.median_us)
             cells = [f"{statistics.median(v):.1f} ({min(v):.1f}-{max(v):.1f})" for v in medians.values()]
-            lines.append(f"| {Path(spec).stem} | " + " | ".join(cells[:len(CONDITIONS)]) + " | "
-                         + " / ".join(cells[len(CONDITIONS):len(CONDITIONS) + 2]) + " | "
-                         + " / ".join(cells[len(CONDITIONS) + 2:]) + " |")
+            lines.append(f"| {Path(spec).stem} | " + " | ".join(cells[:len(conditions)]) + " | "
+                         + " / ".join(cells[len(conditions):len(conditions) + 2]) + " | "
+                         + " / ".join(cells[len(conditions) + 2:]) + " |")
         finally:
             executor.close()
     lines += ["", "Cells: median of the rounds' medians (range over the rounds), us."]
-    emit("\n".join(lines), "flush_probe.md")
+    emit("\n".join(lines), "flush_probe_tlb.md" if args.tlb else "flush_probe.md")
     return 0
 
 
