@@ -270,9 +270,22 @@ _COLORS = {"ours": "#d62728", "cupy": "#7f7f7f", "torch": "#1f77b4", "torch_comp
            "triton": "#2ca02c", "numpy": "#bcbd22"}
 
 
+CLIP = 3.0  # a panel's axis shows bars up to this many times its fastest contender; longer ones are cut
+
+
+def _panel_limit(values: list[float], floor: float | None) -> float:
+    """A panel's x limit: room for every bar within CLIP x the fastest contender (and the floor), so that
+    the contenders near ours are told apart even when an eager baseline is 40x slower."""
+    fastest = min(values)
+    shown = [v for v in values if v <= CLIP * fastest] + ([floor] if floor else [])
+    return 1.3 * max(shown)
+
+
 def plot(doc: dict, path: str) -> None:
-    """Grouped horizontal bars: one group per benchmark, ours first and highlighted, the floor a
-    dashed vertical line across its group; a log axis when the times span more than 20x."""
+    """Small multiples: one panel per benchmark, each on its own linear axis from zero, ours first and
+    outlined, every baseline labelled with its time over ours (above 1: ours is faster), the floor a
+    dashed line; bars past ``CLIP`` times the panel's fastest contender are cut at the edge and
+    labelled with their value, so a 40x slower eager baseline does not flatten the rest."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -282,46 +295,63 @@ def plot(doc: dict, path: str) -> None:
 
     groups = []
     for bench in doc["benchmarks"]:
-        bars = [(name, e["label"], e["median_us"]) for name, e in bench.get("contenders", {}).items()
+        bars = [(name, e["label"], e["median_us"], e["status"]) for name, e in bench.get("contenders", {}).items()
                 if e.get("median_us")]
         bars.sort(key=lambda b: ORDER.index(b[0]) if b[0] in ORDER else len(ORDER))
         if bars:
             groups.append((bench["name"], bars, (bench.get("floor") or {}).get("floor_us")))
-    total = sum(len(bars) for _, bars, _ in groups)
-    fig, ax = plt.subplots(figsize=(9, 1.6 + 0.32 * max(total, 1) + 0.3 * len(groups)), layout="constrained")
-    y, ticks, labels, values, used = 0.0, [], [], [], {}
-    for name, bars, floor in groups:
-        top = y
-        for key, label, value in bars:
-            color = _COLORS.get(key, "#9467bd")
-            ax.barh(y, value, height=0.8, color=color, edgecolor="black" if key == "ours" else color,
-                    linewidth=1.2 if key == "ours" else 0)
-            ax.text(value, y, f" {_us(value)}", va="center", fontsize=7)
-            ticks.append(y)
-            labels.append(f"{name}: {label}" if key == "ours" else label)
-            values.append(value)
-            used.setdefault(key, label)
-            y += 1
-        if floor:
-            ax.vlines(floor, top - 0.5, y - 0.5, colors="black", linestyles="--", linewidth=1.2)
-            values.append(floor)
-        ax.axhline(y + 0.1, color="#dddddd", linewidth=0.8)
-        y += 0.6
-    log = bool(values) and max(values) / min(values) > 20
-    if log:
-        ax.set_xscale("log")
-        ax.set_xlim(min(values) / 2, max(values) * 4)  # room for the value labels
-    elif values:
-        ax.set_xlim(0, max(values) * 1.2)
-    ax.set_yticks(ticks)
-    ax.set_yticklabels(labels, fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("median time per execution (us), lower is better")
     device = doc.get("device") or {}
-    ax.set_title(f"cuvil-dsl bench, backend {doc['backend']} on {device.get('gpu') or device.get('cpu') or '?'}",
-                 fontsize=10)
+    title = f"cuvil-dsl bench, backend {doc['backend']} on {device.get('gpu') or device.get('cpu') or '?'}"
+    if doc.get("date"):
+        title += f", {str(doc['date'])[:10]}"
+    heights = [len(bars) + 1.2 for _, bars, _ in groups] or [1.0]
+    fig, axes = plt.subplots(len(heights), 1, figsize=(9, 0.9 + 0.3 * sum(heights)), squeeze=False,
+                             height_ratios=heights, layout="constrained")
+    used: dict[str, str] = {}
+    for ax, (name, bars, floor) in zip(axes[:, 0], groups):
+        ours = next((value for key, _, value, _ in bars if key == "ours"), None)
+        limit = _panel_limit([value for _, _, value, _ in bars], floor)
+        for y, (key, label, value, status) in enumerate(bars):
+            color = _COLORS.get(key, "#9467bd")
+            cut = value > limit
+            ax.barh(y, min(value, limit), height=0.75, color=color, hatch="//" if cut else None,
+                    edgecolor="black" if key == "ours" else ("white" if cut else color),
+                    linewidth=1.2 if key == "ours" else 0)
+            text = f" {_us(value)} us"
+            if key != "ours" and ours:
+                text += f"  ({value / ours:.2f}x)"
+            if status != "ok":
+                text += f"  {status.upper()}"
+            if cut:
+                ax.text(limit * 0.995, y, text.strip(), va="center", ha="right", fontsize=7,
+                        bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.9})
+            else:
+                ax.text(value, y, text, va="center", fontsize=7)
+            used.setdefault(key, label)
+        if floor:
+            ax.axvline(floor, color="black", linestyle="--", linewidth=1.1)
+            left = floor < 0.2 * limit  # near the axis: the label to the line's right
+            ax.text(floor, -0.6, f" floor {_us(floor)} " if left else f"floor {_us(floor)} ",
+                    ha="left" if left else "right", va="bottom", fontsize=6.5)
+        ax.set_xlim(0, limit)
+        ax.set_ylim(len(bars) - 0.4, -0.9)
+        ax.set_yticks(range(len(bars)))
+        ax.set_yticklabels([label for _, label, _, _ in bars], fontsize=7.5)
+        ax.set_title(name, fontsize=8.5, loc="left", fontweight="bold")
+        ax.tick_params(axis="x", labelsize=7)
+        ax.grid(axis="x", color="#eeeeee", linewidth=0.6)
+        ax.set_axisbelow(True)
+    if not groups:
+        axes[0, 0].text(0.5, 0.5, "no timings", ha="center", va="center", transform=axes[0, 0].transAxes)
+        axes[0, 0].set_axis_off()
+    else:
+        axes[-1, 0].set_xlabel("median time per execution (us), lower is better; (n.nnx): its time over ours, "
+                               "above 1 ours is faster", fontsize=7.5)
+    fig.suptitle(title, fontsize=10)
     handles = [Patch(color=_COLORS.get(k, "#9467bd"), label=lbl) for k, lbl in used.items()]
     handles.append(Line2D([0], [0], color="black", linestyle="--", label="floor (roofline)"))
-    fig.legend(handles=handles, fontsize=7, loc="outside lower center", ncol=min(len(handles), 4), frameon=False)
+    handles.append(Patch(facecolor="#888888", edgecolor="white", hatch="//", label=f"cut at the panel's edge "
+                         f"(past {CLIP:g}x its fastest)"))
+    fig.legend(handles=handles, fontsize=7, loc="outside lower center", ncol=4, frameon=False)
     fig.savefig(path, format="png", dpi=120)
     plt.close(fig)

@@ -96,6 +96,15 @@ def test_plot_is_a_png(doc, tmp_path):
     assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 500
 
 
+def test_a_panel_axis_is_set_by_the_contenders_near_the_fastest_not_by_a_slow_eager_baseline():
+    # ours 100, a hand kernel 102, an eager baseline 50x slower: the axis shows the first two apart
+    assert report._panel_limit([100.0, 102.0, 5000.0], 67.0) == pytest.approx(1.3 * 102.0)
+    # the floor is always on the axis, even past every bar
+    assert report._panel_limit([10.0, 11.0], 12.0) == pytest.approx(1.3 * 12.0)
+    # everything within CLIP x the fastest is shown whole
+    assert report._panel_limit([100.0, 290.0], None) == pytest.approx(1.3 * 290.0)
+
+
 def test_plot_without_any_timing_still_writes_a_png(tmp_path):
     empty = {"backend": "cpu", "device": {}, "benchmarks": [{"name": "x", "spec": "x.yaml", "error": "E602"}]}
     report.plot(empty, str(tmp_path / "empty.png"))
