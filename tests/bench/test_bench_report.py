@@ -105,6 +105,11 @@ def test_a_panel_axis_is_set_by_the_contenders_near_the_fastest_not_by_a_slow_ea
     assert report._panel_limit([100.0, 290.0], None) == pytest.approx(1.3 * 290.0)
 
 
+def test_a_ratio_near_level_keeps_the_digit_that_says_who_is_ahead():
+    assert report._times_ours(130.7 / 131.3) == "0.995" and report._times_ours(1.004) == "1.004"
+    assert report._times_ours(2.3396) == "2.34" and report._times_ours(0.92) == "0.92"
+
+
 def test_plot_without_any_timing_still_writes_a_png(tmp_path):
     empty = {"backend": "cpu", "device": {}, "benchmarks": [{"name": "x", "spec": "x.yaml", "error": "E602"}]}
     report.plot(empty, str(tmp_path / "empty.png"))
