@@ -68,6 +68,11 @@ VARIANTS = [
     ("chains: 2 consumers, max and sum in 4", None, {"ws": True, "groups": 2, "chains": (4, 4)}),
     ("chains: 2 consumers, max in 4", None, {"ws": True, "groups": 2, "chains": (4, 1)}),
     ("chains: none, 2 consumers", None, {"ws": True, "groups": 2}),
+    # Session 24: a key tile the mask hides from a consumer's rows left out ("skip", on by default; only masked
+    # attention changes: the example and --case benchmarks/shapes/attention_full_f16-causal.yaml)
+    ("skip: off", None, {"skip": False}),
+    ("skip: off, 2 consumers", None, {"ws": True, "groups": 2, "skip": False}),
+    ("skip: on, 2 consumers", None, {"ws": True, "groups": 2}),
     # (Session 23, measured and removed, commit 15c36eb: "slack" S, a row keeping its exponent base while its maximum
     # passes it by at most S log2 units, the outputs rescaled only when some row's base moves: D 64 88.8 us at S 8 and
     # 89.0 at S 4 against 87.7; D 128 68.4 / 68.1 against 68.5; the example 13.3 / 13.4 against 13.2.)
@@ -159,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", action="append", metavar="TEXT", help="only the variants whose label contains TEXT")
+    parser.add_argument("--case", action="append", metavar="SPEC", type=Path,
+                        help="time these specs instead of the default three (repeatable)")
     args = parser.parse_args(argv)
     try:
         import cupy
@@ -175,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     timer = GpuTimer(CudaClock(), Settings(budget_s=0.02, min_samples=args.samples, max_samples=max(args.samples, 200)))
     lines = [f"# ab_attention_full ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {arch})", ""]
     ok_all = True
-    for path in CASES:
+    for path in args.case or CASES:
         loaded, pipeline, binding = load(path)
         host = fresh_inputs(binding, pipeline, seed=int(time.time()) & 0xFFFF)
         batch = next((a.shape[0] for a in host.values() if a.ndim == 3), 1)

@@ -5,7 +5,7 @@
 # (The whole session's run, tests, examples, the bench and budgets, is benchmarks/gpu_session.py.)
 #   tests   GPU tests of tests/gpu/test_codegen_gpu.py matching TESTS_K (default: the attention and GEMM kernels)
 #   abattn  benchmarks/ab_attention_full.py on the variants whose labels contain a word of ONLY (default "default"),
-#           ROUNDS interleaved rounds (default 3)
+#           ROUNDS interleaved rounds (default 3), on the specs of CASES (default: its three)
 #   record  the cuda regression cases whose generated code changed, and nothing else, re-recorded
 #           (regression/update_code.py) into $OUT/rerecorded.tar.gz: `tar xzf` it in regression/
 #   wsgemm  the GEMM's warp-specialised kernel (trap outlined, inlined, with multicast) against the plain one,
@@ -27,7 +27,8 @@ for step in ${STEPS:-tests}; do
             tests/gpu/test_codegen_gpu.py -k "${TESTS_K:-attention or wgmma or gemm}" 2>&1 | tail -25 | tee "$OUT/gpu-tests.log" ;;
     abattn)
         only=(); for word in ${ONLY:-default}; do only+=(--only "$word"); done
-        timeout 500 python3 benchmarks/ab_attention_full.py "${only[@]}" --rounds ${ROUNDS:-3} 2>&1 | tail -60 ;;
+        cases=(); for spec in ${CASES:-}; do cases+=(--case "$spec"); done
+        timeout 500 python3 benchmarks/ab_attention_full.py "${only[@]}" "${cases[@]}" --rounds ${ROUNDS:-3} 2>&1 | tail -60 ;;
     record)
         timeout 300 python3 regression/update_code.py --backend cuda --archive "$OUT/rerecorded.tar.gz" 2>&1 | tail -8 ;;
     wsgemm)

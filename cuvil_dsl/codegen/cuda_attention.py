@@ -50,6 +50,7 @@ from cuvil_dsl.codegen.cuda_lang import STORAGE
 from cuvil_dsl.codegen.cuda_matmul import BAND_HELPERS, LOG2E
 from cuvil_dsl.diagnostics import UserError, error
 from cuvil_dsl.passes import configs
+from cuvil_dsl.passes.indexing import operand_map
 from cuvil_dsl.types import DType
 
 THREADS = configs.ATTENTION_THREADS  # block sizes the template takes (16 query rows a warp)
@@ -94,9 +95,30 @@ PAD = 8  # elements of padding a shared row (16 bytes)
 #           associative); more sum chains add in another order. Default (1, 1); (4, 1) in the warp-specialised
 #           kernel with one consumer warpgroup (the example, [4, 256, 256]: 13.7 against 14.1 us; at the benchmarks'
 #           shapes, with 2 or 4 consumers, every split measured level: benchmarks/NOTES.md, session 23).
+#   "skip": the warp-specialised kernel (with "overlap", without "pingpong") skips a key tile whose every logit the
+#           softmax's `where(c, x, f)` masks (c false over the consumer's 64 rows and the tile's keys) once each of
+#           those rows holds a running maximum that puts 2^((f - max) log2 e) below f32's range: such a tile adds
+#           exactly 0 to every sum and output, so the results are the same bits (unless V holds an infinity or NaN
+#           under the masked keys, which 0 x inf would have made NaN; FlashAttention's causal kernels skip them
+#           alike). Each tile's mask is read while the tile before it computes; a warpgroup-wide vote decides.
+#           Default SKIP (see there).
 #   In the warp-specialised kernel "groups" (consumer warpgroups) defaults to the fastest by WS_BLOCK_US (4 for
 #   the benchmark at D 64, 2 at D 128, 1 for the small example), and "bn" to 128 with 2 or 3 consumers, else 64.
 ATTENTION_TUNING: dict = {}
+SKIP = True  # "skip"'s default
+# below this exponent a numerator is 0 (ex2.approx.ftz flushes 2^-126 and smaller): the skip's margin
+SKIP_EXPONENT = -150.0
+WG_ALL_HELPER = r"""
+// true in every thread of warpgroup barrier `id`'s 128 threads when `c` is true in all of them (bar.red.and)
+__device__ __forceinline__ bool cvl_wg_all(bool c, unsigned id) {
+    unsigned r;
+    asm volatile("{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.and.pred q, %2, 128, p;\nselp.u32 %0, 1, 0, q;\n}\n"
+                 : "=r"(r) : "r"((unsigned)c), "r"(id) : "memory");
+    // the same in every lane, but ptxas cannot see that through the asm: lane 0's value by a shuffle is
+    // warp-uniform to it, so a wgmma under a branch on the vote is not serialised (C7520)
+    return __shfl_sync(0xffffffffu, r, 0) != 0;
+}
+"""
 
 PACK = {DType.F16: ("__half2", "__floats2half2_rn"), DType.BF16: ("__nv_bfloat162", "__floats2bfloat162_rn")}
 
@@ -905,6 +927,7 @@ class _WsAttention(_WgmmaAttention):
         self.overlap = bool(tune.get("overlap", True))
         self.stages = int(tune.get("stages", 2))
         self.pingpong = bool(tune.get("pingpong", False)) and self.overlap and groups == 2
+        self.masked = self.masking_where() if tune.get("skip", SKIP) and self.overlap and not self.pingpong else None
         self.bn = int(tune.get("bn", 128 if groups in (2, 3) else 64))
         self.bm = 64 * groups
         self.ni = self.bn // 8
@@ -1026,9 +1049,121 @@ class _WsAttention(_WgmmaAttention):
             return []
         return [f"if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * {1 + 4 * self.stages});  // Q read"]
 
+    def masking_where(self):
+        """"skip": the softmax's argument as ``where(c, x, f)`` (unrounded) with ``c`` independent of the scores
+        and ``f`` the same for every element (a scalar), else None."""
+        op = self.p.ops.get(self.softmax.args[0])
+        if op is None or op.op != "where" or rounds(op):
+            return None
+        gemm = lambda value, m: "acc" if value == self.first.out else None  # noqa: E731
+        maps = self.where_maps(op)
+        cond_reads = self.k.leaves([(op.args[0], maps[0])], gemm)
+        if any(value == self.first.out for value, _m in cond_reads) or self.first.out in self.depends(op.args[0]):
+            return None
+        if self.k.leaves([(op.args[2], maps[2])], gemm) or self.first.out in self.depends(op.args[2]):
+            return None  # the fill reads memory (or the scores): not one value for every element
+        return op
+
+    def depends(self, value: str) -> set[str]:
+        """The values ``value`` is computed from (itself included)."""
+        seen, todo = set(), [value]
+        while todo:
+            v = todo.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            if v in self.p.ops:
+                todo.extend(self.p.ops[v].args)
+        return seen
+
+    def where_maps(self, op) -> list[tuple]:
+        m = self.p.layout.maps[op.out]
+        return [tuple(operand_map(op, m, i, self.p.types[a].shape, self.p.row_axis)) for i, a in enumerate(op.args)]
+
+    def mask_check(self, tile: str) -> list[str]:
+        """"skip": ``cvl_any``, whether ``c`` of the masking where is true anywhere in this thread's elements of
+        key tile ``tile`` (rows and keys past the operands count as masked; nothing past them is read)."""
+        op, k = self.masked, self.k
+        lines: list[str] = []
+        w = k.walk(lines.append, self.coord, None, None)
+        cond = w.value(op.args[0], self.where_maps(op)[0])
+        tests = ([f"m < {self.M}"] if self.M % self.bm else []) + ([f"n < {self.N}"] if self.N % self.bn else [])
+        body = [*lines, f"cvl_any = cvl_any | ({cond} != 0);  // no short circuit: every load issued at once"]
+        if tests:
+            body = [f"if ({' && '.join(tests)}) {{", *indent(body), "}"]
+        return ["cvl_any = false;  // the next tile's mask anywhere true in this thread's elements",
+                f"if ({tile} < {self.nt}) {{  // (no tile past the last: its mask would be read past the buffer)",
+                f"    const int n0 = ({tile}) * {self.bn};",
+                "#pragma unroll", f"    for (int ni = 0; ni < {self.ni}; ++ni)",
+                "#pragma unroll", "    for (int h = 0; h < 2; ++h)",
+                "#pragma unroll", "    for (int q = 0; q < 2; ++q) {",
+                "        const int m = m0 + wm + lane / 4 + h * 8;",
+                "        const int n = n0 + ni * 8 + lane % 4 * 2 + q;", "        (void)m; (void)n;",
+                *indent(body, 2), "    }", "}"]
+
+    def skip_vote(self, tile: str) -> list[str]:
+        """"skip": ``cvl_skip`` for key tile ``tile`` (after :meth:`mask_check`), the same in the warpgroup's 128
+        threads: no element masked in, and every row of the warpgroup (within M) already so far above the fill
+        that the fill's numerator is 0."""
+        op, k = self.masked, self.k
+        lines: list[str] = []
+        fill = k.walk(lines.append, self.coord, None, None).value(op.args[2], self.where_maps(op)[2])
+        rows = f"m >= {self.M} || " if self.M % self.bm else ""
+        return ["{", *indent(lines), "    bool ok = !cvl_any;", "#pragma unroll", "    for (int r = 0; r < 2; ++r) {",
+                "        const int m = m0 + wm + lane / 4 + r * 8;", "        (void)m;",
+                f"        ok = ok && ({rows}(row_max[r] > (float)({fill}) && "
+                f"fmaf((float)({fill}), {LOG2E}, -row_base[r]) < {SKIP_EXPONENT}f));",
+                "    }", f"    if ({tile} < {self.nt}) cvl_skip = cvl_wg_all(ok, 3u + (unsigned)wg);", "}"]
+
+    def skipping_loop(self) -> list[str]:
+        """The overlapped loop with "skip": ``cvl_skip`` (voted while the tile before computed) says whether tile t
+        is skipped: its K and V slots are waited for and released unread, the last tile's O += P V issued alone if
+        one waits (``cvl_pend``); a tile that runs issues that product beside its S as the plain loop does."""
+        _, rescale = self.softmax_parts()
+        nt = self.nt
+        first = ["{", *indent([
+            self.wait_full("k", "0"), "cvl_wgmma_fence();",
+            *self.issue_scores(self.slot("0") if self.persistent else "0"), "cvl_wgmma_commit();",
+            *self.mask_check("1"), "cvl_wgmma_wait<0>();", "cvl_pin(s[0]);", self.release("k", "0"),
+            "float alpha[2];", *self.scores_ready("0"), "(void)alpha;  // o is still 0", *self.pack(),
+            *self.skip_vote("1")]), "}"]
+        # four straight-line bodies, as ptxas serialises every wgmma when a path it cannot rule out (a second
+        # test of the same flag) would read accumulators before their wait (C7514)
+        check = self.mask_check("t + 1")
+        retire_pv = ["cvl_wgmma_wait<0>();", "cvl_pin(o[0]);", "cvl_pin(pf);", self.release("v", "t - 1")]
+        skip_v = [self.wait_full("v", "t"), self.release("v", "t"), "cvl_pend = 0;"]
+        skipped_pending = [self.release("k", "t"), self.wait_full("v", "t - 1"), "cvl_wgmma_fence();",
+                           *self.issue_pv(self.slot("t - 1")), "cvl_wgmma_commit();", *check, *retire_pv, *skip_v]
+        skipped = [self.release("k", "t"), *check, *skip_v]
+        ran_pending = [
+            self.wait_full("v", "t - 1"), "cvl_wgmma_fence();", *self.issue_scores(self.slot("t")), "cvl_wgmma_commit();",
+            *self.issue_pv(self.slot("t - 1")), "cvl_wgmma_commit();", *check,
+            "cvl_wgmma_wait<1>();  // S of tile t (O += P V of tile t - 1 may still run)", "cvl_pin(s[0]);",
+            self.release("k", "t"), "float alpha[2];", *self.scores_ready("t"), *retire_pv, *rescale, *self.pack(),
+        ]
+        ran = [  # after a skipped tile: no product waits, O is settled
+            "cvl_wgmma_fence();", *self.issue_scores(self.slot("t")), "cvl_wgmma_commit();", *check,
+            "cvl_wgmma_wait<0>();", "cvl_pin(s[0]);", self.release("k", "t"),
+            "float alpha[2];", *self.scores_ready("t"), *rescale, *self.pack(), "cvl_pend = 1;",
+        ]
+        loop = [self.wait_full("k", "t"),
+                "if (cvl_skip) {", "    if (cvl_pend) {", *indent(skipped_pending, 2), "    } else {", *indent(skipped, 2), "    }",
+                "} else {", "    if (cvl_pend) {", *indent(ran_pending, 2), "    } else {", *indent(ran, 2), "    }", "}",
+                *self.skip_vote("t + 1")]
+        last = [*self.free_q(), "if (cvl_pend) {", *indent([
+            self.wait_full("v", str(nt - 1)), "cvl_wgmma_fence();", *self.issue_pv(self.slot(str(nt - 1))),
+            "cvl_wgmma_commit();", "cvl_wgmma_wait<0>();", "cvl_pin(o[0]);",
+            *([self.release("v", str(nt - 1))] if self.persistent else [])]), "}"]
+        return ["bool cvl_skip = false;  // tile t's logits all masked to 0: skipped",
+                "bool cvl_any;  // the next tile's mask, some element of this thread's",
+                "int cvl_pend = 1;  // O += P V of tile t - 1 not yet issued (its V slot held)",
+                *first, "#pragma unroll 1", f"for (int t = 1; t < {nt}; ++t) {{", *indent(loop), "}", *last]
+
     def consumer_loop(self) -> list[str]:
         _, rescale = self.softmax_parts()
         nt = self.nt
+        if self.masked is not None:
+            return self.skipping_loop()
         if not self.overlap:
             loop = [
                 self.wait_full("k", "t"), "cvl_wgmma_fence();", *self.issue_scores(self.slot("t")),
@@ -1105,5 +1240,5 @@ class _WsAttention(_WgmmaAttention):
         lines = [*k.signature(entry, self.threads), *indent(body), "}"]
         grid = min(self.items, self.blocks) if self.persistent else self.items
         helpers = (cuda_wgmma.HELPERS + cuda_wgmma.TMA_HELPERS + cuda_wgmma.TMA3_HELPERS + cuda_wgmma.WS_HELPERS_OUTLINED_TRAP
-                   + BAND_HELPERS + PACK_HELPER + self.wgmma_helpers())
+                   + BAND_HELPERS + PACK_HELPER + self.wgmma_helpers() + (WG_ALL_HELPER if self.masked is not None else ""))
         return Emitted(lines, (grid, 1, 1), (self.threads, 1, 1), self.shared_total(), helpers, (f"-arch={cuda_wgmma.ARCH}",))

@@ -195,6 +195,25 @@ def test_warp_specialised_consumers_get_the_registers_setmaxnreg_gives(tmp_path,
     assert used >= 168, used  # registers past the entry count: the consumers' share
 
 
+def test_barrier_protocol_model_runs_the_skipped_tiles(monkeypatch):
+    """The masked program's skipping loop: the model draws the votes, so a skipped tile's path runs; leaving its
+    V slot unreleased deadlocks the producer, which the model reports."""
+    from ws_protocol import simulate
+
+    from cuvil_dsl.codegen import cuda_attention
+
+    path = ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml"
+    k = _ws_kernel(monkeypatch, path, {"persistent": 2})
+    assert k.masked is not None and "cvl_wg_all" in "\n".join(k.consumer())
+    assert simulate(k, 0) > 0
+    release = cuda_attention._WsAttention.release
+    monkeypatch.setattr(cuda_attention._WsAttention, "release",
+                        lambda self, which, tile: "" if (which, tile) == ("v", "t") else release(self, which, tile))
+    with pytest.raises(AssertionError, match="deadlock"):
+        for seed in range(8):
+            simulate(k, seed)
+
+
 def test_one_consumer_takes_its_row_maxima_in_four_chains(monkeypatch):
     """ATTENTION_TUNING "chains": a lone consumer warpgroup (the example's small grid) takes each row's tile maximum
     in 4 independent FMNMX chains over every fourth column group, combined after (the same bits: fmaxf is
@@ -292,6 +311,11 @@ PROTOCOL_CASES = [
      {"persistent": 2, "pingpong": True, "groups": 2}, None),
     ("one tile", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml", {"persistent": 2}, {"N": 40}),
     ("not persistent", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml", {"persistent": False, "groups": 3}, None),
+    # the masked programs above take the skipping loop ("skip", default on); without it, and with 4 consumers
+    ("no skip", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml", {"persistent": 2, "skip": False}, None),
+    ("skip, 4 consumers", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml",
+     {"persistent": 3, "groups": 4}, {"M": 700}),
+    ("skip, causal benchmark", ROOT / "benchmarks" / "shapes" / "attention_full_f16-causal.yaml", {}, None),
 ]
 
 

@@ -10,6 +10,10 @@ work items, and the slots' contents. It fails on what the GPU would do wrong or 
   each work item, Q of the work item);
 * a copy into a slot whose last tile a consumer has read and not yet released.
 
+With "skip" the consumers branch on a warpgroup's vote over data (is the next key tile masked out?): the model
+takes each vote at random, so every path of the skipping loop meets the barriers; a skipped tile counts as
+read (its K and V slots waited for and released unread).
+
 Lines that move no data and touch no barrier (the arithmetic) are skipped; a block of them is skipped whole,
 after checking that no barrier or copy hides in it. The interpreter knows just the shapes of line this
 kernel emits; a new shape fails loudly.
@@ -30,7 +34,13 @@ _EXPECT = re.compile(r"cvl_mbar_expect_tx\(bars(?: \+ 8 \* (.+?))?, \d+u\);$")
 _COPY = re.compile(r"cvl_tma_[23]d\((s[qkv])(?: \+ (.+?))?, tma_[qkv],")
 _READ = re.compile(r"desc_([kv]) \+ \(\(\((.+?)\) \* \d+ \+")
 _NAMED = re.compile(r'asm volatile\("bar\.(sync|arrive) (%0|\d+), 256;\\n"(?: :: "r"\((.+?)\))?')
-_EVENTS = ("cvl_mbar", "cvl_tma", "desc_k +", "desc_v +", "bar.sync", "bar.arrive")
+_EVENTS = ("cvl_mbar", "cvl_tma", "desc_k +", "desc_v +", "bar.sync", "bar.arrive", "cvl_pend", "cvl_skip =")
+# "skip" (a masked tile's products left out): its flags, declared, set and branched on; the vote that sets cvl_skip
+# is data (the mask, the rows' maxima), so the model draws it at random
+_FLAG_DECL = re.compile(r"(?:bool|int) (cvl_(?:skip|pend))(?: = (\w+))?;$")
+_FLAG_SET = re.compile(r"(cvl_pend) = (\d);$")
+_VOTE = re.compile(r"cvl_skip = cvl_wg_all\(")
+_IF_FLAG = re.compile(r"if \((cvl_(?:skip|pend))\) \{$")
 
 
 def _c(expr: str, env: dict) -> int:
@@ -88,8 +98,17 @@ class Block:
         return self.phases[bar] & 1 != parity
 
 
-def _actor(block: Block, tree: list, env: dict, who: str, reads: dict):
-    """A generator running ``tree`` for thread ``who``: yields None after each step, "wait" while blocked."""
+def _split_else(body: list) -> tuple[list, list]:
+    """An if's block as (then, else): its children up to and after a top-level ``} else {``."""
+    if "} else {" in body:
+        i = body.index("} else {")
+        return body[:i], body[i + 1:]
+    return body, []
+
+
+def _actor(block: Block, tree: list, env: dict, who: str, reads: dict, votes: random.Random | None = None):
+    """A generator running ``tree`` for thread ``who``: yields None after each step, "wait" while blocked.
+    ``votes`` draws the skip votes (a consumer's)."""
     s = block.stages
     pending = None  # (barrier) of an expect_tx whose copies are being issued
     last_read = None
@@ -107,6 +126,16 @@ def _actor(block: Block, tree: list, env: dict, who: str, reads: dict):
         read = _READ.search(ln)
         if not read:
             last_read = None
+        if (m := _FLAG_DECL.match(ln)):
+            value = m.group(2) or "0"
+            env[m.group(1)] = {"false": 0, "true": 1}[value] if value in ("false", "true") else int(value)
+            return
+        if (m := _FLAG_SET.match(ln)):
+            env[m.group(1)] = int(m.group(2))
+            return
+        if _VOTE.match(ln):
+            env["cvl_skip"] = int(votes.random() < 0.5)
+            return
         m = _IF_LINE.match(ln)
         if m:
             if _c(m.group(1), env):
@@ -187,6 +216,15 @@ def _actor(block: Block, tree: list, env: dict, who: str, reads: dict):
                 flush()
             elif head == "{" or head.startswith("if (threadIdx.x == 0)"):
                 yield from run(body)
+            elif (m := _IF_FLAG.match(head)):
+                then, other = _split_else(body)
+                taken = bool(env[m.group(1)])
+                skipped = m.group(1) == "cvl_skip" and taken
+                if skipped:  # tile t's K is not read; its V neither, after the last tile's product
+                    reads["k"] += 1
+                yield from run(then if taken else other)
+                if skipped:
+                    reads["v"] += 1
             else:  # arithmetic: no barrier, copy or product may hide in it
                 flat = repr(body)
                 assert not any(e in flat for e in _EVENTS), f"events inside a skipped block: {head}"
@@ -204,10 +242,11 @@ def simulate(k, seed: int, block_index: int = 0) -> int:
     producer_tree = _blocks(k.producer())
     consumer_tree = _blocks(k.consumer())
     actors = {"producer": _actor(block, producer_tree, {"it": items[0], "i": 0, "g": 0}, "producer", {})}
+    rng = random.Random(seed)
     for wg in range(k.groups):
         reads = {"k": 0, "v": 0}
-        actors[f"consumer {wg}"] = _actor(block, consumer_tree, {"it": items[0], "i": 0, "g": 0, "wg": wg}, f"consumer {wg}", reads)
-    rng = random.Random(seed)
+        actors[f"consumer {wg}"] = _actor(block, consumer_tree, {"it": items[0], "i": 0, "g": 0, "wg": wg}, f"consumer {wg}",
+                                          reads, random.Random(rng.random()))
     steps, blocked = 0, {}  # thread -> block.version when it last found its barrier closed
     while actors:
         name = rng.choice(sorted(actors))
