@@ -109,10 +109,12 @@ SKIP = True  # "skip"'s default
 # below this exponent a numerator is 0 (ex2.approx.ftz flushes 2^-126 and smaller): the skip's margin
 SKIP_EXPONENT = -150.0
 WG_ALL_HELPER = r"""
-// true in every thread of warpgroup barrier `id`'s 128 threads when `c` is true in all of them (bar.red.and)
+// true in every thread of warpgroup barrier `id`'s 128 threads when `c` is true in all of them. barrier.red, not
+// bar.red: bar is the .aligned form, undefined (on the H200: a deadlock) when a warp arrives diverged, as a warp
+// can after the waits' spin loops and the mask's bounds tests
 __device__ __forceinline__ bool cvl_wg_all(bool c, unsigned id) {
     unsigned r;
-    asm volatile("{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.and.pred q, %2, 128, p;\nselp.u32 %0, 1, 0, q;\n}\n"
+    asm volatile("{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbarrier.red.and.pred q, %2, 128, p;\nselp.u32 %0, 1, 0, q;\n}\n"
                  : "=r"(r) : "r"((unsigned)c), "r"(id) : "memory");
     // the same in every lane, but ptxas cannot see that through the asm: lane 0's value by a shuffle is
     // warp-uniform to it, so a wgmma under a branch on the vote is not serialised (C7520)
@@ -1087,19 +1089,21 @@ class _WsAttention(_WgmmaAttention):
         lines: list[str] = []
         w = k.walk(lines.append, self.coord, None, None)
         cond = w.value(op.args[0], self.where_maps(op)[0])
-        tests = ([f"m < {self.M}"] if self.M % self.bm else []) + ([f"n < {self.N}"] if self.N % self.bn else [])
-        body = [*lines, f"cvl_any = cvl_any | ({cond} != 0);  // no short circuit: every load issued at once"]
-        if tests:
-            body = [f"if ({' && '.join(tests)}) {{", *indent(body), "}"]
+        tests = ([f"m_ < {self.M}"] if self.M % self.bm else []) + ([f"n_ < {self.N}"] if self.N % self.bn else [])
+        # without branches: an element past M or N reads the last row's or column's (in bounds) and counts as masked
+        inside = " && ".join(tests) or "true"
         return ["cvl_any = false;  // the next tile's mask anywhere true in this thread's elements",
                 f"if ({tile} < {self.nt}) {{  // (no tile past the last: its mask would be read past the buffer)",
                 f"    const int n0 = ({tile}) * {self.bn};",
                 "#pragma unroll", f"    for (int ni = 0; ni < {self.ni}; ++ni)",
                 "#pragma unroll", "    for (int h = 0; h < 2; ++h)",
                 "#pragma unroll", "    for (int q = 0; q < 2; ++q) {",
-                "        const int m = m0 + wm + lane / 4 + h * 8;",
-                "        const int n = n0 + ni * 8 + lane % 4 * 2 + q;", "        (void)m; (void)n;",
-                *indent(body, 2), "    }", "}"]
+                "        const int m_ = m0 + wm + lane / 4 + h * 8;",
+                "        const int n_ = n0 + ni * 8 + lane % 4 * 2 + q;",
+                f"        const int m = min(m_, {self.M - 1}), n = min(n_, {self.N - 1});", "        (void)m; (void)n;",
+                *indent(lines, 2),
+                f"        cvl_any = cvl_any | (({inside}) & ({cond} != 0));  // no short circuit: every load issued at once",
+                "    }", "}"]
 
     def skip_vote(self, tile: str) -> list[str]:
         """"skip": ``cvl_skip`` for key tile ``tile`` (after :meth:`mask_check`), the same in the warpgroup's 128
