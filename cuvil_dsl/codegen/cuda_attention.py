@@ -101,11 +101,15 @@ PAD = 8  # elements of padding a shared row (16 bytes)
 #           exactly 0 to every sum and output, so the results are the same bits (unless V holds an infinity or NaN
 #           under the masked keys, which 0 x inf would have made NaN; FlashAttention's causal kernels skip them
 #           alike). Each tile's mask is read while the tile before it computes; a warpgroup-wide vote decides.
-#           Default SKIP (see there).
+#           Default SKIP (off: see there).
 #   In the warp-specialised kernel "groups" (consumer warpgroups) defaults to the fastest by WS_BLOCK_US (4 for
 #   the benchmark at D 64, 2 at D 128, 1 for the small example), and "bn" to 128 with 2 or 3 consumers, else 64.
 ATTENTION_TUNING: dict = {}
-SKIP = True  # "skip"'s default
+# "skip"'s default: off until it has run on a GPU. Its first build deadlocked on the H200 in some shapes (one
+# consumer at N 700, and now and then the [32, 2048, 2048] causal shape on 4 consumers) while giving the same bits
+# as the plain loop wherever it finished; the vote was then moved to barrier.red (not the .aligned bar.red) and
+# the mask's bounds tests made branch-free, neither yet run on a GPU (benchmarks/NOTES.md, session 24).
+SKIP = False
 # below this exponent a numerator is 0 (ex2.approx.ftz flushes 2^-126 and smaller): the skip's margin
 SKIP_EXPONENT = -150.0
 WG_ALL_HELPER = r"""

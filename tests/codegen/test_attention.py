@@ -196,14 +196,14 @@ def test_warp_specialised_consumers_get_the_registers_setmaxnreg_gives(tmp_path,
 
 
 def test_barrier_protocol_model_runs_the_skipped_tiles(monkeypatch):
-    """The masked program's skipping loop: the model draws the votes, so a skipped tile's path runs; leaving its
+    """The masked program's skipping loop (off by default; "skip" asks for it): the model draws the votes, so a skipped tile's path runs; leaving its
     V slot unreleased deadlocks the producer, which the model reports."""
     from ws_protocol import simulate
 
     from cuvil_dsl.codegen import cuda_attention
 
     path = ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml"
-    k = _ws_kernel(monkeypatch, path, {"persistent": 2})
+    k = _ws_kernel(monkeypatch, path, {"persistent": 2, "skip": True})
     assert k.masked is not None and "cvl_wg_all" in "\n".join(k.consumer())
     assert simulate(k, 0) > 0
     release = cuda_attention._WsAttention.release
@@ -311,11 +311,17 @@ PROTOCOL_CASES = [
      {"persistent": 2, "pingpong": True, "groups": 2}, None),
     ("one tile", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml", {"persistent": 2}, {"N": 40}),
     ("not persistent", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml", {"persistent": False, "groups": 3}, None),
-    # the masked programs above take the skipping loop ("skip", default on); without it, and with 4 consumers
-    ("no skip", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml", {"persistent": 2, "skip": False}, None),
+    # the skipping loop ("skip", a masked program's tiles left out on a vote the model draws at random)
+    ("skip", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml", {"persistent": 2, "skip": True}, None),
+    ("skip, 3 slots", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml",
+     {"persistent": 3, "stages": 3, "groups": 2, "bn": 64, "skip": True}, None),
+    ("skip, one slot", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml",
+     {"persistent": 2, "stages": 1, "skip": True}, None),
+    ("skip, not persistent", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml",
+     {"persistent": False, "groups": 3, "skip": True}, None),
     ("skip, 4 consumers", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml",
-     {"persistent": 3, "groups": 4}, {"M": 700}),
-    ("skip, causal benchmark", ROOT / "benchmarks" / "shapes" / "attention_full_f16-causal.yaml", {}, None),
+     {"persistent": 3, "groups": 4, "skip": True}, {"M": 700}),
+    ("skip, causal benchmark", ROOT / "benchmarks" / "shapes" / "attention_full_f16-causal.yaml", {"skip": True}, None),
 ]
 
 
