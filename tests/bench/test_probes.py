@@ -30,7 +30,8 @@ def test_flush_probe_needs_specs_or_stream(capsys):
 
 
 @pytest.mark.parametrize("stem, argv", [("flush_probe", ["--stream"]), ("placement_probe", []), ("graph_probe", []),
-                                        ("ncu_gemm", []), ("ncu_gemm", ["attention"])])
+                                        ("ncu_gemm", []), ("ncu_gemm", ["attention"]), ("skip_probe", []),
+                                        ("flush_probe", ["--tlb", "benchmarks/attention_f16.yaml"])])
 def test_probes_exit_2_without_gpu(stem, argv, capsys):
     exits_2_without_gpu(load_script(stem), stem, capsys, argv)
 

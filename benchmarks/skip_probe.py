@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Does the attention kernel's "skip" (key tiles a mask hides, left out) finish, and with the same bits?
+
+Each variant runs in a process of its own (a kernel that traps or faults poisons its CUDA context): the causal
+pipeline of ``benchmarks/shapes/pipelines.cuvil`` (``attention_full_f16_causal``) at the shapes given, rendered
+with ``ATTENTION_TUNING`` {"skip": False} ("off"), {"skip": True} ("on"), the skipping loop with a vote that is
+always false ("never": the loop's control flow and barrier, no tile skipped) and "on" with the barrier wait's
+timeout trap removed ("notrap": a deadlock then shows as a timeout instead of a launch failure). Each prints
+whether it matched the float64 reference (first 2 batch entries), its median back-to-back time over 30 calls
+(CUDA events, no L2 flush: a first look, not the bench's method) and its resources; then whether "on" gave the
+same bits as "off" for each shape.
+
+    python3 benchmarks/skip_probe.py [B,M,N,GROUPS ...] [--variants off,on,never,notrap]
+
+GROUPS: consumer warpgroups (a number, or auto), or pN:G for a persistent grid of N blocks with G.
+
+Session 24 wrote it to find why the first build deadlocked (benchmarks/NOTES.md, attention_full_f16). Exit
+status 2 without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHILD = r'''
+import json, sys
+from pathlib import Path
+import numpy as np
+sys.path.insert(0, "benchmarks")
+from cuvil_dsl.codegen import cuda_attention, cuda_wgmma
+variant, B, M, N, groups, work = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
+tune = {"skip": variant != "off"}
+if groups.startswith("p"):
+    tune["persistent"], groups = int(groups[1:].split(":")[0]), groups.split(":")[1] if ":" in groups else "auto"
+if groups != "auto":
+    tune["groups"] = int(groups)
+if variant == "never":
+    orig = cuda_attention._WsAttention.skip_vote
+    cuda_attention._WsAttention.skip_vote = lambda self, t: [l.replace("bool ok = !cvl_any;", "bool ok = false;")
+                                                             for l in orig(self, t)]
+if variant == "notrap":
+    cuda_wgmma.WS_HELPERS_OUTLINED_TRAP = cuda_wgmma.WS_HELPERS_OUTLINED_TRAP.replace("cvl_hang();", "{}")
+import cupy
+from ab_attention import fresh_inputs, load, reference
+from ab_attention_full import Built, check
+from cuvil_dsl.runtime.device import device_arch
+Path(work, "p.cuvil").write_text(open("benchmarks/shapes/pipelines.cuvil").read())
+Path(work, "s.yaml").write_text(f"pipeline: p.cuvil\nentry: attention_full_f16_causal\nshapes: {{B: {B}, M: {M}, N: {N}, D: 64}}\n"
+                                "inputs:\n  qpos: {init: arange}\n  kpos: {init: arange}\ncheck: {rtol: 4.0e-3, atol: 4.0e-3}\n")
+loaded, pipeline, binding = load(Path(work, "s.yaml"))
+host = fresh_inputs(binding, pipeline, seed=1)
+want, first = reference(pipeline, host, binding.params, B)
+b = Built(loaded, pipeline, binding, host, device_arch(), None, tune)
+b.run()
+ok, worst = check(b, want, first, 4e-3, 4e-3)
+np.save(str(Path(work, f"{variant}-{B}-{M}-{N}-{sys.argv[5]}.npy")), b.results()["o"])
+ts = []
+for _ in range(30):
+    e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
+    e0.record(); b.run(); e1.record(); e1.synchronize()
+    ts.append(cupy.cuda.get_elapsed_time(e0, e1) * 1000)
+print(json.dumps({"ok": bool(ok), "worst": round(worst, 3), "us": round(sorted(ts)[15], 1), "res": b.resources}))
+'''
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("shapes", nargs="*", default=["2,320,700,1", "32,2048,2048,auto"])
+    ap.add_argument("--variants", default="off,on")
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds a variant (compile, reference, run)")
+    args = ap.parse_args(argv)
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            raise RuntimeError("no CUDA device")
+    except Exception as exc:  # no CuPy, no driver, no device
+        print(f"skip_probe: no GPU to run on ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return 2
+    import numpy as np
+
+    work = tempfile.mkdtemp(prefix="skip_probe")
+    for shape in args.shapes:
+        B, M, N, groups = shape.split(",")
+        for variant in args.variants.split(","):
+            try:
+                r = subprocess.run([sys.executable, "-c", CHILD, variant, B, M, N, groups, work], cwd=ROOT,
+                                   capture_output=True, text=True, timeout=args.timeout)
+                out = (r.stdout.strip().splitlines() or [""])[-1]
+                err = "" if r.returncode == 0 else " | ".join(x for x in r.stderr.splitlines() if "Error" in x)[:300]
+            except subprocess.TimeoutExpired:
+                out, err = "", "TIMEOUT"
+            print(f"{variant:7} [{B}, {M}, {N}] groups {groups}: {out} {err}", flush=True)
+    for f in sorted(glob.glob(os.path.join(work, "on-*.npy"))):
+        off = f.replace(os.sep + "on-", os.sep + "off-")
+        if os.path.exists(off):
+            same = np.array_equal(np.load(f).view(np.uint16), np.load(off).view(np.uint16))
+            print(f"{os.path.basename(f)[3:-4]}: on gives the same bits as off: {same}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
