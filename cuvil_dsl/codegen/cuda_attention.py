@@ -1088,7 +1088,8 @@ class _WsAttention(_WgmmaAttention):
 
     def mask_check(self, tile: str) -> list[str]:
         """"skip": ``cvl_any``, whether ``c`` of the masking where is true anywhere in this thread's elements of
-        key tile ``tile`` (rows and keys past the operands count as masked; nothing past them is read)."""
+        key tile ``tile`` (rows and keys past the operands count as masked, their reads clamped into the buffer), without
+        a branch."""
         op, k = self.masked, self.k
         lines: list[str] = []
         w = k.walk(lines.append, self.coord, None, None)
