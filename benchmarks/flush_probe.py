@@ -117,9 +117,10 @@ def main(argv: list[str] | None = None) -> int:
                     for a in self.inputs:
                         a.view(cp.uint8).sum(dtype=cp.int64)
 
-    touch_kernel = cp.RawModule(code=TOUCH_SOURCE).get_function("touch")
-    sink = cp.zeros(1, dtype=cp.uint32)
-    thrash = cp.empty(16 << 30, dtype=cp.uint8) if args.tlb else None
+    if args.tlb:  # only the translation conditions touch memory (Clock.touch)
+        touch_kernel = cp.RawModule(code=TOUCH_SOURCE).get_function("touch")
+        sink = cp.zeros(1, dtype=cp.uint32)
+        thrash = cp.empty(16 << 30, dtype=cp.uint8)
     conditions = TLB_CONDITIONS if args.tlb else CONDITIONS
     clock = Clock()
     if args.stream:

@@ -28,6 +28,9 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]
+
+from raw_gpu import open_gpu  # noqa: E402
 CHILD = r'''
 import json, sys
 from pathlib import Path
@@ -75,13 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", default="off,on")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds a variant (compile, reference, run)")
     args = ap.parse_args(argv)
-    try:
-        import cupy
-
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            raise RuntimeError("no CUDA device")
-    except Exception as exc:  # no CuPy, no driver, no device
-        print(f"skip_probe: no GPU to run on ({type(exc).__name__}: {exc})", file=sys.stderr)
+    if open_gpu("skip_probe") is None:
         return 2
     import numpy as np
 

@@ -1061,13 +1061,10 @@ class _WsAttention(_WgmmaAttention):
         op = self.p.ops.get(self.softmax.args[0])
         if op is None or op.op != "where" or rounds(op):
             return None
-        gemm = lambda value, m: "acc" if value == self.first.out else None  # noqa: E731
-        maps = self.where_maps(op)
-        cond_reads = self.k.leaves([(op.args[0], maps[0])], gemm)
-        if any(value == self.first.out for value, _m in cond_reads) or self.first.out in self.depends(op.args[0]):
-            return None
-        if self.k.leaves([(op.args[2], maps[2])], gemm) or self.first.out in self.depends(op.args[2]):
-            return None  # the fill reads memory (or the scores): not one value for every element
+        if self.first.out in self.depends(op.args[0]) or self.first.out in self.depends(op.args[2]):
+            return None  # the mask or the fill computed from the scores
+        if self.k.leaves([(op.args[2], self.where_maps(op)[2])]):
+            return None  # the fill reads memory: not one value for every element
         return op
 
     def depends(self, value: str) -> set[str]:
