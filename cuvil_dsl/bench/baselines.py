@@ -39,6 +39,9 @@ KINDS: dict[str, int] = {
     "gemm_bias_gelu": 3,  # y = gelu(a @ b + bias), erf GELU
     "attention_scores": 2,  # p = softmax(q @ k^T * scale, axis=-1)
     "attention": 3,  # o = softmax(q @ k^T * scale, axis=-1) @ v
+    # o = softmax(where(kpos <= qpos, q @ k^T * scale, fill), axis=-1) @ v, the positions qpos [M, 1] and kpos [1, N]
+    # given as data (a causal mask when both count 0, 1, 2, ...)
+    "attention_causal": 5,
 }
 
 # Spec file stem -> kind: the benchmarks (benchmarks/*.yaml) and their small examples (specs/).
@@ -55,6 +58,8 @@ STEMS: dict[str, str] = {
     "attention_f16": "attention_scores",
     "attention_scores": "attention_scores",
     "attention_full_f16": "attention",
+    "attention_full_f16-causal": "attention_causal",
+    "attention_causal": "attention_causal",
 }
 
 
@@ -77,6 +82,7 @@ class Problem:
     result_dtype: DType
     scale: float = 0.125  # attention_scores, attention: the logits' scale (the `scale` parameter, else 0.125)
     eps: float = 1e-5  # layernorm: from the pipeline's layernorm op
+    fill: float = float("-inf")  # attention_causal: the masked logits' value (the where's third operand)
 
     @property
     def compute_dtype(self) -> np.dtype:
@@ -97,10 +103,45 @@ def problem_for(session: "Session") -> tuple[Problem | None, str]:
                       f"pipeline `{pipeline.name}` takes {len(tensors)} and gives {len(pipeline.results)}")
     eps = next((float(op.attr("eps")) for op in pipeline.ops() if op.op == "layernorm" and op.attr("eps") is not None),
                1e-5)
+    fill = float("-inf")
+    if kind == "attention_causal":
+        where = next((op for op in pipeline.ops() if op.op == "where"), None)
+        folded = None if where is None else constant_value(pipeline, where.args[2])
+        if folded is None:
+            return None, (f"`{stem}` is matched to `{kind}`, whose masked logits are a constant: pipeline "
+                          f"`{pipeline.name}` has no `where(mask, logits, constant)`")
+        fill = folded
     result = pipeline.results[0]
     problem = Problem(kind, tuple(session.inputs[p.name] for p in tensors), result.name, result.type.dtype,
-                      scale=float(session.binding.params.get("scale", 0.125)), eps=eps)
+                      scale=float(session.binding.params.get("scale", 0.125)), eps=eps, fill=fill)
     return problem, ""
+
+
+_FOLD = {"neg": lambda a: -a, "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+         "div": lambda a, b: a / b}
+
+
+def constant_value(pipeline, value: str) -> float | None:
+    """``value`` of ``pipeline`` when it is computed from literals alone (through negation, arithmetic and
+    ``to_tensor``, whose dtype rounds it), else None."""
+    ops = {op.out: op for op in pipeline.ops()}
+
+    def fold(v: str) -> float | None:
+        op = ops.get(v)
+        if op is None:
+            return None  # a parameter
+        if op.op == "const":
+            c = op.attr("value")
+            return float(c) if isinstance(c, (int, float)) and not isinstance(c, bool) else None
+        args = [fold(a) for a in op.args]
+        if any(a is None for a in args):
+            return None
+        if op.op == "to_tensor":
+            with np.errstate(over="ignore"):  # past the dtype's range: an infinity, as the kernels round it
+                return float(np.asarray(args[0], dtype=DType(op.attr("dtype")).numpy))
+        return _FOLD[op.op](*args) if op.op in _FOLD else None
+
+    return fold(value)
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,14 @@ def function(cp, problem: Problem, erf=None):
         scale = ct.type(problem.scale)
         return lambda q, k, v: cp.matmul(
             _softmax(cp, cp.matmul(q, k.swapaxes(-1, -2)).astype(ct, copy=False) * scale, v.dtype), v).astype(out, copy=False)
+    if kind == "attention_causal":  # the mask by a where, then as "attention"
+        scale, fill = ct.type(problem.scale), ct.type(problem.fill)
+
+        def attention_causal(q, k, v, qpos, kpos):
+            s = cp.where(kpos <= qpos, cp.matmul(q, k.swapaxes(-1, -2)).astype(ct, copy=False) * scale, fill)
+            return cp.matmul(_softmax(cp, s, v.dtype), v).astype(out, copy=False)
+
+        return attention_causal
     raise NotApplicable(f"no CuPy baseline for `{kind}`")
 
 

@@ -60,6 +60,10 @@ def compute(problem: Problem, *arrays: np.ndarray) -> np.ndarray:
     elif problem.kind == "attention":
         q, k, v = args
         y = np.matmul(_attention_scores(q, k, ct.type(problem.scale)), v)
+    elif problem.kind == "attention_causal":
+        q, k, v, qpos, kpos = args
+        s = np.where(kpos <= qpos, np.matmul(q, np.swapaxes(k, -1, -2)) * ct.type(problem.scale), ct.type(problem.fill))
+        y = np.matmul(_softmax(s), v)
     else:
         raise NotApplicable(f"no NumPy baseline for `{problem.kind}`")
     return y.astype(problem.result_dtype.numpy, copy=False)

@@ -2,9 +2,9 @@
 
 Each benchmark is the one-liner a PyTorch user writes (``torch.softmax``, ``F.layer_norm``,
 ``F.gelu(torch.addmm(...))``; for attention eager runs ``F.scaled_dot_product_attention``, PyTorch's fused
-kernel, and ``torch.compile`` the expression as written). Work goes to PyTorch's current stream; the timer records its events
-and flushes on a CuPy wrapper of that same stream. ``torch.compile`` is called with
-``dynamic=False`` and Dynamo is reset when the contender closes: the benchmarks share one function
+kernel, with ``is_causal`` where the mask is causal, and ``torch.compile`` the expression as written).
+Work goes to PyTorch's current stream; the timer records its events and flushes on a CuPy wrapper of that
+same stream. ``torch.compile`` is called with ``dynamic=False`` and Dynamo is reset when the contender closes: the benchmarks share one function
 body, and Dynamo would otherwise recompile it per shape, then fall back to eager at its cache
 limit, or compile it for dynamic shapes.
 """
@@ -61,6 +61,10 @@ def function(problem: Problem):
     if kind == "attention":  # as written; Inductor's pattern matcher may turn it into its fused attention
         scale = problem.scale
         return lambda q, k, v: torch.softmax(q @ k.transpose(-1, -2) * scale, -1) @ v
+    if kind == "attention_causal":  # as written
+        scale, fill = problem.scale, problem.fill
+        return lambda q, k, v, qpos, kpos: torch.softmax(
+            torch.where(kpos <= qpos, q @ k.transpose(-1, -2) * scale, fill), -1) @ v
     raise NotApplicable(f"no PyTorch baseline for `{kind}`")
 
 
@@ -82,19 +86,29 @@ def _contender(name: str, label: str, fn, problem: Problem, close_extra=None) ->
                      close=close)
 
 
+def counts_up(positions: np.ndarray) -> bool:
+    """Whether ``positions`` (of shape [n, 1] or [1, n]) are 0, 1, ..., n - 1."""
+    return bool(np.array_equal(positions.reshape(-1), np.arange(positions.size)))
+
+
 def build_eager(problem: Problem) -> Contender:
-    if problem.kind == "attention":  # what a PyTorch user calls: its fused attention
+    if problem.kind in ("attention", "attention_causal"):  # what a PyTorch user calls: its fused attention
         import torch.nn.functional as F
 
         scale = problem.scale
+        causal = problem.kind == "attention_causal"
+        # positions 0, 1, 2, ... on both sides make the mask causal (top left aligned, as PyTorch's `is_causal`),
+        # which its flash kernel takes; other positions go in as a boolean mask (its memory-efficient kernel)
+        flash_causal = causal and all(counts_up(p) for p in problem.inputs[3:])
 
-        def sdpa(q, k, v):
+        def sdpa(q, k, v, *positions):
+            mask = None if not causal or flash_causal else positions[1] <= positions[0]
             # as (batch, heads, sequence, head dim): PyTorch's flash and memory-efficient kernels take only 4-D
             # inputs and fall back to the unfused math for others
             if q.shape[:-2] != k.shape[:-2] or k.shape[:-2] != v.shape[:-2]:
-                return F.scaled_dot_product_attention(q, k, v, scale=scale)
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=flash_causal, scale=scale)
             four = [t.reshape(-1, 1, *t.shape[-2:]) for t in (q, k, v)]
-            o = F.scaled_dot_product_attention(*four, scale=scale)
+            o = F.scaled_dot_product_attention(*four, attn_mask=mask, is_causal=flash_causal, scale=scale)
             return o.reshape(*q.shape[:-1], v.shape[-1])
 
         return _contender("torch", "PyTorch", sdpa, problem)

@@ -7,8 +7,8 @@ GEMM with ``tl.dot`` and the bias + erf GELU epilogue (autotuned over three tile
 attention scores ``softmax(Q K^T * scale)`` in two passes over the keys per block of query rows (an
 online max and sum first, then the probabilities recomputed and stored), so the logits never
 reach memory, as in our fused kernel; full attention ``softmax(Q K^T * scale) V`` in one pass over the
-keys (the FlashAttention forward pass as the Triton tutorial teaches it). Kernels take PyTorch tensors and run on PyTorch's current
-stream. Matrix products are offered for f16 and bf16 only: ``tl.dot`` on float32 defaults to tf32.
+keys (the FlashAttention forward pass as the Triton tutorial teaches it), causal attention the same with each
+block's loop ending at its last row. Kernels take PyTorch tensors and run on PyTorch's current stream. Matrix products are offered for f16 and bf16 only: ``tl.dot`` on float32 defaults to tf32.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import triton.language as tl
 
 from cuvil_dsl.bench.baselines import NotApplicable, Problem
 from cuvil_dsl.bench.contender import Contender
-from cuvil_dsl.bench.impl_torch import to_host, to_torch
+from cuvil_dsl.bench.impl_torch import counts_up, to_host, to_torch
 from cuvil_dsl.types import DType
 
 _TORCH = {DType.F16: torch.float16, DType.BF16: torch.bfloat16, DType.F32: torch.float32}
@@ -151,9 +151,11 @@ def _attention_scores_kernel(q_ptr, k_ptr, p_ptr, M, N, D, scale,
 def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, M, N, D, DV, scale,
                       stride_qb, stride_qm, stride_qd, stride_kb, stride_kn, stride_kd,
                       stride_vb, stride_vn, stride_vd, stride_ob, stride_om, stride_od,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr):
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+                      CAUSAL: tl.constexpr = False):
     # softmax(Q K^T * scale) V in one pass over the keys: an online max and sum, the output rescaled
-    # when the max grows, the probabilities never stored (the FlashAttention forward pass)
+    # when the max grows, the probabilities never stored (the FlashAttention forward pass). CAUSAL: key j
+    # seen by row i where j <= i, the loop ending at the block's last row (the keys past it are all masked)
     pid_m = tl.program_id(0)
     batch = tl.program_id(1).to(tl.int64)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -168,11 +170,17 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, M, N, D, DV, scale,
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_DV), tl.float32)
-    for start in range(0, N, BLOCK_N):
+    end = N
+    if CAUSAL:
+        end = tl.minimum(N, (pid_m + 1) * BLOCK_M)
+    for start in range(0, end, BLOCK_N):
         offs_n = start + tl.arange(0, BLOCK_N)
         col_ok = offs_n < N
         kt = tl.load(k_base + offs_n[None, :] * stride_kn, mask=(offs_d[:, None] < D) & col_ok[None, :], other=0.0)
-        s = tl.where(col_ok[None, :], tl.dot(q, kt) * qk_scale, float("-inf"))
+        seen = col_ok[None, :]
+        if CAUSAL:
+            seen = seen & (offs_n[None, :] <= offs_m[:, None])
+        s = tl.where(seen, tl.dot(q, kt) * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         alpha = tl.math.exp2(m_i - m_new)
         p = tl.math.exp2(s - m_new[:, None])
@@ -268,8 +276,11 @@ def _launcher(problem: Problem, tensors: list):
             return p.view(*q.shape[:-2], M, N)
 
         return attention_scores
-    if kind == "attention":
-        q, k, v = tensors
+    if kind in ("attention", "attention_causal"):
+        causal = kind == "attention_causal"
+        if causal and not all(counts_up(p) for p in problem.inputs[3:]):
+            raise NotApplicable("the Triton causal attention takes positions 0, 1, 2, ... (a causal mask)")
+        q, k, v = tensors[:3]
         if (q.dim() < 2 or not q.shape[:-2] == k.shape[:-2] == v.shape[:-2] or q.shape[-1] != k.shape[-1]
                 or k.shape[-2] != v.shape[-2]):
             raise NotApplicable("the Triton attention takes q [..., M, D], k [..., N, D], v [..., N, Dv] of one batch shape")
@@ -285,7 +296,7 @@ def _launcher(problem: Problem, tensors: list):
             o = torch.empty((q3.shape[0], M, DV), dtype=out_dtype, device=q.device)
             _attention_kernel[grid](q3, k3, v3, o, M, N, D, DV, problem.scale, *q3.stride(), *k3.stride(),
                                     *v3.stride(), *o.stride(), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-                                    BLOCK_DV=block_dv, num_warps=4, num_stages=3)
+                                    BLOCK_DV=block_dv, CAUSAL=causal, num_warps=4, num_stages=3)
             return o.view(*q.shape[:-2], M, DV)
 
         return attention

@@ -26,6 +26,7 @@ SMALL_SHAPES = {
     "gemm_gelu_f16": {"M": 64, "N": 32, "K": 48},
     "attention_f16": {"B": 2, "M": 32, "N": 48, "D": 16},
     "attention_full_f16": {"B": 2, "M": 40, "N": 72, "D": 16},
+    "shapes/attention_full_f16-causal": {"B": 2, "M": 40, "N": 72, "D": 16},
     "small_graph": {"M": 16, "N": 16},
 }
 
@@ -80,13 +81,15 @@ def exits_2_without_gpu(module, tool: str, capsys, argv: list[str] | None = None
 
 
 def copy_benchmarks(folder: Path, shapes: dict[str, dict[str, int]]) -> Path:
-    """Copies of ``benchmarks/STEM.yaml`` (and their pipelines) into ``folder`` with other shapes."""
+    """Copies of ``benchmarks/STEM.yaml`` (and their pipelines) into ``folder`` with other shapes (a stem in a
+    subfolder, ``shapes/NAME``, is copied as ``NAME.yaml``)."""
     for stem, sizes in shapes.items():
-        spec = yaml.safe_load((ROOT / "benchmarks" / f"{stem}.yaml").read_text())
+        source = ROOT / "benchmarks" / f"{stem}.yaml"
+        spec = yaml.safe_load(source.read_text())
         spec["shapes"] = sizes
         spec["run"] = {"warmup": 1, "iterations": 3}
-        (folder / f"{stem}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
-        shutil.copy(ROOT / "benchmarks" / spec["pipeline"], folder / spec["pipeline"])
+        (folder / source.name).write_text(yaml.safe_dump(spec, sort_keys=False))
+        shutil.copy(source.parent / spec["pipeline"], folder / spec["pipeline"])
     return folder
 
 

@@ -16,7 +16,7 @@ from cuvil_dsl.reference._special import erf
 from cuvil_dsl.types import DType
 
 WITH_KIND = ["elementwise_f32", "softmax_f16", "softmax_f32", "layernorm_f16", "gemm_gelu_f16", "attention_f16",
-             "attention_full_f16"]
+             "attention_full_f16", "attention_full_f16-causal"]
 
 
 def open_small(folder, stem):
@@ -54,6 +54,33 @@ def test_problem_from_a_spec(small_benchmarks):
     assert [a is session.inputs[n] for a, n in zip(problem.inputs, ("x", "w", "b"))] == [True] * 3
     attention, _ = problem_for(open_small(small_benchmarks, "attention_f16"))
     assert attention.scale == 0.125
+    causal, why = problem_for(open_small(small_benchmarks, "attention_full_f16-causal"))
+    assert why == "" and causal.kind == "attention_causal" and causal.fill == -30000.0 and len(causal.inputs) == 5
+
+
+def test_the_masked_logits_value_is_folded_from_literals(tmp_path):
+    """attention_causal's fill: the where's third operand computed from literals, rounded by its dtype; a fill
+    computed from the inputs leaves no baseline, with the reason."""
+    from cuvil_dsl.api import checked_module
+    from cuvil_dsl.bench.baselines import constant_value
+
+    def spec(fill: str):
+        (tmp_path / "attention_causal.cuvil").write_text(
+            "pipeline p(q: f16[M, D], k: f16[N, D], v: f16[N, D], qpos: i32[M, 1], kpos: i32[1, N]) -> o: f16[M, D] {\n"
+            f"    o = softmax(where(kpos <= qpos, q @ k.T, {fill})) @ v\n}}\n")
+        (tmp_path / "attention_causal.yaml").write_text(
+            "pipeline: attention_causal.cuvil\nshapes: {M: 8, N: 8, D: 16}\n")
+        return tmp_path / "attention_causal.yaml"
+
+    for fill, want in (("-(100.0 * 3.0) - 1.0", -301.0), ("-1.0e6", float("-inf")), ("-0.1", -0.0999755859375)):
+        spec(fill)
+        (pipeline,) = checked_module(tmp_path / "attention_causal.cuvil")[0].pipelines
+        where = next(op for op in pipeline.ops() if op.op == "where")
+        assert constant_value(pipeline, where.args[2]) == want, fill
+        problem, why = problem_for(driver.open_spec(tmp_path / "attention_causal.yaml", backend="reference"))
+        assert why == "" and problem.fill == want
+    problem, why = problem_for(driver.open_spec(spec("(q @ k.T) * 0.5"), backend="reference"))
+    assert problem is None and "no `where(mask, logits, constant)`" in why
 
 
 def test_spec_without_a_known_baseline(small_benchmarks):
