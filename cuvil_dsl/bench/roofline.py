@@ -99,8 +99,9 @@ def traffic_bytes(plan: FusionPlan, sizes: dict[str, int]) -> int:
                for b in plan.buffers if b.role in ("input", "result"))
 
 
-def matmul_flops(pipeline: ir.Pipeline, sizes: dict[str, int]) -> dict[str, int]:
-    """``2*M*N*K`` summed over the pipeline's matrix products (batch dims included), by operand dtype."""
+def matmul_flops(pipeline: ir.Pipeline, sizes: dict[str, int], kept: dict[str, float] | None = None) -> dict[str, int]:
+    """``2*M*N*K`` summed over the pipeline's matrix products (batch dims included), by operand dtype; a product
+    named in ``kept`` (by its result) counts that share of its flops (:func:`masked_share`)."""
     types = pipeline.value_types()
     flops: dict[str, int] = {}
     for op in pipeline.ops():
@@ -111,13 +112,66 @@ def matmul_flops(pipeline: ir.Pipeline, sizes: dict[str, int]) -> dict[str, int]
         k = concrete_shape(lhs.shape, sizes)[-1]
         out = math.prod(concrete_shape(op.type.shape, sizes))
         key = lhs.dtype.value
-        flops[key] = flops.get(key, 0) + 2 * out * k
+        flops[key] = flops.get(key, 0) + round(2 * out * k * (kept or {}).get(op.out, 1.0))
     return flops
 
 
-def floor_for(plan: FusionPlan, pipeline: ir.Pipeline, sizes: dict[str, int], ceilings: Ceilings | None) -> Floor:
+def masked_share(pipeline: ir.Pipeline, inputs: dict[str, np.ndarray], params: dict,
+                 sizes: dict[str, int]) -> dict[str, float]:
+    """For a masked softmax, ``softmax(where(c, x, fill))`` with the mask ``c`` computed from the inputs alone (no
+    product) and a constant fill: the products whose work the mask leaves out, each with the share of it that is
+    needed. Those are the products ``x`` is computed from and the one that multiplies the softmax (attention's
+    ``P V``); the share is the logits the mask keeps, a row it masks whole counting whole (its softmax is uniform
+    over the fill). A floor that counted the masked logits' work would be no floor for a kernel that skips it.
+    Empty for any other pipeline."""
+    from cuvil_dsl.reference.executor import eval_op, to_compute
+
+    ops = {op.out: op for op in pipeline.ops()}
+
+    def depends(value: str) -> set[str]:
+        seen, todo = set(), [value]
+        while todo:
+            v = todo.pop()
+            if v not in seen:
+                seen.add(v)
+                todo.extend(ops[v].args if v in ops else ())
+        return seen
+
+    share: dict[str, float] = {}
+    for soft in ops.values():
+        where = ops.get(soft.args[0]) if soft.op == "softmax" else None
+        if where is None or where.op != "where":
+            continue
+        mask, fill = depends(where.args[0]), depends(where.args[2])
+        if any(ops[v].op == "matmul" for v in mask | fill if v in ops) or any(v not in ops for v in fill):
+            continue  # the mask computed from a product, or the fill read from memory
+        env: dict[str, object] = {}
+        for p in pipeline.params:
+            if p.name in mask:
+                env[p.name] = to_compute(inputs[p.name], p.type.dtype) if p.is_tensor else params[p.name]
+        for op in pipeline.ops():  # in program order
+            if op.out in mask:
+                env[op.out] = eval_op(op, env)
+        if not isinstance(where.type, TensorType):
+            continue
+        c = np.broadcast_to(np.asarray(env[where.args[0]], dtype=bool), concrete_shape(where.type.shape, sizes))
+        axis = soft.attr("axis", c.ndim - 1)
+        per_row, n = np.count_nonzero(c, axis=axis), c.shape[axis]
+        needed = float(np.where(per_row == 0, n, per_row).sum()) / max(1, per_row.size * n)
+        for v in depends(where.args[1]):
+            if v in ops and ops[v].op == "matmul":
+                share[v] = needed
+        for op in ops.values():
+            if op.op == "matmul" and op.args[0] == soft.out:
+                share[op.out] = needed
+    return share
+
+
+def floor_for(plan: FusionPlan, pipeline: ir.Pipeline, sizes: dict[str, int], ceilings: Ceilings | None,
+              kept: dict[str, float] | None = None) -> Floor:
+    """The floor at ``ceilings`` (bytes and flops alone without them); ``kept``: :func:`masked_share`."""
     nbytes = traffic_bytes(plan, sizes)
-    flops = matmul_flops(pipeline, sizes)
+    flops = matmul_flops(pipeline, sizes, kept)
     if ceilings is None:
         return Floor(nbytes, flops, None, None)
     memory_us = nbytes / ceilings.copy_bytes_per_s * 1e6 if ceilings.copy_bytes_per_s > 0 else None

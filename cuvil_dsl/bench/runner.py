@@ -24,7 +24,7 @@ import numpy as np
 
 from cuvil_dsl.bench.baselines import FAMILIES, Family, NotApplicable, check_output, problem_for
 from cuvil_dsl.bench.contender import Contender
-from cuvil_dsl.bench.roofline import Ceilings, Floor, floor_for
+from cuvil_dsl.bench.roofline import Ceilings, Floor, floor_for, masked_share
 from cuvil_dsl.bench.timing import GpuTimer, HostTimer, Measurement, Settings, merge
 from cuvil_dsl.check import Comparison, compare, tolerances
 from cuvil_dsl.diagnostics import RunFailure
@@ -300,7 +300,8 @@ class Bench:
         from cuvil_dsl.passes import plan_pipeline
 
         plan, _ = plan_pipeline(session.pipeline, kernel_overrides(session.loaded), session.target.arch or "sm_90")
-        return floor_for(plan, session.pipeline, session.binding.sizes, self.ceilings)
+        kept = masked_share(session.pipeline, session.inputs, session.binding.params, session.binding.sizes)
+        return floor_for(plan, session.pipeline, session.binding.sizes, self.ceilings, kept)
 
 
 def _short(exc: BaseException, limit: int = 300) -> str:

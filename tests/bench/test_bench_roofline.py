@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from cuvil_dsl import driver
-from cuvil_dsl.bench.roofline import Ceilings, floor_for, matmul_flops, measure_host, traffic_bytes
+from cuvil_dsl.bench.roofline import Ceilings, floor_for, masked_share, matmul_flops, measure_host, traffic_bytes
 from cuvil_dsl.bench.timing import HostTimer, Settings
 from cuvil_dsl.passes import plan_pipeline
 
@@ -41,6 +41,31 @@ def test_batched_matmul_through_a_transpose_counts_every_batch():
     assert matmul_flops(session.pipeline, session.binding.sizes) == {"f16": 2 * 4 * 256 * 256 * 64}
     floor = floor_for(plan, session.pipeline, session.binding.sizes, GPU)
     assert floor.bytes == (2 * 4 * 256 * 64 + 4 * 256 * 256) * 2 and floor.bound == "memory"
+
+
+def test_a_masked_softmax_counts_the_products_the_mask_keeps(tmp_path):
+    """softmax(where(c, q k^T, fill)) v with c from the inputs: both products count the kept logits' share, a row
+    masked whole counting whole; a mask computed from the scores, or a fill read from memory, keeps the dense
+    count."""
+    head = "pipeline p(q: f16[B, M, D], k: f16[B, N, D], v: f16[B, N, D], qpos: i32[M, 1], kpos: i32[1, N]"
+
+    def session(body: str, extra: str = ""):
+        (tmp_path / "m.cuvil").write_text(f"{head}{extra}) -> o: f16[B, M, D] {{\n    o = {body}\n}}\n")
+        (tmp_path / "m.yaml").write_text("pipeline: m.cuvil\nshapes: {B: 3, M: 8, N: 12, D: 16}\ninputs:\n"
+                                         "  qpos: {init: arange}\n  kpos: {init: arange}\n")
+        s = driver.open_spec(tmp_path / "m.yaml", backend="reference")
+        return s, masked_share(s.pipeline, s.inputs, s.binding.params, s.binding.sizes)
+
+    dense = 2 * 3 * 8 * 12 * 16
+    s, kept = session("softmax(where(kpos <= qpos, q @ k.T, -30000.0)) @ v")
+    share = sum(range(1, 9)) / (8 * 12)  # row i keeps keys 0..i
+    assert sorted(kept.values()) == [share, share]
+    assert matmul_flops(s.pipeline, s.binding.sizes, kept) == {"f16": 2 * round(dense * share)}
+    s, kept = session("softmax(where(kpos <= qpos - 3, q @ k.T, -30000.0)) @ v")  # rows 0-2 masked whole
+    assert list(kept.values())[0] == (3 * 12 + sum(range(1, 6))) / (8 * 12)
+    assert session("softmax(where(q @ k.T > 0.0, q @ k.T, -30000.0)) @ v")[1] == {}
+    assert session("softmax(where(kpos <= qpos, q @ k.T, f)) @ v", ", f: f16[M, N]")[1] == {}
+    assert session("softmax(q @ k.T) @ v")[1] == {}
 
 
 def test_elementwise_floor_is_memory_only_and_none_without_ceilings():
