@@ -4,7 +4,8 @@
 Each variant runs in a process of its own (a kernel that traps or faults poisons its CUDA context): the causal
 pipeline of ``benchmarks/shapes/pipelines.cuvil`` (``attention_full_f16_causal``) at the shapes given, rendered
 with ``ATTENTION_TUNING`` {"skip": False} ("off"), {"skip": True} ("on"), the skipping loop with a vote that is
-always false ("never": the loop's control flow and barrier, no tile skipped) and "on" with the barrier wait's
+always false ("never": the loop's control flow and barrier, no tile skipped), "on" with the vote by the .aligned
+bar.red after a __syncwarp ("synced") and "on" with the barrier wait's
 timeout trap removed ("notrap": a deadlock then shows as a timeout instead of a launch failure). Each prints
 whether it matched the float64 reference (first 2 batch entries), its median back-to-back time over 30 calls
 (CUDA events, no L2 flush: a first look, not the bench's method) and its resources; then whether "on" gave the
@@ -47,6 +48,9 @@ if variant == "never":
     orig = cuda_attention._WsAttention.skip_vote
     cuda_attention._WsAttention.skip_vote = lambda self, t: [l.replace("bool ok = !cvl_any;", "bool ok = false;")
                                                              for l in orig(self, t)]
+if variant == "synced":  # the .aligned bar.red after a __syncwarp (every warp converged when it arrives)
+    cuda_attention.WG_ALL_HELPER = cuda_attention.WG_ALL_HELPER.replace(
+        "    unsigned r;", "    __syncwarp();\n    unsigned r;").replace("barrier.red.and.pred", "bar.red.and.pred")
 if variant == "notrap":
     cuda_wgmma.WS_HELPERS_OUTLINED_TRAP = cuda_wgmma.WS_HELPERS_OUTLINED_TRAP.replace("cvl_hang();", "{}")
 import cupy
