@@ -5,7 +5,8 @@ Each variant runs in a process of its own (a kernel that traps or faults poisons
 pipeline of ``benchmarks/shapes/pipelines.cuvil`` (``attention_full_f16_causal``) at the shapes given, rendered
 with ``ATTENTION_TUNING`` {"skip": False} ("off"), {"skip": True} ("on"), the skipping loop with a vote that is
 always false ("never": the loop's control flow and barrier, no tile skipped), "on" with the vote by the .aligned
-bar.red after a __syncwarp ("synced") and "on" with the barrier wait's
+bar.red after a __syncwarp ("synced"), "on" with a __syncwarp after each consumer's barrier wait ("waitsync") and
+"on" with the barrier wait's
 timeout trap removed ("notrap": a deadlock then shows as a timeout instead of a launch failure). Each prints
 whether it matched the float64 reference (first 2 batch entries), its median back-to-back time over 30 calls
 (CUDA events, no L2 flush: a first look, not the bench's method) and its resources; then whether "on" gave the
@@ -51,6 +52,9 @@ if variant == "never":
 if variant == "synced":  # the .aligned bar.red after a __syncwarp (every warp converged when it arrives)
     cuda_attention.WG_ALL_HELPER = cuda_attention.WG_ALL_HELPER.replace(
         "    unsigned r;", "    __syncwarp();\n    unsigned r;").replace("barrier.red.and.pred", "bar.red.and.pred")
+if variant == "waitsync":  # every consumer's barrier wait followed by a __syncwarp (converged at each wgmma)
+    wait_full = cuda_attention._WsAttention.wait_full
+    cuda_attention._WsAttention.wait_full = lambda self, which, tile: wait_full(self, which, tile) + " __syncwarp();"
 if variant == "notrap":
     cuda_wgmma.WS_HELPERS_OUTLINED_TRAP = cuda_wgmma.WS_HELPERS_OUTLINED_TRAP.replace("cvl_hang();", "{}")
 import cupy
