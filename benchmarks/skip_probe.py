@@ -4,9 +4,8 @@
 Each variant runs in a process of its own (a kernel that traps or faults poisons its CUDA context): the causal
 pipeline of ``benchmarks/shapes/pipelines.cuvil`` (``attention_full_f16_causal``) at the shapes given, rendered
 with ``ATTENTION_TUNING`` {"skip": False} ("off"), {"skip": True} ("on"), the skipping loop with a vote that is
-always false ("never": the loop's control flow and barrier, no tile skipped), "on" with the vote by the .aligned
-bar.red after a __syncwarp ("synced"), "on" with a __syncwarp after each consumer's barrier wait ("waitsync") and
-"on" with the barrier wait's
+always false ("never": the loop's control flow and barrier, no tile skipped), "on" with ``SKIP_SYNC`` set
+("sync=warp", "sync=wait", "sync=smem": the fixes under test) and "on" with the barrier wait's
 timeout trap removed ("notrap": a deadlock then shows as a timeout instead of a launch failure). Each prints
 whether it matched the float64 reference (first 2 batch entries), its median back-to-back time over 30 calls
 (CUDA events, no L2 flush: a first look, not the bench's method) and its resources; then whether "on" gave the
@@ -49,12 +48,8 @@ if variant == "never":
     orig = cuda_attention._WsAttention.skip_vote
     cuda_attention._WsAttention.skip_vote = lambda self, t: [l.replace("bool ok = !cvl_any;", "bool ok = false;")
                                                              for l in orig(self, t)]
-if variant == "synced":  # the .aligned bar.red after a __syncwarp (every warp converged when it arrives)
-    cuda_attention.WG_ALL_HELPER = cuda_attention.WG_ALL_HELPER.replace(
-        "    unsigned r;", "    __syncwarp();\n    unsigned r;").replace("barrier.red.and.pred", "bar.red.and.pred")
-if variant == "waitsync":  # every consumer's barrier wait followed by a __syncwarp (converged at each wgmma)
-    wait_full = cuda_attention._WsAttention.wait_full
-    cuda_attention._WsAttention.wait_full = lambda self, which, tile: wait_full(self, which, tile) + " __syncwarp();"
+if variant.startswith("sync="):  # "on" with cuda_attention.SKIP_SYNC (warp, wait, smem: the fixes under test)
+    cuda_attention.SKIP_SYNC = variant[5:]
 if variant == "notrap":
     cuda_wgmma.WS_HELPERS_OUTLINED_TRAP = cuda_wgmma.WS_HELPERS_OUTLINED_TRAP.replace("cvl_hang();", "{}")
 import cupy
@@ -102,11 +97,12 @@ def main(argv: list[str] | None = None) -> int:
             except subprocess.TimeoutExpired:
                 out, err = "", "TIMEOUT"
             print(f"{variant:7} [{B}, {M}, {N}] groups {groups}: {out} {err}", flush=True)
-    for f in sorted(glob.glob(os.path.join(work, "on-*.npy"))):
-        off = f.replace(os.sep + "on-", os.sep + "off-")
-        if os.path.exists(off):
+    for f in sorted(glob.glob(os.path.join(work, "*.npy"))):
+        variant, case = os.path.basename(f)[:-4].split("-", 1)
+        off = os.path.join(work, f"off-{case}.npy")
+        if variant != "off" and os.path.exists(off):
             same = np.array_equal(np.load(f).view(np.uint16), np.load(off).view(np.uint16))
-            print(f"{os.path.basename(f)[3:-4]}: on gives the same bits as off: {same}")
+            print(f"{case}: {variant} gives the same bits as off: {same}")
     return 0
 
 

@@ -126,12 +126,28 @@ __device__ __forceinline__ bool cvl_wg_all(bool c, unsigned id) {
 }
 """
 
-# Under test (session 25): with 4 consumers the skipping loop still failed on the H100/H200. "warp": the vote by the
-# .aligned bar.red after a __syncwarp; "wait": a __syncwarp after each consumer's barrier wait in the skipping loop
-# (every warp converged at each wgmma); "" neither.
+# Under test (session 25): with 4 consumers the skipping loop still failed on the H100 now and then. "warp": the vote
+# by the .aligned bar.red after a __syncwarp; "wait": a __syncwarp after each consumer's barrier wait in the skipping
+# loop (every warp converged at each wgmma); "smem": the vote without a reduction barrier (each warp's __all_sync in
+# shared memory between two plain named barriers); "" none of them.
 SKIP_SYNC = ""
 WG_ALL_SYNCED = WG_ALL_HELPER.replace("    unsigned r;", "    __syncwarp();\n    unsigned r;").replace(
     "barrier.red.and.pred", "bar.red.and.pred")
+WG_ALL_SMEM = r"""
+// true in every thread of warpgroup barrier `id`'s 128 threads when `c` is true in all of them: each warp's vote
+// in shared memory between two plain named barriers (the second keeps a warp's next vote from overwriting a flag
+// another warp has yet to read)
+__device__ __forceinline__ bool cvl_wg_all(bool c, unsigned id) {
+    __shared__ unsigned cvl_votes[16][4];  // [named barrier][warp of the warpgroup]
+    const unsigned all = __all_sync(0xffffffffu, c) ? 1u : 0u;
+    if (threadIdx.x % 32 == 0) cvl_votes[id][(threadIdx.x / 32) % 4] = all;
+    __syncwarp();
+    asm volatile("bar.sync %0, 128;\n" :: "r"(id) : "memory");
+    const unsigned r = cvl_votes[id][0] & cvl_votes[id][1] & cvl_votes[id][2] & cvl_votes[id][3];
+    asm volatile("bar.sync %0, 128;\n" :: "r"(id) : "memory");
+    return __shfl_sync(0xffffffffu, r, 0) != 0;  // warp-uniform to ptxas (see WG_ALL_HELPER)
+}
+"""
 
 PACK = {DType.F16: ("__half2", "__floats2half2_rn"), DType.BF16: ("__nv_bfloat162", "__floats2bfloat162_rn")}
 
@@ -1063,6 +1079,10 @@ class _WsAttention(_WgmmaAttention):
             return []
         return [f"if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * {1 + 4 * self.stages});  // Q read"]
 
+    @staticmethod
+    def vote_helper() -> str:
+        return WG_ALL_SMEM if "smem" in SKIP_SYNC else WG_ALL_SYNCED if "warp" in SKIP_SYNC else WG_ALL_HELPER
+
     def masking_where(self):
         """"skip": the softmax's argument as ``where(c, x, f)`` (unrounded) with ``c`` independent of the scores
         and ``f`` the same for every element (a scalar), else None."""
@@ -1254,5 +1274,5 @@ class _WsAttention(_WgmmaAttention):
         lines = [*k.signature(entry, self.threads), *indent(body), "}"]
         grid = min(self.items, self.blocks) if self.persistent else self.items
         helpers = (cuda_wgmma.HELPERS + cuda_wgmma.TMA_HELPERS + cuda_wgmma.TMA3_HELPERS + cuda_wgmma.WS_HELPERS_OUTLINED_TRAP
-                   + BAND_HELPERS + PACK_HELPER + self.wgmma_helpers() + ((WG_ALL_SYNCED if "warp" in SKIP_SYNC else WG_ALL_HELPER) if self.masked is not None else ""))
+                   + BAND_HELPERS + PACK_HELPER + self.wgmma_helpers() + (self.vote_helper() if self.masked is not None else ""))
         return Emitted(lines, (grid, 1, 1), (self.threads, 1, 1), self.shared_total(), helpers, (f"-arch={cuda_wgmma.ARCH}",))
