@@ -4,9 +4,9 @@ Each benchmark is the one-liner a PyTorch user writes (``torch.softmax``, ``F.la
 ``F.gelu(torch.addmm(...))``; for attention eager runs ``F.scaled_dot_product_attention``, PyTorch's fused
 kernel, with ``is_causal`` where the mask is causal, and ``torch.compile`` the expression as written).
 Work goes to PyTorch's current stream; the timer records its events and flushes on a CuPy wrapper of that
-same stream. ``torch.compile`` is called with ``dynamic=False`` and Dynamo is reset when the contender closes: the benchmarks share one function
-body, and Dynamo would otherwise recompile it per shape, then fall back to eager at its cache
-limit, or compile it for dynamic shapes.
+same stream. ``torch.compile`` is called with ``dynamic=False`` and Dynamo is reset when the contender
+closes: the benchmarks share one function body, and Dynamo would otherwise recompile it per shape, then
+fall back to eager at its cache limit, or compile it for dynamic shapes.
 """
 
 from __future__ import annotations

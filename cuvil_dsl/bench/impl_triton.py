@@ -8,7 +8,8 @@ attention scores ``softmax(Q K^T * scale)`` in two passes over the keys per bloc
 online max and sum first, then the probabilities recomputed and stored), so the logits never
 reach memory, as in our fused kernel; full attention ``softmax(Q K^T * scale) V`` in one pass over the
 keys (the FlashAttention forward pass as the Triton tutorial teaches it), causal attention the same with each
-block's loop ending at its last row. Kernels take PyTorch tensors and run on PyTorch's current stream. Matrix products are offered for f16 and bf16 only: ``tl.dot`` on float32 defaults to tf32.
+block's loop ending at its last row. Kernels take PyTorch tensors and run on PyTorch's current stream.
+Matrix products are offered for f16 and bf16 only: ``tl.dot`` on float32 defaults to tf32.
 """
 
 from __future__ import annotations

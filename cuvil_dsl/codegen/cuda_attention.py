@@ -1275,5 +1275,6 @@ class _WsAttention(_WgmmaAttention):
         lines = [*k.signature(entry, self.threads), *indent(body), "}"]
         grid = min(self.items, self.blocks) if self.persistent else self.items
         helpers = (cuda_wgmma.HELPERS + cuda_wgmma.TMA_HELPERS + cuda_wgmma.TMA3_HELPERS + cuda_wgmma.WS_HELPERS_OUTLINED_TRAP
-                   + BAND_HELPERS + PACK_HELPER + self.wgmma_helpers() + (self.vote_helper() if self.masked is not None else ""))
+                   + BAND_HELPERS + PACK_HELPER + self.wgmma_helpers()
+                   + (self.vote_helper() if self.masked is not None else ""))
         return Emitted(lines, (grid, 1, 1), (self.threads, 1, 1), self.shared_total(), helpers, (f"-arch={cuda_wgmma.ARCH}",))
