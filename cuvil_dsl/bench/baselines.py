@@ -117,31 +117,17 @@ def problem_for(session: "Session") -> tuple[Problem | None, str]:
     return problem, ""
 
 
-_FOLD = {"neg": lambda a: -a, "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-         "div": lambda a, b: a / b}
-
-
 def constant_value(pipeline, value: str) -> float | None:
-    """``value`` of ``pipeline`` when it is computed from literals alone (through negation, arithmetic and
-    ``to_tensor``, whose dtype rounds it), else None."""
+    """``value`` of ``pipeline`` when it is computed from literals alone (no parameter), in the reference's
+    semantics (a ``to_tensor`` rounds, saturating, to its dtype), else None."""
+    from cuvil_dsl.ir.nodes import ancestors
+    from cuvil_dsl.reference.executor import evaluate
+
     ops = {op.out: op for op in pipeline.ops()}
-
-    def fold(v: str) -> float | None:
-        op = ops.get(v)
-        if op is None:
-            return None  # a parameter
-        if op.op == "const":
-            c = op.attr("value")
-            return float(c) if isinstance(c, (int, float)) and not isinstance(c, bool) else None
-        args = [fold(a) for a in op.args]
-        if any(a is None for a in args):
-            return None
-        if op.op == "to_tensor":
-            with np.errstate(over="ignore"):  # past the dtype's range: an infinity, as the kernels round it
-                return float(np.asarray(args[0], dtype=DType(op.attr("dtype")).numpy))
-        return _FOLD[op.op](*args) if op.op in _FOLD else None
-
-    return fold(value)
+    if any(v not in ops for v in ancestors(ops, value)):
+        return None  # read from memory
+    result = np.asarray(evaluate(pipeline, value, {}, {}))
+    return float(result) if result.size == 1 else None
 
 
 @dataclass(frozen=True)

@@ -124,41 +124,23 @@ def masked_share(pipeline: ir.Pipeline, inputs: dict[str, np.ndarray], params: d
     ``P V``); the share is the logits the mask keeps, a row it masks whole counting whole (its softmax is uniform
     over the fill). A floor that counted the masked logits' work would be no floor for a kernel that skips it.
     Empty for any other pipeline."""
-    from cuvil_dsl.reference.executor import eval_op, to_compute
+    from cuvil_dsl.reference.executor import evaluate
 
     ops = {op.out: op for op in pipeline.ops()}
-
-    def depends(value: str) -> set[str]:
-        seen, todo = set(), [value]
-        while todo:
-            v = todo.pop()
-            if v not in seen:
-                seen.add(v)
-                todo.extend(ops[v].args if v in ops else ())
-        return seen
-
     share: dict[str, float] = {}
     for soft in ops.values():
         where = ops.get(soft.args[0]) if soft.op == "softmax" else None
-        if where is None or where.op != "where":
+        if where is None or where.op != "where" or not isinstance(where.type, TensorType):
             continue
-        mask, fill = depends(where.args[0]), depends(where.args[2])
+        mask, fill = ir.ancestors(ops, where.args[0]), ir.ancestors(ops, where.args[2])
         if any(ops[v].op == "matmul" for v in mask | fill if v in ops) or any(v not in ops for v in fill):
             continue  # the mask computed from a product, or the fill read from memory
-        env: dict[str, object] = {}
-        for p in pipeline.params:
-            if p.name in mask:
-                env[p.name] = to_compute(inputs[p.name], p.type.dtype) if p.is_tensor else params[p.name]
-        for op in pipeline.ops():  # in program order
-            if op.out in mask:
-                env[op.out] = eval_op(op, env)
-        if not isinstance(where.type, TensorType):
-            continue
-        c = np.broadcast_to(np.asarray(env[where.args[0]], dtype=bool), concrete_shape(where.type.shape, sizes))
+        c = np.broadcast_to(np.asarray(evaluate(pipeline, where.args[0], inputs, params), dtype=bool),
+                            concrete_shape(where.type.shape, sizes))
         axis = soft.attr("axis", c.ndim - 1)
         per_row, n = np.count_nonzero(c, axis=axis), c.shape[axis]
         needed = float(np.where(per_row == 0, n, per_row).sum()) / max(1, per_row.size * n)
-        for v in depends(where.args[1]):
+        for v in ir.ancestors(ops, where.args[1]):
             if v in ops and ops[v].op == "matmul":
                 share[v] = needed
         for op in ops.values():

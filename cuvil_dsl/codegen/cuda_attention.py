@@ -49,6 +49,7 @@ from cuvil_dsl.codegen.cuda_gemm import MMA_HELPERS, Operand, mma_helper, batch_
 from cuvil_dsl.codegen.cuda_lang import STORAGE
 from cuvil_dsl.codegen.cuda_matmul import BAND_HELPERS, LOG2E
 from cuvil_dsl.diagnostics import UserError, error
+from cuvil_dsl.ir.nodes import ancestors
 from cuvil_dsl.passes import configs
 from cuvil_dsl.passes.indexing import operand_map
 from cuvil_dsl.types import DType
@@ -1090,23 +1091,11 @@ class _WsAttention(_WgmmaAttention):
         op = self.p.ops.get(self.softmax.args[0])
         if op is None or op.op != "where" or rounds(op):
             return None
-        if self.first.out in self.depends(op.args[0]) or self.first.out in self.depends(op.args[2]):
+        if self.first.out in ancestors(self.p.ops, op.args[0]) | ancestors(self.p.ops, op.args[2]):
             return None  # the mask or the fill computed from the scores
         if self.k.leaves([(op.args[2], self.where_maps(op)[2])]):
             return None  # the fill reads memory: not one value for every element
         return op
-
-    def depends(self, value: str) -> set[str]:
-        """The values ``value`` is computed from (itself included)."""
-        seen, todo = set(), [value]
-        while todo:
-            v = todo.pop()
-            if v in seen:
-                continue
-            seen.add(v)
-            if v in self.p.ops:
-                todo.extend(self.p.ops[v].args)
-        return seen
 
     def where_maps(self, op) -> list[tuple]:
         m = self.p.layout.maps[op.out]

@@ -29,7 +29,7 @@ reductions         ``sum max min mean``; ``axis`` (non-negative), ``keepdims``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator, Union
+from typing import Iterator, Mapping, Union
 
 from cuvil_dsl.diagnostics import Span
 from cuvil_dsl.types import DType, ScalarType, TensorType, Type
@@ -174,6 +174,18 @@ class Module:
         if name is None:
             return self.pipelines[0] if len(self.pipelines) == 1 else None
         return next((p for p in self.pipelines if p.name == name), None)
+
+
+def ancestors(ops: Mapping[str, Op], value: str) -> set[str]:
+    """The values ``value`` is computed from, itself included, through ``ops`` (each op by the value it defines;
+    a name not among them, a parameter, ends a path)."""
+    seen, todo = set(), [value]
+    while todo:
+        v = todo.pop()
+        if v not in seen:
+            seen.add(v)
+            todo.extend(ops[v].args if v in ops else ())
+    return seen
 
 
 def walk(body: tuple[Stmt, ...], graph: str | None = None, kernel: str | None = None):

@@ -191,6 +191,22 @@ def eval_op(op: ir.Op, env: Mapping[str, object]):
     raise AssertionError(f"reference has no rule for {kind}")
 
 
+def evaluate(pipeline: ir.Pipeline, value: str, inputs: Mapping[str, np.ndarray], params: Mapping[str, object]):
+    """``value`` of ``pipeline`` in the reference semantics, computing only the ops it is computed from (the
+    parameters among them taken from ``inputs`` and ``params``)."""
+    ops = list(pipeline.ops())
+    needed = ir.ancestors({op.out: op for op in ops}, value)
+    env: dict[str, object] = {}
+    for p in pipeline.params:
+        if p.name in needed:
+            env[p.name] = to_compute(inputs[p.name], p.type.dtype) if p.is_tensor else params[p.name]  # type: ignore[union-attr]
+    for op in ops:  # in program order
+        if op.out in needed:
+            v = eval_op(op, env)
+            env[op.out] = bind_round(v, op.type.dtype) if op.named and isinstance(op.type, TensorType) else v
+    return env[value]
+
+
 def _reduce(kind, x, axis, keepdims, dtype: DType):
     if dtype is DType.I32:
         if kind == "sum":
