@@ -59,7 +59,10 @@ def test_report_option_writes_html_and_json(project):
     assert data["passed"] is True and data["cases"][0]["case"] == "regression/reference/small"
 
 
-def test_time_runs_as_a_benchmark_with_device_times_in_extra_info(project):
+def test_time_runs_as_a_benchmark_with_device_times_in_extra_info(project, monkeypatch):
+    # The inner run is in this process: under pytest-xdist it would inherit the worker's variable, by which
+    # pytest-benchmark switches itself off (as it should for the outer run's workers, not for this one).
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     result = project.runpytest("-k", "time", "--benchmark-enable", "--benchmark-json", "bench.json")
     result.assert_outcomes(passed=1)
     bench = json.loads((project.path / "bench.json").read_text())["benchmarks"][0]
