@@ -7,7 +7,12 @@ method (interleaved, rotated rounds against the same baselines) before it become
 
 Each ``[MODULE.]NAME=VALUE`` before ``--`` sets ``cuvil_dsl.codegen.MODULE.NAME`` (MODULE defaults to
 ``cuda_wgmma``; VALUE read as a Python literal, or as a string when it is not one); the rest is the command line
-of ``cuvil-dsl``. The compile cache keys on the generated source, so a variant never reuses the default's
+of ``cuvil-dsl``, or a script and its arguments (a first word ending in ``.py``: run as ``__main__`` in this
+process, so the switches hold for it too):
+
+    python3 benchmarks/bench_mode.py cuda_attention.SKIP_SYNC=smem -- benchmarks/ab_attention_full.py --only skip
+
+The compile cache keys on the generated source, so a variant never reuses the default's
 binaries.
 """
 
@@ -40,7 +45,17 @@ def main(argv: list[str]) -> int:
             value = text
         setattr(module, name, value)
         print(f"bench_mode: {module.__name__}.{name} = {value!r}", file=sys.stderr)
-    return cli(argv[cut + 1:])
+    rest = argv[cut + 1:]
+    if rest and rest[0].endswith(".py"):
+        import runpy
+
+        sys.argv = rest
+        try:
+            runpy.run_path(rest[0], run_name="__main__")
+        except SystemExit as done:
+            return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+        return 0
+    return cli(rest)
 
 
 if __name__ == "__main__":

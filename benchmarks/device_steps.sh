@@ -17,6 +17,11 @@
 #           "4 2"), each alone in its process (its fourth launch), summarised by benchmarks/ncu_source.py
 #   tlb     benchmarks/flush_probe.py --tlb on TLB_SPECS (default: attention scores and the elementwise chain): do the
 #           flushed samples' extra microseconds come from address translation?
+#   skipprobe  benchmarks/skip_probe.py on PROBE_SHAPES with PROBE_VARIANTS (defaults: the shapes where 4 consumers hung,
+#           off,on,never and the three SKIP_SYNC candidates)
+#   skipab  ab_attention_full.py's default and "skip" variants on the causal shape, cuda_attention.SKIP_SYNC=SYNC
+#           (default smem), ROUNDS rounds
+#   skipbench  the causal bench (SKIP on, SKIP_SYNC=SYNC) against PyTorch's SDPA, torch.compile and Triton
 #   bench   `cuvil-dsl bench --quick` of BENCH_SPECS (default: the attention benchmarks) against BASELINES
 set -u
 for step in ${STEPS:-tests}; do
@@ -57,6 +62,16 @@ for step in ${STEPS:-tests}; do
     tlb)
         timeout 400 python3 benchmarks/flush_probe.py --tlb --rounds ${ROUNDS:-3} \
             ${TLB_SPECS:-benchmarks/attention_f16.yaml benchmarks/elementwise_f32.yaml} 2>&1 | tail -30 ;;
+    skipprobe)
+        timeout 300 python3 benchmarks/skip_probe.py ${PROBE_SHAPES:-32,2048,2048,auto 4,1024,1024,p4:4 4,1024,1024,4 32,2048,2048,2} \
+            --variants ${PROBE_VARIANTS:-off,on,never,sync=smem,sync=warp,sync=wait} --timeout 30 2>&1 | tee "$OUT/skip_probe.txt" | tail -60 ;;
+    skipab)
+        timeout 300 python3 benchmarks/bench_mode.py cuda_attention.SKIP_SYNC=${SYNC:-smem} -- benchmarks/ab_attention_full.py \
+            --only default --only skip --case benchmarks/shapes/attention_full_f16-causal.yaml --rounds ${ROUNDS:-2} 2>&1 | tail -30 ;;
+    skipbench)
+        timeout 300 python3 benchmarks/bench_mode.py cuda_attention.SKIP=True cuda_attention.SKIP_SYNC=${SYNC:-smem} -- bench \
+            benchmarks/shapes/attention_full_f16-causal.yaml --quick --baselines torch,torch_compile,triton \
+            --plot "$OUT/bench-causal.png" 2>&1 | tee "$OUT/bench-causal.md" | tail -30 ;;
     bench)
         timeout 400 python3 -m cuvil_dsl bench ${BENCH_SPECS:-benchmarks/attention_full_f16.yaml benchmarks/shapes/attention_full_f16-d128.yaml} \
             --quick --baselines ${BASELINES:-torch,triton} --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.md" | tail -30 ;;
