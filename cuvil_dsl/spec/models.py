@@ -18,6 +18,7 @@ Two interpretations of section 7, stated here because the text shows example val
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 import types
@@ -224,16 +225,26 @@ def input_tag(value: Any) -> str | None:
     return "filled" if init in ("zeros", "ones", "arange") else None
 
 
-def input_source_problem(value: Any) -> tuple[tuple[str, ...], str]:
-    """Why ``input_tag`` gave up on ``value``: the sub-path to point at and a message."""
+def input_source_problem(value: Any) -> tuple[tuple[str, ...], str, str | None]:
+    """Why ``input_tag`` gave up on ``value``: the sub-path to point at, a message and a hint (or None)."""
     kinds = ", ".join(INIT_KINDS)
     if not isinstance(value, dict):
-        return (), "expected a mapping such as {init: normal, seed: 1} or {file: x.npy}"
+        return (), "expected a mapping such as {init: normal, seed: 1} or {file: x.npy}", None
     if "file" in value and "init" in value:
-        return (), "give either `init` or `file`, not both"
+        return (), "give either `init` or `file`, not both", None
     if "init" in value:
-        return ("init",), f"unknown init; expected one of {kinds}"
-    return (), f"needs `init` ({kinds}) or `file`"
+        return ("init",), f"unknown init; expected one of {kinds}", None
+    # neither: a key no input model knows is most likely the misspelt one ({random: normal}, {fill: x.npy})
+    known = sorted({name for model in (NormalInput, UniformInput, FilledInput, FileInput) for name in model.model_fields})
+    for key in value:
+        if str(key) not in known:
+            close = difflib.get_close_matches(str(key), ["init", "file"], n=1, cutoff=0.5)
+            if value[key] in INIT_KINDS:
+                hint = f"write `init: {value[key]}`"
+            else:
+                hint = f"did you mean `{close[0]}`?" if close else f"an input's keys: {', '.join(known)}"
+            return (str(key),), f"needs `init` ({kinds}) or `file`; `{key}` is not an input's key", hint
+    return (), f"needs `init` ({kinds}) or `file`", None
 
 
 InputSpec = Annotated[

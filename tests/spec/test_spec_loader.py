@@ -157,6 +157,15 @@ def test_unknown_init_and_source(tmp_path):
     assert found == [("E508", 3, 13), ("E508", 4, 3), ("E508", 5, 3)]
 
 
+def test_a_misspelt_source_key_is_pointed_at_with_the_fix(tmp_path):
+    text = "pipeline: p.cuvil\ninputs:\n  a: {random: normal, seed: 1}\n  b: {fil: b.npy}\n  c: {colour: 3}\n"
+    found = {d.span.line: d for d in problems(tmp_path, text)}
+    assert [at(found[line]) for line in (3, 4, 5)] == [("E508", 3, 7), ("E508", 4, 7), ("E508", 5, 7)]
+    assert "`random` is not an input's key" in found[3].message and found[3].hint == "write `init: normal`"
+    assert found[4].hint == "did you mean `file`?"
+    assert found[5].hint.startswith("an input's keys: file, high, init")
+
+
 def test_all_problems_together(tmp_path):
     text = "pipeline: missing.cuvil\nrun: {iteratons: 1, warmup: -2}\nkernels: {k: {block: 33}}\n"
     assert sorted(at(d) for d in problems(tmp_path, text)) == [
