@@ -110,6 +110,14 @@ class Diagnostic:
         }
 
 
+def did_you_mean(name: str, known: Iterable[str]) -> str | None:
+    """The hint for a misspelt name: the closest of ``known`` by difflib's ratio (0.6 at least), else None."""
+    import difflib  # only on an error's path
+
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f"did you mean `{close[0]}`?" if close else None
+
+
 def error(code: str, message: str, span: Span, hint: str | None = None) -> Diagnostic:
     return Diagnostic(code, message, span, Severity.ERROR, hint)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cuvil_dsl.diagnostics import Diagnostic, Span, error, warning
+from cuvil_dsl.diagnostics import Diagnostic, Span, did_you_mean, error, warning
 from cuvil_dsl.frontend import ast
 from cuvil_dsl.ir import nodes as ir
 from cuvil_dsl.ir.shapes import Mismatch, broadcast, normalize_axis, unify_dims
@@ -526,10 +526,7 @@ class Lowerer:
                      f"write `{f}(x)` on its own line, outside graphs and kernels")
             return None
         if f not in KNOWN_FUNCS:
-            import difflib
-
-            close = difflib.get_close_matches(f, sorted(KNOWN_FUNCS), n=1)
-            self.err("E206", f"unknown function `{f}`", c.func_span, f"did you mean `{close[0]}`?" if close else None)
+            self.err("E206", f"unknown function `{f}`", c.func_span, did_you_mean(f, sorted(KNOWN_FUNCS)))
             for arg in c.args:
                 self.lower_expr(arg)
             return None

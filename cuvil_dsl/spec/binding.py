@@ -19,7 +19,6 @@ Generated inputs without a ``seed`` use the parameter's position: its 0-based in
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from typing import Iterable, Union
 
 import numpy as np
 
-from cuvil_dsl.diagnostics import Diagnostic, Span, UserError, error, raise_if_errors
+from cuvil_dsl.diagnostics import Diagnostic, Span, UserError, did_you_mean, error, raise_if_errors
 from cuvil_dsl.ir.nodes import Module, Param, Pipeline
 from cuvil_dsl.spec.loader import LoadedSpec
 from cuvil_dsl.spec.models import FileInput, FilledInput, NormalInput, UniformInput
@@ -89,13 +88,8 @@ class Binding:
     shapes: dict[str, tuple[int, ...]]
 
 
-def _did_you_mean(name: str, known: Iterable[str]) -> str | None:
-    close = difflib.get_close_matches(name, list(known), n=1)
-    return f"did you mean `{close[0]}`?" if close else None
-
-
 def _unknown(kind: str, name: str, known: Iterable[str], span: Span, hint: str | None = None) -> Diagnostic:
-    return error("E501", f"unknown {kind} `{name}`", span, hint=hint or _did_you_mean(name, known))
+    return error("E501", f"unknown {kind} `{name}`", span, hint=hint or did_you_mean(name, known))
 
 
 def check_kernel_names(loaded: LoadedSpec, known_names: Iterable[str]) -> list[Diagnostic]:
@@ -120,7 +114,7 @@ def select_pipeline(loaded: LoadedSpec, module: Module) -> Pipeline:
         message = f"`{module.file}` holds {len(names)} pipelines ({listed})"
         problem = error("E508", message, loaded.file_start(), hint="name the one to run with `entry:`")
     else:
-        hint = _did_you_mean(entry, names) or f"the file holds: {listed}"
+        hint = did_you_mean(entry, names) or f"the file holds: {listed}"
         problem = error("E508", f"no pipeline `{entry}` in `{module.file}`", loaded.span_of("entry", key=False), hint)
     raise UserError([problem])
 

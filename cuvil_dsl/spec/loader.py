@@ -20,7 +20,6 @@ Example::
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 from dataclasses import dataclass
@@ -30,7 +29,8 @@ from typing import Any, Mapping
 from pydantic import ValidationError
 
 from cuvil_dsl import knobs
-from cuvil_dsl.diagnostics import SOURCES, Diagnostic, Span, UserError, error, raise_if_errors, read_source_bytes
+from cuvil_dsl.diagnostics import (SOURCES, Diagnostic, Span, UserError, did_you_mean, error, raise_if_errors,
+                                   read_source_bytes)
 from cuvil_dsl.spec.models import Spec, input_source_problem, model_at
 from cuvil_dsl.spec.yaml_tree import Positions, YamlTree, parse_yaml
 
@@ -207,11 +207,7 @@ def _unknown_key(path: tuple, tree: YamlTree) -> Diagnostic:
     key, parent = path[-1], path[:-1]
     model = model_at(parent, tree.data)
     allowed = sorted(model.model_fields) if model is not None else []
-    close = difflib.get_close_matches(str(key), allowed, n=1)
-    if close:
-        hint = f"did you mean `{close[0]}`?"
-    else:
-        hint = f"allowed here: {', '.join(allowed)}" if allowed else None
+    hint = did_you_mean(str(key), allowed) or (f"allowed here: {', '.join(allowed)}" if allowed else None)
     where = f" under `{_dotted(parent)}`" if parent else ""
     return error("E501", f"unknown key `{key}`{where}", tree.positions.span_of(path), hint=hint)
 

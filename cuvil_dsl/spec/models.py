@@ -18,7 +18,6 @@ Two interpretations of section 7, stated here because the text shows example val
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 import types
@@ -27,6 +26,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, PlainValidator, Tag, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
+from cuvil_dsl.diagnostics import did_you_mean
 from cuvil_dsl.types import DType
 
 # Architectures NVRTC 13.0 (the pinned compiler) builds for; ``a`` variants exist from sm_90.
@@ -238,11 +238,10 @@ def input_source_problem(value: Any) -> tuple[tuple[str, ...], str, str | None]:
     known = sorted({name for model in (NormalInput, UniformInput, FilledInput, FileInput) for name in model.model_fields})
     for key in value:
         if str(key) not in known:
-            close = difflib.get_close_matches(str(key), ["init", "file"], n=1, cutoff=0.5)
             if value[key] in INIT_KINDS:
                 hint = f"write `init: {value[key]}`"
             else:
-                hint = f"did you mean `{close[0]}`?" if close else f"an input's keys: {', '.join(known)}"
+                hint = did_you_mean(str(key), ("init", "file")) or f"an input's keys: {', '.join(known)}"
             return (str(key),), f"needs `init` ({kinds}) or `file`; `{key}` is not an input's key", hint
     return (), f"needs `init` ({kinds}) or `file`", None
 
