@@ -190,13 +190,14 @@ def _diagnostic(err: dict, tree: YamlTree) -> Diagnostic | None:
         where = f" under `{_dotted(path)}`" if path else ""
         return error(_code(path + (name,)), f"missing required key `{name}`{where}", span)
     if kind == "input_source":
-        sub, message, hint = input_source_problem(err["input"])
-        if sub and isinstance(err["input"], dict):
-            path += sub
-            if sub == ("init",):
-                message += f", got {_show(err['input'][sub[0]])}"
-        return error("E508", f"invalid input `{path[1]}`: {message}", positions.span_of(path, key=sub != ("init",)),
-                     hint=hint)
+        key, message, hint = input_source_problem(err["input"])
+        if key == "init":
+            return error("E508", f"invalid input `{path[1]}`: {message}, got {_show(err['input']['init'])}",
+                         positions.span_of(path + (key,), key=False))
+        if key is not None:  # a key no input takes: LANGUAGE.md makes an unknown key E501
+            return error("E501", f"unknown key `{key}` under `{_dotted(path)}`: {message}",
+                         positions.span_of(path + (key,)), hint=hint)
+        return error("E508", f"invalid input `{path[1]}`: {message}", positions.span_of(path, key=True))
     value = _value_at(tree.data, path)
     message = f"invalid value for `{_dotted(path)}`: {_reason(err)}, got {_show(value)}"
     # LANGUAGE.md section 6: spec problems are reported at the YAML key (list items at the item).

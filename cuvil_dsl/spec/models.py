@@ -225,16 +225,17 @@ def input_tag(value: Any) -> str | None:
     return "filled" if init in ("zeros", "ones", "arange") else None
 
 
-def input_source_problem(value: Any) -> tuple[tuple[str, ...], str, str | None]:
-    """Why ``input_tag`` gave up on ``value``: the sub-path to point at, a message and a hint (or None)."""
+def input_source_problem(value: Any) -> tuple[str | None, str, str | None]:
+    """Why ``input_tag`` gave up on ``value``: the key to point at (None: the input itself), a message and a hint
+    (or None). The key is ``init`` for an unknown init, else a key no input takes (an unknown key, E501)."""
     kinds = ", ".join(INIT_KINDS)
     if not isinstance(value, dict):
-        return (), "expected a mapping such as {init: normal, seed: 1} or {file: x.npy}", None
+        return None, "expected a mapping such as {init: normal, seed: 1} or {file: x.npy}", None
     if "file" in value and "init" in value:
-        return (), "give either `init` or `file`, not both", None
+        return None, "give either `init` or `file`, not both", None
     if "init" in value:
-        return ("init",), f"unknown init; expected one of {kinds}", None
-    # neither: a key no input model knows is most likely the misspelt one ({random: normal}, {fill: x.npy})
+        return "init", f"unknown init; expected one of {kinds}", None
+    # neither: a key no input model knows is most likely the misspelt one ({random: normal}, {fil: x.npy})
     known = sorted({name for model in (NormalInput, UniformInput, FilledInput, FileInput) for name in model.model_fields})
     for key in value:
         if str(key) not in known:
@@ -242,8 +243,8 @@ def input_source_problem(value: Any) -> tuple[tuple[str, ...], str, str | None]:
                 hint = f"write `init: {value[key]}`"
             else:
                 hint = did_you_mean(str(key), ("init", "file")) or f"an input's keys: {', '.join(known)}"
-            return (str(key),), f"needs `init` ({kinds}) or `file`; `{key}` is not an input's key", hint
-    return (), f"needs `init` ({kinds}) or `file`", None
+            return str(key), f"an input needs `init` ({kinds}) or `file`", hint
+    return None, f"needs `init` ({kinds}) or `file`", None
 
 
 InputSpec = Annotated[

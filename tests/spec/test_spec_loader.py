@@ -160,8 +160,9 @@ def test_unknown_init_and_source(tmp_path):
 def test_a_misspelt_source_key_is_pointed_at_with_the_fix(tmp_path):
     text = "pipeline: p.cuvil\ninputs:\n  a: {random: normal, seed: 1}\n  b: {fil: b.npy}\n  c: {colour: 3}\n"
     found = {d.span.line: d for d in problems(tmp_path, text)}
-    assert [at(found[line]) for line in (3, 4, 5)] == [("E508", 3, 7), ("E508", 4, 7), ("E508", 5, 7)]
-    assert "`random` is not an input's key" in found[3].message and found[3].hint == "write `init: normal`"
+    assert [at(found[line]) for line in (3, 4, 5)] == [("E501", 3, 7), ("E501", 4, 7), ("E501", 5, 7)]
+    assert found[3].message.startswith("unknown key `random` under `inputs.a`: an input needs `init`")
+    assert found[3].hint == "write `init: normal`"
     assert found[4].hint == "did you mean `file`?"
     assert found[5].hint.startswith("an input's keys: file, high, init")
 
