@@ -115,12 +115,14 @@ class Measurement:
     @property
     def iqm_us(self) -> float:
         """The interquartile mean: the mean of the samples between the quartiles. As robust to
-        outliers as the median, but not stuck on the clock's steps."""
+        outliers as the median, but not stuck on the clock's steps. Two samples have none between their
+        (interpolated) quartiles: their mean, the median, stands for it."""
         if not self.samples_us:
             return float("nan")
-        q1, _, q3 = self._quartiles()
+        q1, q2, q3 = self._quartiles()
         values = np.asarray(self.samples_us, dtype=np.float64)
-        return float(values[(values >= q1) & (values <= q3)].mean())
+        inner = values[(values >= q1) & (values <= q3)]
+        return float(inner.mean()) if inner.size else q2
 
     @property
     def step_us(self) -> float:

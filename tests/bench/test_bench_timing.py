@@ -62,6 +62,8 @@ def test_median_and_spread_of_a_noisy_measurement():
     data = m.to_json()
     assert data["samples"] == 5 and data["min_us"] == 1.0 and data["e2e_p50_us"] is None
     assert Measurement("x", ()).to_json()["median_us"] is None
+    # two samples (a slow contender within a small budget): none lies between the quartiles, 2.25 and 2.75
+    assert Measurement("x", (2.0, 3.0)).iqm_us == 2.5 and Measurement("x", (7.0,)).iqm_us == 7.0
 
 
 def test_host_timer_warms_up_then_samples_within_the_budget():
