@@ -12,6 +12,11 @@ process, so the switches hold for it too):
 
     python3 benchmarks/bench_mode.py cuda_attention.SKIP_SYNC=smem -- benchmarks/ab_attention_full.py --only skip
 
+or ``-m MODULE`` and its arguments (run as ``python -m`` would, in this process), e.g. the GPU tests under a
+switch:
+
+    python3 benchmarks/bench_mode.py cuda_attention.SKIP=True -- -m pytest -m gpu tests/gpu/test_codegen_gpu.py
+
 The compile cache keys on the generated source, so a variant never reuses the default's
 binaries.
 """
@@ -46,12 +51,18 @@ def main(argv: list[str]) -> int:
         setattr(module, name, value)
         print(f"bench_mode: {module.__name__}.{name} = {value!r}", file=sys.stderr)
     rest = argv[cut + 1:]
-    if rest and rest[0].endswith(".py"):
+    if rest and (rest[0].endswith(".py") or rest[0] == "-m"):
         import runpy
 
-        sys.argv = rest
+        module = rest[1] if rest[0] == "-m" and len(rest) > 1 else None
+        if rest[0] == "-m" and module is None:
+            raise SystemExit("bench_mode.py: -m needs a module name")
+        sys.argv = rest[1:] if module else rest
         try:
-            runpy.run_path(rest[0], run_name="__main__")
+            if module:
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
+            else:
+                runpy.run_path(rest[0], run_name="__main__")
         except SystemExit as done:
             return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
         return 0

@@ -18,7 +18,10 @@
 #   tlb     benchmarks/flush_probe.py --tlb on TLB_SPECS (default: attention scores and the elementwise chain): do the
 #           flushed samples' extra microseconds come from address translation?
 #   skipprobe  benchmarks/skip_probe.py on PROBE_SHAPES with PROBE_VARIANTS (defaults: the shapes where 4 consumers hung,
-#           off,on,never and the three SKIP_SYNC candidates)
+#           off,on,never and the three SKIP_SYNC candidates), PROBE_RUNS launches each (default 200); when SYNC is not
+#           set, the first sync=X candidate of its verdict (finished, matched and gave off's bits everywhere) sets it
+#           for the steps after it ("none" when none did: they then run the plain loop's build, SYNC=none)
+#   skiptests  the GPU tests of TESTS_K (default: attention) with SKIP on and SKIP_SYNC=SYNC
 #   skipab  ab_attention_full.py's default and "skip" variants on the causal shape, cuda_attention.SKIP_SYNC=SYNC
 #           (default smem), ROUNDS rounds
 #   skipbench  the causal bench (SKIP on, SKIP_SYNC=SYNC) against PyTorch's SDPA, torch.compile and Triton
@@ -63,8 +66,18 @@ for step in ${STEPS:-tests}; do
         timeout 400 python3 benchmarks/flush_probe.py --tlb --rounds ${ROUNDS:-3} \
             ${TLB_SPECS:-benchmarks/attention_f16.yaml benchmarks/elementwise_f32.yaml} 2>&1 | tail -30 ;;
     skipprobe)
-        timeout 300 python3 benchmarks/skip_probe.py ${PROBE_SHAPES:-32,2048,2048,auto 4,1024,1024,p4:4 4,1024,1024,4 32,2048,2048,2} \
-            --variants ${PROBE_VARIANTS:-off,on,never,sync=smem,sync=warp,sync=wait} --timeout 30 2>&1 | tee "$OUT/skip_probe.txt" | tail -60 ;;
+        timeout 360 python3 benchmarks/skip_probe.py ${PROBE_SHAPES:-32,2048,2048,auto 4,1024,1024,p4:4 4,1024,1024,4 32,2048,2048,2} \
+            --variants ${PROBE_VARIANTS:-off,on,never,sync=smem,sync=warp,sync=wait} --runs ${PROBE_RUNS:-200} \
+            --timeout 40 2>&1 | tee "$OUT/skip_probe.txt" | tail -60
+        if [ -z "${SYNC:-}" ]; then
+            SYNC=$(sed -n 's/^verdict:[^=]*sync=\([a-z]*\).*/\1/p' "$OUT/skip_probe.txt" | head -1)
+            SYNC=${SYNC:-none}
+            echo "SYNC=$SYNC (from the verdict)"
+        fi ;;
+    skiptests)
+        timeout 400 python3 benchmarks/bench_mode.py cuda_attention.SKIP=True cuda_attention.SKIP_SYNC=${SYNC:-smem} -- \
+            -m pytest -p cuvil_dsl.testing.plugin -m gpu -q -p no:cacheprovider tests/gpu/test_codegen_gpu.py \
+            -k "${TESTS_K:-attention}" 2>&1 | tail -25 | tee "$OUT/gpu-tests-skip.log" ;;
     skipab)
         timeout 300 python3 benchmarks/bench_mode.py cuda_attention.SKIP_SYNC=${SYNC:-smem} -- benchmarks/ab_attention_full.py \
             --only default --only skip --case benchmarks/shapes/attention_full_f16-causal.yaml --rounds ${ROUNDS:-2} 2>&1 | tail -30 ;;

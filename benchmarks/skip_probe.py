@@ -7,11 +7,14 @@ with ``ATTENTION_TUNING`` {"skip": False} ("off"), {"skip": True} ("on"), the sk
 always false ("never": the loop's control flow and barrier, no tile skipped), "on" with ``SKIP_SYNC`` set
 ("sync=warp", "sync=wait", "sync=smem": the fixes under test) and "on" with the barrier wait's
 timeout trap removed ("notrap": a deadlock then shows as a timeout instead of a launch failure). Each prints
-whether it matched the float64 reference (first 2 batch entries), its median back-to-back time over 30 calls
+whether it matched the float64 reference (first 2 batch entries), its median back-to-back time over RUNS calls
 (CUDA events, no L2 flush: a first look, not the bench's method) and its resources; then whether "on" gave the
-same bits as "off" for each shape.
+same bits as "off" for each shape; last a verdict line: the variants that finished, matched and gave off's bits
+at every shape (``verdict: sync=smem sync=wait``; ``verdict: none`` when none did). The hangs came now and then,
+so a variant is launched RUNS times (``--runs``, default 200) after its first checked run, and its results read
+back after the last of them are compared with "off" as well.
 
-    python3 benchmarks/skip_probe.py [B,M,N,GROUPS ...] [--variants off,on,never,notrap]
+    python3 benchmarks/skip_probe.py [B,M,N,GROUPS ...] [--variants off,on,never,notrap] [--runs 200]
 
 GROUPS: consumer warpgroups (a number, or auto), or pN:G for a persistent grid of N blocks with G.
 
@@ -39,6 +42,7 @@ import numpy as np
 sys.path.insert(0, "benchmarks")
 from cuvil_dsl.codegen import cuda_attention, cuda_wgmma
 variant, B, M, N, groups, work = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
+runs = int(sys.argv[7])
 tune = {"skip": variant != "off"}
 if groups.startswith("p"):
     tune["persistent"], groups = int(groups[1:].split(":")[0]), groups.split(":")[1] if ":" in groups else "auto"
@@ -65,13 +69,17 @@ want, first = reference(pipeline, host, binding.params, B)
 b = Built(loaded, pipeline, binding, host, device_arch(), None, tune)
 b.run()
 ok, worst = check(b, want, first, 4e-3, 4e-3)
-np.save(str(Path(work, f"{variant}-{B}-{M}-{N}-{sys.argv[5]}.npy")), b.results()["o"])
+first_bits = b.results()["o"]
 ts = []
-for _ in range(30):
+for _ in range(runs):
     e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
     e0.record(); b.run(); e1.record(); e1.synchronize()
     ts.append(cupy.cuda.get_elapsed_time(e0, e1) * 1000)
-print(json.dumps({"ok": bool(ok), "worst": round(worst, 3), "us": round(sorted(ts)[15], 1), "res": b.resources}))
+last_bits = b.results()["o"]
+steady = bool(np.array_equal(first_bits.view(np.uint16), last_bits.view(np.uint16)))
+np.save(str(Path(work, f"{variant}-{B}-{M}-{N}-{sys.argv[5]}.npy")), last_bits)
+print(json.dumps({"ok": bool(ok) and steady, "worst": round(worst, 3), "steady": steady, "runs": runs + 1,
+                  "us": round(sorted(ts)[len(ts) // 2], 1), "res": b.resources}))
 '''
 
 
@@ -80,29 +88,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("shapes", nargs="*", default=["2,320,700,1", "32,2048,2048,auto"])
     ap.add_argument("--variants", default="off,on")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds a variant (compile, reference, run)")
+    ap.add_argument("--runs", type=int, default=200, help="timed launches a variant after its checked one")
     args = ap.parse_args(argv)
     if open_gpu("skip_probe") is None:
         return 2
     import numpy as np
 
     work = tempfile.mkdtemp(prefix="skip_probe")
+    variants = args.variants.split(",")
+    good = {v: True for v in variants}  # finished, matched and steady at every shape so far
     for shape in args.shapes:
         B, M, N, groups = shape.split(",")
-        for variant in args.variants.split(","):
+        for variant in variants:
             try:
-                r = subprocess.run([sys.executable, "-c", CHILD, variant, B, M, N, groups, work], cwd=ROOT,
-                                   capture_output=True, text=True, timeout=args.timeout)
+                r = subprocess.run([sys.executable, "-c", CHILD, variant, B, M, N, groups, work, str(args.runs)],
+                                   cwd=ROOT, capture_output=True, text=True, timeout=args.timeout)
                 out = (r.stdout.strip().splitlines() or [""])[-1]
                 err = "" if r.returncode == 0 else " | ".join(x for x in r.stderr.splitlines() if "Error" in x)[:300]
             except subprocess.TimeoutExpired:
                 out, err = "", "TIMEOUT"
+            good[variant] = good[variant] and not err and '"ok": true' in out
             print(f"{variant:7} [{B}, {M}, {N}] groups {groups}: {out} {err}", flush=True)
     for f in sorted(glob.glob(os.path.join(work, "*.npy"))):
         variant, case = os.path.basename(f)[:-4].split("-", 1)
         off = os.path.join(work, f"off-{case}.npy")
         if variant != "off" and os.path.exists(off):
             same = np.array_equal(np.load(f).view(np.uint16), np.load(off).view(np.uint16))
+            good[variant] = good[variant] and same
             print(f"{case}: {variant} gives the same bits as off: {same}")
+    passed = [v for v in variants if v != "off" and good[v] and good.get("off", True)]
+    print("verdict:", " ".join(passed) or "none", flush=True)
     return 0
 
 
