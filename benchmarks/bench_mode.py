@@ -17,8 +17,10 @@ switch:
 
     python3 benchmarks/bench_mode.py cuda_attention.SKIP=True -- -m pytest -m gpu tests/gpu/test_codegen_gpu.py
 
-The compile cache keys on the generated source, so a variant never reuses the default's
-binaries.
+The switches hold in Python child processes too (``regression/update_code.py`` replays each case in one):
+they travel in ``$CUVIL_BENCH_SWITCHES``, applied at each child's start by ``benchmarks/switch_site/
+sitecustomize.py`` (put first on ``PYTHONPATH``). The compile cache keys on the generated source, so a variant
+never reuses the default's binaries.
 """
 
 from __future__ import annotations
@@ -30,15 +32,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def main(argv: list[str]) -> int:
+ENV = "CUVIL_BENCH_SWITCHES"  # the switches, one per line, for the child processes (see switch_site/)
+SITE = Path(__file__).resolve().parent / "switch_site"
+
+
+def apply(items: list[str], quiet: bool = False) -> None:
+    """Set each ``[MODULE.]NAME=VALUE`` of ``items`` (see the module's docstring)."""
     import importlib
 
-    from cuvil_dsl.cli import main as cli
-
-    if "--" not in argv:
-        raise SystemExit("usage: bench_mode.py NAME=VALUE ... -- CUVIL-DSL ARGS")
-    cut = argv.index("--")
-    for item in argv[:cut]:
+    for item in items:
         target, _, text = item.partition("=")
         module_name, _, name = target.rpartition(".")
         module = importlib.import_module(f"cuvil_dsl.codegen.{module_name or 'cuda_wgmma'}")
@@ -49,7 +51,24 @@ def main(argv: list[str]) -> int:
         except (ValueError, SyntaxError):
             value = text
         setattr(module, name, value)
-        print(f"bench_mode: {module.__name__}.{name} = {value!r}", file=sys.stderr)
+        if not quiet:
+            print(f"bench_mode: {module.__name__}.{name} = {value!r}", file=sys.stderr)
+
+
+def main(argv: list[str]) -> int:
+    import os
+
+    from cuvil_dsl.cli import main as cli
+
+    if "--" not in argv:
+        raise SystemExit("usage: bench_mode.py NAME=VALUE ... -- CUVIL-DSL ARGS")
+    cut = argv.index("--")
+    apply(argv[:cut])
+    # the same switches in every Python child process (regression/update_code.py replays each case in one):
+    # switch_site/sitecustomize.py applies them at its start
+    os.environ[ENV] = "\n".join(argv[:cut])
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(SITE), str(SITE.parents[1]), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
     rest = argv[cut + 1:]
     if rest and (rest[0].endswith(".py") or rest[0] == "-m"):
         import runpy

@@ -22,6 +22,8 @@
 #           set, the first sync=X candidate of its verdict (finished, matched and gave off's bits everywhere) sets it
 #           for the steps after it ("none" when none did: they then run the plain loop's build, SYNC=none)
 #   skiptests  the GPU tests of TESTS_K (default: attention) with SKIP on and SKIP_SYNC=SYNC
+#   skiprecord  `record` with SKIP on and SKIP_SYNC=SYNC (every cuda case replayed under them: the same results, bits
+#           and snapshots required) into $OUT/rerecorded-skip.tar.gz, for turning the skip on by default
 #   skipab  ab_attention_full.py's default and "skip" variants on the causal shape, cuda_attention.SKIP_SYNC=SYNC
 #           (default smem), ROUNDS rounds
 #   skipbench  the causal bench (SKIP on, SKIP_SYNC=SYNC) against PyTorch's SDPA, torch.compile and Triton
@@ -78,6 +80,9 @@ for step in ${STEPS:-tests}; do
         timeout 400 python3 benchmarks/bench_mode.py cuda_attention.SKIP=True cuda_attention.SKIP_SYNC=${SYNC:-smem} -- \
             -m pytest -p cuvil_dsl.testing.plugin -m gpu -q -p no:cacheprovider tests/gpu/test_codegen_gpu.py \
             -k "${TESTS_K:-attention}" 2>&1 | tail -25 | tee "$OUT/gpu-tests-skip.log" ;;
+    skiprecord)
+        timeout 300 python3 benchmarks/bench_mode.py cuda_attention.SKIP=True cuda_attention.SKIP_SYNC=${SYNC:-smem} -- \
+            regression/update_code.py --backend cuda --archive "$OUT/rerecorded-skip.tar.gz" 2>&1 | tail -8 ;;
     skipab)
         timeout 300 python3 benchmarks/bench_mode.py cuda_attention.SKIP_SYNC=${SYNC:-smem} -- benchmarks/ab_attention_full.py \
             --only default --only skip --case benchmarks/shapes/attention_full_f16-causal.yaml --rounds ${ROUNDS:-2} 2>&1 | tail -30 ;;
