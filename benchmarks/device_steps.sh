@@ -24,6 +24,8 @@
 #   skiptests  the GPU tests of TESTS_K (default: attention) with SKIP on and SKIP_SYNC=SYNC
 #   skiprecord  `record` with SKIP on and SKIP_SYNC=SYNC (every cuda case replayed under them: the same results, bits
 #           and snapshots required) into $OUT/rerecorded-skip.tar.gz, for turning the skip on by default
+#   skipsan  `cuvil-dsl run --sanitize TOOL` for each of SAN_TOOLS (default: synccheck memcheck) on the causal pipeline
+#           at SAN_SHAPE (default B=4, M=N=1024) with ATTENTION_TUNING SAN_TUNING (default skip on, 4 consumers)
 #   skipab  ab_attention_full.py's default and "skip" variants on the causal shape, cuda_attention.SKIP_SYNC=SYNC
 #           (default smem), ROUNDS rounds
 #   skipbench  the causal bench (SKIP on, SKIP_SYNC=SYNC) against PyTorch's SDPA, torch.compile and Triton
@@ -83,6 +85,17 @@ for step in ${STEPS:-tests}; do
     skiprecord)
         timeout 300 python3 benchmarks/bench_mode.py cuda_attention.SKIP=True cuda_attention.SKIP_SYNC=${SYNC:-smem} -- \
             regression/update_code.py --backend cuda --archive "$OUT/rerecorded-skip.tar.gz" 2>&1 | tail -8 ;;
+    skipsan)
+        mkdir -p /tmp/skipsan && cp benchmarks/shapes/pipelines.cuvil /tmp/skipsan/p.cuvil
+        read -r b m n <<< "${SAN_SHAPE:-4 1024 1024}"
+        printf "pipeline: p.cuvil\nentry: attention_full_f16_causal\nshapes: {B: $b, M: $m, N: $n, D: 64}\ninputs:\n  qpos: {init: arange}\n  kpos: {init: arange}\ncheck: {rtol: 4.0e-3, atol: 4.0e-3}\nrun: {warmup: 1, iterations: 2}\n" \
+            > /tmp/skipsan/s.yaml
+        for tool in ${SAN_TOOLS:-synccheck memcheck}; do
+            echo "-- $tool"
+            CUVIL_BENCH_SWITCHES="cuda_attention.ATTENTION_TUNING=${SAN_TUNING:-{'skip': True, 'groups': 4\}}" \
+                PYTHONPATH="$PWD/benchmarks/switch_site:${PYTHONPATH:-}" timeout 240 python3 -m cuvil_dsl run \
+                /tmp/skipsan/s.yaml --sanitize $tool 2>&1 | tail -40 | tee "$OUT/skipsan-$tool.txt"
+        done ;;
     skipab)
         timeout 300 python3 benchmarks/bench_mode.py cuda_attention.SKIP_SYNC=${SYNC:-smem} -- benchmarks/ab_attention_full.py \
             --only default --only skip --case benchmarks/shapes/attention_full_f16-causal.yaml --rounds ${ROUNDS:-2} 2>&1 | tail -30 ;;
