@@ -6,7 +6,9 @@ pipeline of ``benchmarks/shapes/pipelines.cuvil`` (``attention_full_f16_causal``
 with ``ATTENTION_TUNING`` {"skip": False} ("off"), {"skip": True} ("on"), the skipping loop with a vote that is
 always false ("never": the loop's control flow and barrier, no tile skipped), "on" with ``SKIP_SYNC`` set
 ("sync=warp", "sync=wait", "sync=smem": the fixes under test) and "on" with the barrier wait's
-timeout trap removed ("notrap": a deadlock then shows as a timeout instead of a launch failure). Each prints
+timeout trap removed ("notrap": a deadlock then shows as a timeout instead of a launch failure), and "on" with
+each wait that times out reporting what it waited for ("diag": the first after about 40 ms, then every other
+wait stuck for 2.4 ms, print block, thread, barrier and parity, and give up, so the launch ends). Each prints
 whether it matched the float64 reference (first 2 batch entries), its median back-to-back time over RUNS calls
 (CUDA events, no L2 flush: a first look, not the bench's method) and its resources; then whether "on" gave the
 same bits as "off" for each shape; last a verdict line: the variants that finished, matched and gave off's bits
@@ -35,6 +37,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]
 
 from raw_gpu import open_gpu  # noqa: E402
+# "diag": the first wait of a launch to pass about 2^26 cycles (40 ms) prints its block, thread, barrier (a shared
+# address) and parity, marks the launch as hung, and returns; every other wait then stuck for 2^22 cycles does the
+# same, so the kernel ends (with wrong results) and the lines name each warp that was waiting, and on what
+DIAG_HELPER = r'''
+__device__ volatile int cvl_diag_hung;
+__device__ __noinline__ bool cvl_diag_timeout(long long waited, unsigned bar, unsigned parity) {
+    if (waited < (1ll << 22) || (waited < (1ll << 26) && !cvl_diag_hung)) return false;
+    cvl_diag_hung = 1;
+    if (threadIdx.x % 32 == 0)
+        printf("cvl_hang block %d thread %d bar %u parity %u waited %lld\n", blockIdx.x, threadIdx.x, bar, parity, waited);
+    return true;
+}
+'''
 CHILD = r'''
 import json, sys
 from pathlib import Path
@@ -56,6 +71,11 @@ if variant.startswith("sync="):  # "on" with cuda_attention.SKIP_SYNC (warp, wai
     cuda_attention.SKIP_SYNC = variant[5:]
 if variant == "notrap":
     cuda_wgmma.WS_HELPERS_OUTLINED_TRAP = cuda_wgmma.WS_HELPERS_OUTLINED_TRAP.replace("cvl_hang();", "{}")
+if variant == "diag":  # "on", a wait that times out reports itself and gives up (see the module's docstring)
+    cuda_wgmma.WS_HELPERS_OUTLINED_TRAP = cuda_wgmma.WS_HELPERS_OUTLINED_TRAP.replace(
+        "__device__ __noinline__ void cvl_hang() { __trap(); }", DIAG_HELPER).replace(
+        "if (!done && clock64() - t0 > (1ll << 31)) cvl_hang();",
+        "if (!done && cvl_diag_timeout(clock64() - t0, bar, parity)) return;")
 import cupy
 from ab_attention import fresh_inputs, load, reference
 from ab_attention_full import Built, check
@@ -101,9 +121,13 @@ def main(argv: list[str] | None = None) -> int:
         B, M, N, groups = shape.split(",")
         for variant in variants:
             try:
-                r = subprocess.run([sys.executable, "-c", CHILD, variant, B, M, N, groups, work, str(args.runs)],
+                r = subprocess.run([sys.executable, "-c", f"DIAG_HELPER = {DIAG_HELPER!r}\n{CHILD}", variant, B, M, N,
+                                    groups, work, str(args.runs)],
                                    cwd=ROOT, capture_output=True, text=True, timeout=args.timeout)
                 out = (r.stdout.strip().splitlines() or [""])[-1]
+                hung = [line for line in r.stdout.splitlines() if line.startswith("cvl_hang")]
+                if hung:  # "diag": the waits that gave up, the first 40 of them
+                    print(f"{variant} [{B}, {M}, {N}] groups {groups}: {len(hung)} waits gave up:", *hung[:40], sep="\n  ")
                 err = "" if r.returncode == 0 else " | ".join(x for x in r.stderr.splitlines() if "Error" in x)[:300]
             except subprocess.TimeoutExpired:
                 out, err = "", "TIMEOUT"
