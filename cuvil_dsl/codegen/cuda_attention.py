@@ -1071,6 +1071,11 @@ class _WsAttention(_WgmmaAttention):
         base = 1 + 2 * self.stages if which == "k" else 1 + 3 * self.stages
         return f"if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * ({base} + ({self.use(tile)}) % {self.stages}));"
 
+    def skip_slot(self, which: str, tile: str) -> list[str]:
+        """"skip": tile ``tile``'s ``which`` slot, skipped: waited for (so no copy into it is still landing) and
+        released by the releasing thread alone (see :meth:`skipping_loop`)."""
+        return [f"if (threadIdx.x % 128 == 0) {self.wait_full(which, tile)}", self.release(which, tile)]
+
     def slot(self, tile: str) -> str:
         return f"(({self.use(tile)}) % {self.stages})"
 
@@ -1142,7 +1147,14 @@ class _WsAttention(_WgmmaAttention):
     def skipping_loop(self) -> list[str]:
         """The overlapped loop with "skip": ``cvl_skip`` (voted while the tile before computed) says whether tile t
         is skipped: its K and V slots are waited for and released unread, the last tile's O += P V issued alone if
-        one waits (``cvl_pend``); a tile that runs issues that product beside its S as the plain loop does."""
+        one waits (``cvl_pend``); a tile that runs issues that product beside its S as the plain loop does.
+
+        A skipped tile's slots are waited for by the releasing thread alone (:meth:`skip_slot`). Had every warp
+        waited, as for a tile that runs, warp 0's release could come before another warp's wait: nothing
+        collective orders them (a tile that runs has its wgmma, which every warp of the warpgroup issues after its
+        wait and warp 0 retires before it releases). The producer may then refill the slot, and a warp that
+        reaches its wait after that second fill finds the barrier's parity back where it was and waits for a
+        phase that never comes (the hang of sessions 24-27 with 4 consumers)."""
         _, rescale = self.softmax_parts()
         nt = self.nt
         first = ["{", *indent([
@@ -1155,10 +1167,10 @@ class _WsAttention(_WgmmaAttention):
         # test of the same flag) would read accumulators before their wait (C7514)
         check = self.mask_check("t + 1")
         retire_pv = ["cvl_wgmma_wait<0>();", "cvl_pin(o[0]);", "cvl_pin(pf);", self.release("v", "t - 1")]
-        skip_v = [self.wait_full("v", "t"), self.release("v", "t"), "cvl_pend = 0;"]
-        skipped_pending = [self.release("k", "t"), self.wait_full("v", "t - 1"), "cvl_wgmma_fence();",
+        skip_v = [*self.skip_slot("v", "t"), "cvl_pend = 0;"]
+        skipped_pending = [*self.skip_slot("k", "t"), self.wait_full("v", "t - 1"), "cvl_wgmma_fence();",
                            *self.issue_pv(self.slot("t - 1")), "cvl_wgmma_commit();", *check, *retire_pv, *skip_v]
-        skipped = [self.release("k", "t"), *check, *skip_v]
+        skipped = [*self.skip_slot("k", "t"), *check, *skip_v]
         ran_pending = [
             self.wait_full("v", "t - 1"), "cvl_wgmma_fence();", *self.issue_scores(self.slot("t")), "cvl_wgmma_commit();",
             *self.issue_pv(self.slot("t - 1")), "cvl_wgmma_commit();", *check,
@@ -1170,8 +1182,8 @@ class _WsAttention(_WgmmaAttention):
             "cvl_wgmma_wait<0>();", "cvl_pin(s[0]);", self.release("k", "t"),
             "float alpha[2];", *self.scores_ready("t"), *rescale, *self.pack(), "cvl_pend = 1;",
         ]
-        loop = [self.wait_full("k", "t"),
-                "if (cvl_skip) {", "    if (cvl_pend) {", *indent(skipped_pending, 2), "    } else {", *indent(skipped, 2), "    }",
+        ran_pending, ran = [self.wait_full("k", "t"), *ran_pending], [self.wait_full("k", "t"), *ran]
+        loop = ["if (cvl_skip) {", "    if (cvl_pend) {", *indent(skipped_pending, 2), "    } else {", *indent(skipped, 2), "    }",
                 "} else {", "    if (cvl_pend) {", *indent(ran_pending, 2), "    } else {", *indent(ran, 2), "    }", "}",
                 *self.skip_vote("t + 1")]
         last = [*self.free_q(), "if (cvl_pend) {", *indent([
