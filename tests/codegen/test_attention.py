@@ -214,6 +214,40 @@ def test_barrier_protocol_model_runs_the_skipped_tiles(monkeypatch):
             simulate(k, seed)
 
 
+SEEDS = 6
+
+
+def test_barrier_protocol_model_runs_each_warp(monkeypatch):
+    """The model runs a consumer warpgroup as its four warps, which meet only at a wgmma or a vote, so it finds the
+    hang the GPU found with 4 consumers (sessions 24-27): a skipped tile's slots waited for by every warp and released
+    by warp 0 at once, which lets the producer refill a slot before a lagging warp has waited for its first fill;
+    that warp's parity then aliases and it waits for ever. The skipping loop leaves such a tile's waits to the
+    releasing thread (`skip_slot`); as one actor a warpgroup cannot show the difference."""
+    from ws_protocol import simulate
+
+    from cuvil_dsl.codegen import cuda_attention
+
+    path = ROOT / "benchmarks" / "shapes" / "attention_full_f16-causal.yaml"  # 4 consumers
+    tuning, sizes = {"skip": True, "persistent": 2, "groups": 4}, {"B": 1, "M": 1024, "N": 1024}
+    k = _ws_kernel(monkeypatch, path, tuning, sizes)
+    assert k.groups == 4
+    for seed in range(SEEDS):
+        assert simulate(k, seed) > 0
+    monkeypatch.setattr(cuda_attention._WsAttention, "skip_slot",
+                        lambda self, which, tile: [self.wait_full(which, tile), self.release(which, tile)])
+    k = _ws_kernel(monkeypatch, path, tuning, sizes)
+    for seed in range(SEEDS):
+        assert simulate(k, seed, warps=1) > 0
+    hung = 0
+    for seed in range(SEEDS):
+        try:
+            simulate(k, seed)
+        except AssertionError as exc:
+            assert "deadlock" in str(exc)
+            hung += 1
+    assert hung
+
+
 def test_one_consumer_takes_its_row_maxima_in_four_chains(monkeypatch):
     """ATTENTION_TUNING "chains": a lone consumer warpgroup (the example's small grid) takes each row's tile maximum
     in 4 independent FMNMX chains over every fourth column group, combined after (the same bits: fmaxf is

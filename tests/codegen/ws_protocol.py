@@ -14,6 +14,13 @@ With "skip" the consumers branch on a warpgroup's vote over data (is the next ke
 takes each vote at random, so every path of the skipping loop meets the barriers; a skipped tile counts as
 read (its K and V slots waited for and released unread).
 
+Each consumer warpgroup runs as its 4 warps, each an actor of its own (``warps``): only warp 0 runs the lines
+of the warpgroup's releasing thread (``threadIdx.x % 128 == 0``), and the warps meet only where the GPU makes
+them: at each wgmma (``cvl_wgmma_fence`` before a product; the warpgroup issues it together) and at each vote.
+So a warp may lag behind warp 0 between those points, and an mbarrier's parity then aliases as on the GPU: a warp
+that waits for a tile's phase after the slot was released and filled again waits for a phase that never comes
+(the skipping loop's hang of sessions 24-27, where every warp waited for a skipped tile and warp 0 released it).
+
 Lines that move no data and touch no barrier (the arithmetic) are skipped; a block of them is skipped whole,
 after checking that no barrier or copy hides in it. The interpreter knows just the shapes of line this
 kernel emits; a new shape fails loudly.
@@ -46,8 +53,8 @@ _IF_FLAG = re.compile(r"if \((cvl_(?:skip|pend))\) \{$")
 def _c(expr: str, env: dict) -> int:
     """A C integer expression of the kernel's (non-negative operands) in Python."""
     py = re.sub(r"(\d+)u\b", r"\1", expr).replace("/", "//").replace("&&", " and ").replace("||", " or ")
-    py = py.replace("threadIdx.x % 128 == 0", "True")
-    return int(eval(py, {}, env))  # noqa: S307 - the kernel's own generated expressions
+    py = py.replace("threadIdx.x % 128 == 0", "lead")  # the warpgroup's releasing thread: in warp 0 alone
+    return int(eval(py, {}, {"lead": True, **env}))  # noqa: S307 - the kernel's own generated expressions
 
 
 def _blocks(lines: list[str]) -> list:
@@ -85,6 +92,18 @@ class Block:
         self.version = 0  # counts arrivals: a thread that waited before the last one may pass now
         self.slots = {("q", 0): None, **{(w, j): None for w in "kv" for j in range(s)}}
         self.busy = {key: set() for key in self.slots}  # consumers that read the slot's tile and have not released it
+        self.warps = 1
+        self.met: dict[tuple, list[int]] = {}  # (warpgroup, point) -> how many times each of its warps got there
+        self.votes: dict[str, list[int]] = {}  # warpgroup -> its votes so far (every warp reads the same)
+
+    def meet(self, group: str, warp: int, point: str):
+        """A generator: warp ``warp`` of ``group`` at its next ``point`` (a wgmma, a vote), waiting for the
+        warpgroup's other warps to get there too."""
+        counts = self.met.setdefault((group, point), [0] * self.warps)
+        counts[warp] += 1
+        self.version += 1
+        while min(counts) < counts[warp]:
+            yield "wait"
 
     def arrive(self, bar: int) -> None:
         self.version += 1
@@ -106,10 +125,14 @@ def _split_else(body: list) -> tuple[list, list]:
     return body, []
 
 
-def _actor(block: Block, tree: list, env: dict, who: str, reads: dict, votes: random.Random | None = None):
+def _actor(block: Block, tree: list, env: dict, who: str, reads: dict, votes: random.Random | None = None,
+           group: str | None = None, warp: int = 0):
     """A generator running ``tree`` for thread ``who``: yields None after each step, "wait" while blocked.
-    ``votes`` draws the skip votes (a consumer's)."""
+    ``votes`` draws the skip votes (a consumer's); ``group`` is the consumer warpgroup whose warp ``warp`` this
+    is (the slots it reads are held by the warpgroup: warp 0 releases them)."""
     s = block.stages
+    group = group or who
+    env["lead"] = warp == 0
     pending = None  # (barrier) of an expect_tx whose copies are being issued
     last_read = None
 
@@ -134,7 +157,15 @@ def _actor(block: Block, tree: list, env: dict, who: str, reads: dict, votes: ra
             env[m.group(1)] = int(m.group(2))
             return
         if _VOTE.match(ln):
-            env["cvl_skip"] = int(votes.random() < 0.5)
+            yield from block.meet(group, warp, "vote")
+            mine = env["votes"] = env.get("votes", 0) + 1
+            drawn = block.votes.setdefault(group, [])
+            if len(drawn) < mine:
+                drawn.append(int(votes.random() < 0.5))
+            env["cvl_skip"] = drawn[mine - 1]
+            return
+        if ln == "cvl_wgmma_fence();":  # a product follows: the warpgroup's warps issue it together
+            yield from block.meet(group, warp, "wgmma")
             return
         m = _IF_LINE.match(ln)
         if m:
@@ -156,7 +187,7 @@ def _actor(block: Block, tree: list, env: dict, who: str, reads: dict, votes: ra
             if bar >= 1 + 2 * s:  # an empty barrier: this consumer is done with the slot's tile
                 kind = "q" if bar == 1 + 4 * s else "k" if bar < 1 + 3 * s else "v"
                 slot = 0 if kind == "q" else (bar - 1 - 2 * s) % s
-                block.busy[(kind, slot)].discard(who)
+                block.busy[(kind, slot)].discard(group)
             block.arrive(bar)
             return
         if (m := _EXPECT.match(ln)):
@@ -170,15 +201,17 @@ def _actor(block: Block, tree: list, env: dict, who: str, reads: dict, votes: ra
             return
         if read:
             kind, slot = read.group(1), _c(read.group(2), env)
-            if last_read != (kind, slot):  # the first wgmma of a product: the next tile of this kind
+            # the product reads its operands once, issued by all the warps (they met at its fence): warp 0 stands
+            # for the warpgroup
+            if env["lead"] and last_read != (kind, slot):  # the first wgmma of a product: the next tile of this kind
                 want = (env["it"], reads[kind])
                 got = block.slots[(kind, slot)]
                 assert got == want, f"{who}: {kind} tile {want} read from slot {slot}, which holds {got}"
                 if kind == "k":  # S = Q K^T reads Q too
                     qgot = block.slots[("q", 0)]
                     assert qgot == (env["it"], None), f"{who}: Q of work item {env['it']} read, the buffer holds {qgot}"
-                    block.busy[("q", 0)].add(who)
-                block.busy[(kind, slot)].add(who)
+                    block.busy[("q", 0)].add(group)
+                block.busy[(kind, slot)].add(group)
                 reads[kind] += 1
             last_read = (kind, slot)
             return
@@ -188,7 +221,7 @@ def _actor(block: Block, tree: list, env: dict, who: str, reads: dict, votes: ra
             state[0] += 1
             block.version += 1
             gen = state[1]
-            if state[0] == 2:
+            if state[0] == 2 * block.warps:
                 state[0], state[1] = 0, gen + 1
             if m.group(1) == "sync":
                 while state[1] == gen:
@@ -233,20 +266,24 @@ def _actor(block: Block, tree: list, env: dict, who: str, reads: dict, votes: ra
     return run(tree)
 
 
-def simulate(k, seed: int, block_index: int = 0) -> int:
+def simulate(k, seed: int, block_index: int = 0, warps: int = 4) -> int:
     """Run block ``block_index`` of kernel ``k`` (a rendered ``_WsAttention``) to the end in a random
-    interleaving; returns the steps taken. Raises AssertionError on a deadlock or a wrong read or write."""
+    interleaving, each consumer warpgroup as ``warps`` actors (1: the warpgroup as one); returns the steps
+    taken. Raises AssertionError on a deadlock or a wrong read or write."""
     grid = min(k.items, k.blocks) if k.persistent else k.items
     items = list(range(block_index, k.items, grid)) if k.persistent else [block_index]
     block = Block(k, items)
+    block.warps = warps
     producer_tree = _blocks(k.producer())
     consumer_tree = _blocks(k.consumer())
     actors = {"producer": _actor(block, producer_tree, {"it": items[0], "i": 0, "g": 0}, "producer", {})}
     rng = random.Random(seed)
     for wg in range(k.groups):
-        reads = {"k": 0, "v": 0}
-        actors[f"consumer {wg}"] = _actor(block, consumer_tree, {"it": items[0], "i": 0, "g": 0, "wg": wg}, f"consumer {wg}",
-                                          reads, random.Random(rng.random()))
+        group, votes = f"consumer {wg}", random.Random(rng.random())
+        for w in range(warps):
+            who = f"{group} warp {w}" if warps > 1 else group
+            actors[who] = _actor(block, consumer_tree, {"it": items[0], "i": 0, "g": 0, "wg": wg}, who,
+                                 {"k": 0, "v": 0}, votes, group, w)
     steps, blocked = 0, {}  # thread -> block.version when it last found its barrier closed
     while actors:
         name = rng.choice(sorted(actors))
