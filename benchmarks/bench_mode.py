@@ -10,7 +10,7 @@ Each ``[MODULE.]NAME=VALUE`` before ``--`` sets ``cuvil_dsl.codegen.MODULE.NAME`
 of ``cuvil-dsl``, or a script and its arguments (a first word ending in ``.py``: run as ``__main__`` in this
 process, so the switches hold for it too):
 
-    python3 benchmarks/bench_mode.py cuda_attention.SKIP_SYNC=smem -- benchmarks/ab_attention_full.py --only skip
+    python3 benchmarks/bench_mode.py cuda_attention.SKIP=True -- benchmarks/ab_attention_full.py --only default
 
 or ``-m MODULE`` and its arguments (run as ``python -m`` would, in this process), e.g. the GPU tests under a
 switch:

@@ -18,17 +18,14 @@
 #   tlb     benchmarks/flush_probe.py --tlb on TLB_SPECS (default: attention scores and the elementwise chain): do the
 #           flushed samples' extra microseconds come from address translation?
 #   skipprobe  benchmarks/skip_probe.py on PROBE_SHAPES with PROBE_VARIANTS (defaults: the shapes where 4 consumers hung,
-#           off,on,never and the three SKIP_SYNC candidates), PROBE_RUNS launches each (default 200); when SYNC is not
-#           set, the first sync=X candidate of its verdict (finished, matched and gave off's bits everywhere) sets it
-#           for the steps after it ("none" when none did: they then run the plain loop's build, SYNC=none)
-#   skiptests  the GPU tests of TESTS_K (default: attention) with SKIP on and SKIP_SYNC=SYNC
-#   skiprecord  `record` with SKIP on and SKIP_SYNC=SYNC (every cuda case replayed under them: the same results, bits
-#           and snapshots required) into $OUT/rerecorded-skip.tar.gz, for turning the skip on by default
+#           off,on,never), PROBE_RUNS launches each (default 200)
+#   skiptests  the GPU tests of TESTS_K (default: attention) with SKIP=SKIP (default True)
+#   skiprecord  `record` with SKIP=SKIP (every cuda case replayed under it: the same results, bits and snapshots
+#           required) into $OUT/rerecorded-skip.tar.gz
 #   skipsan  `cuvil-dsl run --sanitize TOOL` for each of SAN_TOOLS (default: synccheck memcheck) on the causal pipeline
 #           at SAN_SHAPE (default B=4, M=N=1024) with ATTENTION_TUNING SAN_TUNING (default skip on, 4 consumers)
-#   skipab  ab_attention_full.py's default and "skip" variants on the causal shape, cuda_attention.SKIP_SYNC=SYNC
-#           (default smem), ROUNDS rounds
-#   skipbench  the causal bench (SKIP on, SKIP_SYNC=SYNC) against PyTorch's SDPA, torch.compile and Triton
+#   skipab  ab_attention_full.py's default and "skip" variants on the causal shape, ROUNDS rounds
+#   skipbench  the causal bench (SKIP=SKIP) against PyTorch's SDPA, torch.compile and Triton
 #   bench   `cuvil-dsl bench --quick` of BENCH_SPECS (default: the attention benchmarks) against BASELINES
 set -u
 for step in ${STEPS:-tests}; do
@@ -71,19 +68,14 @@ for step in ${STEPS:-tests}; do
             ${TLB_SPECS:-benchmarks/attention_f16.yaml benchmarks/elementwise_f32.yaml} 2>&1 | tail -30 ;;
     skipprobe)
         timeout 360 python3 benchmarks/skip_probe.py ${PROBE_SHAPES:-32,2048,2048,auto 4,1024,1024,p4:4 4,1024,1024,4 32,2048,2048,2} \
-            --variants ${PROBE_VARIANTS:-off,on,never,sync=smem,sync=warp,sync=wait} --runs ${PROBE_RUNS:-200} \
-            --timeout 40 2>&1 | tee "$OUT/skip_probe.txt" | tail -60
-        if [ -z "${SYNC:-}" ]; then
-            SYNC=$(sed -n 's/^verdict:[^=]*sync=\([a-z]*\).*/\1/p' "$OUT/skip_probe.txt" | head -1)
-            SYNC=${SYNC:-none}
-            echo "SYNC=$SYNC (from the verdict)"
-        fi ;;
+            --variants ${PROBE_VARIANTS:-off,on,never} --runs ${PROBE_RUNS:-200} \
+            --timeout 40 2>&1 | tee "$OUT/skip_probe.txt" | tail -60 ;;
     skiptests)
-        timeout 400 python3 benchmarks/bench_mode.py cuda_attention.SKIP=True cuda_attention.SKIP_SYNC=${SYNC:-smem} -- \
+        timeout 400 python3 benchmarks/bench_mode.py cuda_attention.SKIP=${SKIP:-True} -- \
             -m pytest -p cuvil_dsl.testing.plugin -m gpu -q -p no:cacheprovider tests/gpu/test_codegen_gpu.py \
             -k "${TESTS_K:-attention}" 2>&1 | tail -25 | tee "$OUT/gpu-tests-skip.log" ;;
     skiprecord)
-        timeout 300 python3 benchmarks/bench_mode.py cuda_attention.SKIP=True cuda_attention.SKIP_SYNC=${SYNC:-smem} -- \
+        timeout 300 python3 benchmarks/bench_mode.py cuda_attention.SKIP=${SKIP:-True} -- \
             regression/update_code.py --backend cuda --archive "$OUT/rerecorded-skip.tar.gz" 2>&1 | tail -8 ;;
     skipsan)
         mkdir -p /tmp/skipsan && cp benchmarks/shapes/pipelines.cuvil /tmp/skipsan/p.cuvil
@@ -97,10 +89,10 @@ for step in ${STEPS:-tests}; do
                 /tmp/skipsan/s.yaml --sanitize $tool 2>&1 | tail -40 | tee "$OUT/skipsan-$tool.txt"
         done ;;
     skipab)
-        timeout 300 python3 benchmarks/bench_mode.py cuda_attention.SKIP_SYNC=${SYNC:-smem} -- benchmarks/ab_attention_full.py \
+        timeout 300 python3 benchmarks/ab_attention_full.py \
             --only default --only skip --case benchmarks/shapes/attention_full_f16-causal.yaml --rounds ${ROUNDS:-2} 2>&1 | tail -30 ;;
     skipbench)
-        timeout 300 python3 benchmarks/bench_mode.py cuda_attention.SKIP=True cuda_attention.SKIP_SYNC=${SYNC:-smem} -- bench \
+        timeout 300 python3 benchmarks/bench_mode.py cuda_attention.SKIP=${SKIP:-True} -- bench \
             benchmarks/shapes/attention_full_f16-causal.yaml --quick --baselines torch,torch_compile,triton \
             --plot "$OUT/bench-causal.png" 2>&1 | tee "$OUT/bench-causal.md" | tail -30 ;;
     bench)

@@ -4,15 +4,14 @@
 Each variant runs in a process of its own (a kernel that traps or faults poisons its CUDA context): the causal
 pipeline of ``benchmarks/shapes/pipelines.cuvil`` (``attention_full_f16_causal``) at the shapes given, rendered
 with ``ATTENTION_TUNING`` {"skip": False} ("off"), {"skip": True} ("on"), the skipping loop with a vote that is
-always false ("never": the loop's control flow and barrier, no tile skipped), "on" with ``SKIP_SYNC`` set
-("sync=warp", "sync=wait", "sync=smem": the fixes under test) and "on" with the barrier wait's
+always false ("never": the loop's control flow and barrier, no tile skipped), "on" with the barrier wait's
 timeout trap removed ("notrap": a deadlock then shows as a timeout instead of a launch failure), and "on" with
 each wait that times out reporting what it waited for ("diag": the first after about 40 ms, then every other
 wait stuck for 2.4 ms, print block, thread, barrier and parity, and give up, so the launch ends). Each prints
 whether it matched the float64 reference (first 2 batch entries), its median back-to-back time over RUNS calls
 (CUDA events, no L2 flush: a first look, not the bench's method) and its resources; then whether "on" gave the
 same bits as "off" for each shape; last a verdict line: the variants that finished, matched and gave off's bits
-at every shape (``verdict: sync=smem sync=wait``; ``verdict: none`` when none did). The hangs came now and then,
+at every shape (``verdict: on never``; ``verdict: none`` when none did). The hangs came now and then,
 so a variant is launched RUNS times (``--runs``, default 200) after its first checked run, and its results read
 back after the last of them are compared with "off" as well.
 
@@ -67,8 +66,6 @@ if variant == "never":
     orig = cuda_attention._WsAttention.skip_vote
     cuda_attention._WsAttention.skip_vote = lambda self, t: [l.replace("bool ok = !cvl_any;", "bool ok = false;")
                                                              for l in orig(self, t)]
-if variant.startswith("sync="):  # "on" with cuda_attention.SKIP_SYNC (warp, wait, smem: the fixes under test)
-    cuda_attention.SKIP_SYNC = variant[5:]
 if variant == "notrap":
     cuda_wgmma.WS_HELPERS_OUTLINED_TRAP = cuda_wgmma.WS_HELPERS_OUTLINED_TRAP.replace("cvl_hang();", "{}")
 if variant == "diag":  # "on", a wait that times out reports itself and gives up (see the module's docstring)

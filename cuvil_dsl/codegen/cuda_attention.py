@@ -106,11 +106,11 @@ PAD = 8  # elements of padding a shared row (16 bytes)
 #   In the warp-specialised kernel "groups" (consumer warpgroups) defaults to the fastest by WS_BLOCK_US (4 for
 #   the benchmark at D 64, 2 at D 128, 1 for the small example), and "bn" to 128 with 2 or 3 consumers, else 64.
 ATTENTION_TUNING: dict = {}
-# "skip"'s default: off until it runs on a GPU without a hang. Its first build deadlocked on the H200 in some shapes
-# (one consumer at N 700, and the [32, 2048, 2048] causal shape on 4 consumers) while giving the same bits as the
-# plain loop wherever it finished; with the vote on barrier.red (not the .aligned bar.red) and branch-free bounds
-# tests, 1 and 2 consumers ran 30 times each on an H100 with the same bits, and 4 consumers on a persistent grid
-# still hung now and then (benchmarks/NOTES.md, sessions 24-25; the fixes under test: SKIP_SYNC below).
+# "skip"'s default: off until it runs on a GPU without a hang. Its builds up to session 27 hung with 4 consumers
+# (every candidate vote too, on the H100): a skipped tile's slots were waited for by every warp and released by
+# warp 0 at once, so a lagging warp could wait for a refilled slot's aliased phase (benchmarks/NOTES.md, sessions
+# 24-27). skip_slot now leaves those waits to the releasing thread; the per-warp protocol model passes it and finds
+# the old hang, and no GPU has run it yet (the device could not be had again that session).
 SKIP = False
 # below this exponent a numerator is 0 (ex2.approx.ftz flushes 2^-126 and smaller): the skip's margin
 SKIP_EXPONENT = -150.0
@@ -125,29 +125,6 @@ __device__ __forceinline__ bool cvl_wg_all(bool c, unsigned id) {
     // the same in every lane, but ptxas cannot see that through the asm: lane 0's value by a shuffle is
     // warp-uniform to it, so a wgmma under a branch on the vote is not serialised (C7520)
     return __shfl_sync(0xffffffffu, r, 0) != 0;
-}
-"""
-
-# Under test (session 25): with 4 consumers the skipping loop still failed on the H100 now and then. "warp": the vote
-# by the .aligned bar.red after a __syncwarp; "wait": a __syncwarp after each consumer's barrier wait in the skipping
-# loop (every warp converged at each wgmma); "smem": the vote without a reduction barrier (each warp's __all_sync in
-# shared memory between two plain named barriers); "" none of them.
-SKIP_SYNC = ""
-WG_ALL_SYNCED = WG_ALL_HELPER.replace("    unsigned r;", "    __syncwarp();\n    unsigned r;").replace(
-    "barrier.red.and.pred", "bar.red.and.pred")
-WG_ALL_SMEM = r"""
-// true in every thread of warpgroup barrier `id`'s 128 threads when `c` is true in all of them: each warp's vote
-// in shared memory between two plain named barriers (the second keeps a warp's next vote from overwriting a flag
-// another warp has yet to read)
-__device__ __forceinline__ bool cvl_wg_all(bool c, unsigned id) {
-    __shared__ unsigned cvl_votes[16][4];  // [named barrier][warp of the warpgroup]
-    const unsigned all = __all_sync(0xffffffffu, c) ? 1u : 0u;
-    if (threadIdx.x % 32 == 0) cvl_votes[id][(threadIdx.x / 32) % 4] = all;
-    __syncwarp();
-    asm volatile("bar.sync %0, 128;\n" :: "r"(id) : "memory");
-    const unsigned r = cvl_votes[id][0] & cvl_votes[id][1] & cvl_votes[id][2] & cvl_votes[id][3];
-    asm volatile("bar.sync %0, 128;\n" :: "r"(id) : "memory");
-    return __shfl_sync(0xffffffffu, r, 0) != 0;  // warp-uniform to ptxas (see WG_ALL_HELPER)
 }
 """
 
@@ -1064,8 +1041,7 @@ class _WsAttention(_WgmmaAttention):
     def wait_full(self, which: str, tile: str) -> str:
         base = 1 if which == "k" else 1 + self.stages
         g = self.use(tile)
-        synced = " __syncwarp();" if self.masked is not None and "wait" in SKIP_SYNC else ""
-        return f"cvl_mbar_wait(bars + 8 * ({base} + ({g}) % {self.stages}), (({g}) / {self.stages}) & 1);{synced}"
+        return f"cvl_mbar_wait(bars + 8 * ({base} + ({g}) % {self.stages}), (({g}) / {self.stages}) & 1);"
 
     def release(self, which: str, tile: str) -> str:
         base = 1 + 2 * self.stages if which == "k" else 1 + 3 * self.stages
@@ -1086,9 +1062,6 @@ class _WsAttention(_WgmmaAttention):
             return []
         return [f"if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * {1 + 4 * self.stages});  // Q read"]
 
-    @staticmethod
-    def vote_helper() -> str:
-        return WG_ALL_SMEM if "smem" in SKIP_SYNC else WG_ALL_SYNCED if "warp" in SKIP_SYNC else WG_ALL_HELPER
 
     def masking_where(self):
         """"skip": the softmax's argument as ``where(c, x, f)`` (unrounded) with ``c`` independent of the scores
@@ -1277,5 +1250,5 @@ class _WsAttention(_WgmmaAttention):
         grid = min(self.items, self.blocks) if self.persistent else self.items
         helpers = (cuda_wgmma.HELPERS + cuda_wgmma.TMA_HELPERS + cuda_wgmma.TMA3_HELPERS + cuda_wgmma.WS_HELPERS_OUTLINED_TRAP
                    + BAND_HELPERS + PACK_HELPER + self.wgmma_helpers()
-                   + (self.vote_helper() if self.masked is not None else ""))
+                   + (WG_ALL_HELPER if self.masked is not None else ""))
         return Emitted(lines, (grid, 1, 1), (self.threads, 1, 1), self.shared_total(), helpers, (f"-arch={cuda_wgmma.ARCH}",))
