@@ -1062,7 +1062,6 @@ class _WsAttention(_WgmmaAttention):
             return []
         return [f"if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * {1 + 4 * self.stages});  // Q read"]
 
-
     def masking_where(self):
         """"skip": the softmax's argument as ``where(c, x, f)`` (unrounded) with ``c`` independent of the scores
         and ``f`` the same for every element (a scalar), else None."""

@@ -214,7 +214,7 @@ def test_barrier_protocol_model_runs_the_skipped_tiles(monkeypatch):
             simulate(k, seed)
 
 
-SEEDS = 6
+MODEL_SEEDS = 6  # interleavings a case of test_barrier_protocol_model_runs_each_warp
 
 
 def test_barrier_protocol_model_runs_each_warp(monkeypatch):
@@ -231,15 +231,15 @@ def test_barrier_protocol_model_runs_each_warp(monkeypatch):
     tuning, sizes = {"skip": True, "persistent": 2, "groups": 4}, {"B": 1, "M": 1024, "N": 1024}
     k = _ws_kernel(monkeypatch, path, tuning, sizes)
     assert k.groups == 4
-    for seed in range(SEEDS):
+    for seed in range(MODEL_SEEDS):
         assert simulate(k, seed) > 0
     monkeypatch.setattr(cuda_attention._WsAttention, "skip_slot",
                         lambda self, which, tile: [self.wait_full(which, tile), self.release(which, tile)])
     k = _ws_kernel(monkeypatch, path, tuning, sizes)
-    for seed in range(SEEDS):
+    for seed in range(MODEL_SEEDS):
         assert simulate(k, seed, warps=1) > 0
     hung = 0
-    for seed in range(SEEDS):
+    for seed in range(MODEL_SEEDS):
         try:
             simulate(k, seed)
         except AssertionError as exc:
