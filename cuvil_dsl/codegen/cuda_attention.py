@@ -1143,18 +1143,17 @@ class _WsAttention(_WgmmaAttention):
         skipped_pending = [*self.skip_slot("k", "t"), self.wait_full("v", "t - 1"), "cvl_wgmma_fence();",
                            *self.issue_pv(self.slot("t - 1")), "cvl_wgmma_commit();", *check, *retire_pv, *skip_v]
         skipped = [*self.skip_slot("k", "t"), *check, *skip_v]
-        ran_pending = [
-            self.wait_full("v", "t - 1"), "cvl_wgmma_fence();", *self.issue_scores(self.slot("t")), "cvl_wgmma_commit();",
+        ran_pending = [  # every warp waits for a tile that runs: its wgmma orders warp 0's release after them all
+            self.wait_full("k", "t"), self.wait_full("v", "t - 1"), "cvl_wgmma_fence();", *self.issue_scores(self.slot("t")), "cvl_wgmma_commit();",
             *self.issue_pv(self.slot("t - 1")), "cvl_wgmma_commit();", *check,
             "cvl_wgmma_wait<1>();  // S of tile t (O += P V of tile t - 1 may still run)", "cvl_pin(s[0]);",
             self.release("k", "t"), "float alpha[2];", *self.scores_ready("t"), *retire_pv, *rescale, *self.pack(),
         ]
         ran = [  # after a skipped tile: no product waits, O is settled
-            "cvl_wgmma_fence();", *self.issue_scores(self.slot("t")), "cvl_wgmma_commit();", *check,
+            self.wait_full("k", "t"), "cvl_wgmma_fence();", *self.issue_scores(self.slot("t")), "cvl_wgmma_commit();", *check,
             "cvl_wgmma_wait<0>();", "cvl_pin(s[0]);", self.release("k", "t"),
             "float alpha[2];", *self.scores_ready("t"), *rescale, *self.pack(), "cvl_pend = 1;",
         ]
-        ran_pending, ran = [self.wait_full("k", "t"), *ran_pending], [self.wait_full("k", "t"), *ran]
         loop = ["if (cvl_skip) {", "    if (cvl_pend) {", *indent(skipped_pending, 2), "    } else {", *indent(skipped, 2), "    }",
                 "} else {", "    if (cvl_pend) {", *indent(ran_pending, 2), "    } else {", *indent(ran, 2), "    }", "}",
                 *self.skip_vote("t + 1")]

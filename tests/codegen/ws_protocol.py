@@ -54,7 +54,7 @@ def _c(expr: str, env: dict) -> int:
     """A C integer expression of the kernel's (non-negative operands) in Python."""
     py = re.sub(r"(\d+)u\b", r"\1", expr).replace("/", "//").replace("&&", " and ").replace("||", " or ")
     py = py.replace("threadIdx.x % 128 == 0", "lead")  # the warpgroup's releasing thread: in warp 0 alone
-    return int(eval(py, {}, {"lead": True, **env}))  # noqa: S307 - the kernel's own generated expressions
+    return int(eval(py, {}, env))  # noqa: S307 - the kernel's own generated expressions
 
 
 def _blocks(lines: list[str]) -> list:
