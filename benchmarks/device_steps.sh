@@ -7,7 +7,8 @@
 #   abattn  benchmarks/ab_attention_full.py on the variants whose labels contain a word of ONLY (default "default"),
 #           ROUNDS interleaved rounds (default 3), on the specs of CASES (default: its three)
 #   record  the cuda regression cases whose generated code changed, and nothing else, re-recorded
-#           (regression/update_code.py) into $OUT/rerecorded.tar.gz: `tar xzf` it in regression/
+#           (regression/update_code.py) into $OUT/rerecorded.tar.gz: `tar xzf` it in regression/; RECORD_FLAGS=--layout
+#           after a fusion change (a changed arena accepted when every input and result is the same bits)
 #   wsgemm  the GEMM's warp-specialised kernel (trap outlined, inlined, with multicast) against the plain one,
 #           ab_wgmma.py, rotated rounds at 4096^3
 #   ncu     Nsight Compute's launch statistics, speed of light, occupancy and warp states of cuBLAS's GEMM, PyTorch's
@@ -39,7 +40,7 @@ for step in ${STEPS:-tests}; do
         cases=(); for spec in ${CASES:-}; do cases+=(--case "$spec"); done
         timeout 500 python3 benchmarks/ab_attention_full.py "${only[@]}" "${cases[@]}" --rounds ${ROUNDS:-3} 2>&1 | tail -60 ;;
     record)
-        timeout 300 python3 regression/update_code.py --backend cuda --archive "$OUT/rerecorded.tar.gz" 2>&1 | tail -8 ;;
+        timeout 300 python3 regression/update_code.py --backend cuda ${RECORD_FLAGS:-} --archive "$OUT/rerecorded.tar.gz" 2>&1 | tail -8 ;;
     wsgemm)
         timeout 300 python3 benchmarks/ab_wgmma.py --configs 128x256s4p1 --no-sass --library-modes persistent \
             --timed 4096x4096x4096 --rounds ${ROUNDS:-4} --samples 50 2>&1 | tee "$OUT/ab_wgmma.md" | tail -30 ;;
@@ -76,7 +77,7 @@ for step in ${STEPS:-tests}; do
             -k "${TESTS_K:-attention}" 2>&1 | tail -25 | tee "$OUT/gpu-tests-skip.log" ;;
     skiprecord)
         timeout 300 python3 benchmarks/bench_mode.py cuda_attention.SKIP=${SKIP:-True} -- \
-            regression/update_code.py --backend cuda --archive "$OUT/rerecorded-skip.tar.gz" 2>&1 | tail -8 ;;
+            regression/update_code.py --backend cuda ${RECORD_FLAGS:-} --archive "$OUT/rerecorded-skip.tar.gz" 2>&1 | tail -8 ;;
     skipsan)
         mkdir -p /tmp/skipsan && cp benchmarks/shapes/pipelines.cuvil /tmp/skipsan/p.cuvil
         read -r b m n <<< "${SAN_SHAPE:-4 1024 1024}"

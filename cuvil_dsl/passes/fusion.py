@@ -338,7 +338,9 @@ class _Planner:
         """Move an elementwise result into the one later kernel that reads it when that costs no
         extra memory traffic, or when the reader can read the named value it came from instead
         (a temporary is not rounded to its dtype, a named value is, so memory should hold the
-        named one)."""
+        named one). The reader may be a kernel block (it stays one kernel, now also computing the
+        value) or an attention kernel: a mask ``kpos <= qpos`` is then compared per element from the
+        positions instead of an [M, N] buffer written by a kernel of its own and read back."""
         moved = True
         while moved:
             moved = False
@@ -365,7 +367,7 @@ class _Planner:
                 or any(op.out in o.args for o in a.ops)):
             return None
         readers = [g for g in groups if g is not a and any(op.out in o.args for o in g.ops)]
-        if len(readers) != 1 or readers[0].block is not None or groups.index(readers[0]) < groups.index(a):
+        if len(readers) != 1 or groups.index(readers[0]) < groups.index(a):
             return None
         fresh = [x for x in op.args if x in a.members and not self._stored(x, a, op)]
         # moving must not add memory traffic (no new buffer), except that an unnamed value may
@@ -377,7 +379,7 @@ class _Planner:
             return None  # the operands of `@` are read from memory (see _transition): it stays stored
         i = self._first_reader(b, op.out)
         ops = tuple(b.ops[:i] + [op] + b.ops[i:])
-        layout = derive_layout(ops, b.domain, b.row_axis, self.types, frozenset(self.views))
+        layout = kernel_layout(b.kind, ops, b.domain, b.row_axis, self.types, frozenset(self.views))
         return None if isinstance(layout, Misfit) else b
 
     def _stored(self, value: str, owner: _Group, reader: ir.Op) -> bool:

@@ -144,6 +144,38 @@ def test_epilogue_temporary_moves_to_its_reader():
     assert first.outputs == ("gate",) and "gate" in second.inputs
 
 
+
+MASKED = """pipeline f(q: f16[B, M, D], k: f16[B, N, D], v: f16[B, N, D], qpos: i32[M, 1],
+           kpos: i32[1, N]) -> (o: f16[B, M, D]{extra_result}) {{
+    graph forward {{
+        causal = kpos <= qpos
+        {body}
+    }}
+}}"""
+
+
+@pytest.mark.parametrize("body", [
+    "o = softmax(where(causal, (q @ k.T) * 0.125, -30000.0)) @ v",
+    "kernel flash { o = softmax(where(causal, (q @ k.T) * 0.125, -30000.0)) @ v }",
+], ids=["planned", "kernel_block"])
+def test_mask_from_positions_is_computed_in_the_attention_kernel(body):
+    # the [M, N] mask is never stored: the attention kernel compares the positions itself (an [M, N] bool
+    # buffer, written by a kernel of its own and read back per element, made the causal benchmark 1.8x slower)
+    (k,) = kernels(MASKED.format(extra_result="", body=body))
+    assert k.kind == "attention"
+    assert set(k.inputs) == {"q", "k", "v", "qpos", "kpos"}
+    assert "causal" in [op.out for op in k.ops]
+
+
+def test_mask_read_elsewhere_too_stays_in_memory():
+    plan, diags = plan_of(MASKED.format(
+        extra_result=", n: i32[M, N]",
+        body="o = softmax(where(causal, (q @ k.T) * 0.125, -30000.0)) @ v\n        n = where(causal, 1, 0)"))
+    assert not diags
+    first, attention = plan.kernels  # `n` joins the kernel that computes the mask
+    assert first.outputs == ("causal", "n")
+    assert "causal" in attention.inputs
+
 E401_CASES = {
     "second_matmul": ("""pipeline f(x: f16[M, K], w: f16[K, N], v: f16[N, P]) -> b: f16[M, P] {
     kernel k {

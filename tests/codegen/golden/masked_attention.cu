@@ -140,8 +140,9 @@ __device__ __forceinline__ float cvl_ex2(float x) {
 extern "C" __global__ void __launch_bounds__(32, 5) cvl_masked(
     const __half* __restrict__ b0,  // k: f16[B, N, D] input
     const __half* __restrict__ b1,  // q: f16[B, M, D] input
-    const unsigned char* __restrict__ b2,  // causal: bool[M, N] input
-    __half* __restrict__ b3,  // p: f16[B, M, N] output
+    const int* __restrict__ b2,  // kpos: i32[1, N] input
+    const int* __restrict__ b3,  // qpos: i32[M, 1] input
+    __half* __restrict__ b4,  // p: f16[B, M, N] output
     float u0,  // %3: f16[] scalar
     float u1  // %7: f16[] scalar
 ) {
@@ -285,10 +286,11 @@ extern "C" __global__ void __launch_bounds__(32, 5) cvl_masked(
                 float& ACC = acc[mi][ni][h * 2 + q];
                 float s = (-__int_as_float(0x7f800000));
                 if (m < 70 && n < 300) {
-                    const float t1 = ACC;
-                    const float t2 = cvl_f16((t1 * u0));
-                    const float t3 = ((b2[m * 300 + n] != 0) ? t2 : u1);
-                    s = t3;
+                    const bool t1 = (b2[n] <= b3[m]);
+                    const float t2 = ACC;
+                    const float t3 = cvl_f16((t2 * u0));
+                    const float t4 = (t1 ? t3 : u1);
+                    s = t4;
                 }
                 ACC = s;
                 tile_max[slot] = fmaxf(tile_max[slot], s);
@@ -341,11 +343,12 @@ extern "C" __global__ void __launch_bounds__(32, 5) cvl_masked(
                 const int slot = mi * 2 + h;
                 float& ACC = acc[mi][ni][h * 2 + q];
                 if (m < 70 && n < 300) {
-                    const float t4 = ACC;
-                    const float t5 = cvl_f16((t4 * u0));
-                    const float t6 = ((b2[m * 300 + n] != 0) ? t5 : u1);
-                    const float t7 = cvl_f16(cvl_ex2(fmaf(t6, 1.4426950408889634f, -row_base[slot])) * row_norm[slot]);
-                    b3[c0 * 21000 + m * 300 + n] = __float2half_rn(t7);
+                    const bool t5 = (b2[n] <= b3[m]);
+                    const float t6 = ACC;
+                    const float t7 = cvl_f16((t6 * u0));
+                    const float t8 = (t5 ? t7 : u1);
+                    const float t9 = cvl_f16(cvl_ex2(fmaf(t8, 1.4426950408889634f, -row_base[slot])) * row_norm[slot]);
+                    b4[c0 * 21000 + m * 300 + n] = __float2half_rn(t9);
                 }
             }
         }

@@ -8,12 +8,13 @@ import numpy as np
 from cuvil_dsl.codegen import cpu_prelude as cvl
 
 
-@numba.njit("void(uint16[::1], uint16[::1], boolean[::1], uint16[::1], float32[::1], float32[::1], float32[::1], float32, float32)", parallel=True, fastmath=False, error_model="numpy", cache=True)
+@numba.njit("void(uint16[::1], uint16[::1], int32[::1], int32[::1], uint16[::1], float32[::1], float32[::1], float32[::1], float32, float32)", parallel=True, fastmath=False, error_model="numpy", cache=True)
 def cvl_masked_softmax_epilogue(
     b0,  # k: f16[B, N, D] input
     b1,  # q: f16[B, M, D] input
-    b2,  # causal: bool[M, N] input
-    b3,  # p: f16[B, M, N] output
+    b2,  # kpos: i32[1, N] input
+    b3,  # qpos: i32[M, 1] input
+    b4,  # p: f16[B, M, N] output
     w0,  # workspace: f32[16384]
     w1,  # workspace: f32[32768]
     w2,  # workspace: f32[32768]
@@ -25,39 +26,41 @@ def cvl_masked_softmax_epilogue(
         c1 = q % 64
         row1 = np.empty(128, np.float32)
         for c2 in range(128):
-            t2 = w2[c0 * 8192 + c1 * 128 + c2]
-            t3 = cvl.round_f16((t2 * u0))
-            t4 = (t3 if b2[c1 * 128 + c2] else u1)
-            row1[c2] = t4
-        part5 = np.full(8, np.float32(-np.inf))
+            t2 = (b2[c2] <= b3[c1])
+            t3 = w2[c0 * 8192 + c1 * 128 + c2]
+            t4 = cvl.round_f16((t3 * u0))
+            t5 = (t4 if t2 else u1)
+            row1[c2] = t5
+        part6 = np.full(8, np.float32(-np.inf))
         for c2_ in range(0, 128, 8):
             for e in range(8):
-                part5[e] = cvl.fmaximum(part5[e], row1[c2_ + e])
-        r6 = part5[0]
+                part6[e] = cvl.fmaximum(part6[e], row1[c2_ + e])
+        r7 = part6[0]
         for e in range(1, 8):
-            r6 = cvl.fmaximum(r6, part5[e])
-        row7 = np.empty(128, np.float32)
+            r7 = cvl.fmaximum(r7, part6[e])
+        row8 = np.empty(128, np.float32)
         for c2 in range(128):
-            t8 = (row1[c2] - r6)
-            t9 = cvl.exp_f32(t8)
-            row7[c2] = t9
-        part10 = np.full(8, np.float32(0.0))
+            t9 = (row1[c2] - r7)
+            t10 = cvl.exp_f32(t9)
+            row8[c2] = t10
+        part11 = np.full(8, np.float32(0.0))
         for c2_ in range(0, 128, 8):
             for e in range(8):
-                part10[e] = (part10[e] + row7[c2_ + e])
-        r11 = part10[0]
+                part11[e] = (part11[e] + row8[c2_ + e])
+        r12 = part11[0]
         for e in range(1, 8):
-            r11 = (r11 + part10[e])
+            r12 = (r12 + part11[e])
         for c2 in range(128):
-            t12 = cvl.round_f16((row7[c2] / r11))
-            b3[c0 * 8192 + c1 * 128 + c2] = cvl.f32_to_f16((row7[c2] / r11))
+            t13 = cvl.round_f16((row8[c2] / r12))
+            b4[c0 * 8192 + c1 * 128 + c2] = cvl.f32_to_f16((row8[c2] / r12))
 
 
 def cvl_masked_softmax(
     b0,  # k: f16[B, N, D] input
     b1,  # q: f16[B, M, D] input
-    b2,  # causal: bool[M, N] input
-    b3,  # p: f16[B, M, N] output
+    b2,  # kpos: i32[1, N] input
+    b3,  # qpos: i32[M, 1] input
+    b4,  # p: f16[B, M, N] output
     w0,  # workspace: f32[16384]
     w1,  # workspace: f32[32768]
     w2,  # workspace: f32[32768]
@@ -70,4 +73,4 @@ def cvl_masked_softmax(
     np.copyto(w1.reshape((4, 128, 64)), b0.view(np.float16).reshape((4, 128, 64)))
     rhs = w1.reshape((4, 128, 64)).swapaxes(-1, -2)
     np.matmul(lhs, rhs, out=w2.reshape((4, 64, 128)))
-    cvl_masked_softmax_epilogue(b0, b1, b2, b3, w0, w1, w2, u0, u1)
+    cvl_masked_softmax_epilogue(b0, b1, b2, b3, b4, w0, w1, w2, u0, u1)

@@ -222,9 +222,10 @@ template <int N> __device__ __forceinline__ void cvl_pin(unsigned (&r)[N][4]) {
 extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
     const __half* __restrict__ b0,  // k: f16[B, N, D] input
     const __half* __restrict__ b1,  // q: f16[B, M, D] input
-    const unsigned char* __restrict__ b2,  // causal: bool[M, N] input
-    const __half* __restrict__ b3,  // v: f16[B, N, D] input
-    __half* __restrict__ b4,  // o: f16[B, M, D] output
+    const int* __restrict__ b2,  // kpos: i32[1, N] input
+    const int* __restrict__ b3,  // qpos: i32[M, 1] input
+    const __half* __restrict__ b4,  // v: f16[B, N, D] input
+    __half* __restrict__ b5,  // o: f16[B, M, D] output
     float u0,  // %3: f16[] scalar
     float u1,  // %7: f16[] scalar
     const __grid_constant__ cvl_tensor_map tma_q,  // TMA descriptor of q: 64 x 64, box 64 x 64
@@ -318,10 +319,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
                 const int n = n0 + ni * 8 + lane % 4 * 2 + q;
                 (void)m; (void)n;
                 float& ACC = s[mi][ni][h * 2 + q];
-                const float t1 = ACC;
-                const float t2 = (t1 * u0);
-                const float t3 = ((b2[m * 128 + n] != 0) ? t2 : u1);
-                ACC = t3;
+                const bool t1 = (b2[n] <= b3[m]);
+                const float t2 = ACC;
+                const float t3 = (t2 * u0);
+                const float t4 = (t1 ? t3 : u1);
+                ACC = t4;
             }
             float top[2];
             float part[2][4];
@@ -408,10 +410,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
                 const int n = n0 + ni * 8 + lane % 4 * 2 + q;
                 (void)m; (void)n;
                 float& ACC = s[mi][ni][h * 2 + q];
-                const float t6 = ACC;
-                const float t7 = (t6 * u0);
-                const float t8 = ((b2[m * 128 + n] != 0) ? t7 : u1);
-                ACC = t8;
+                const bool t8 = (b2[n] <= b3[m]);
+                const float t9 = ACC;
+                const float t10 = (t9 * u0);
+                const float t11 = (t8 ? t10 : u1);
+                ACC = t11;
             }
             float top[2];
             float part[2][4];
@@ -498,7 +501,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
             #pragma unroll
             for (int nd = 0; nd < 8; ++nd) {
                 const int d = d0 + nd * 8 + lane % 4 * 2;
-                *reinterpret_cast<__half2*>(b4 + (c0 * 4096 + m * 64) + d) = __floats2half2_rn(o[mi][nd][h * 2] * inv, o[mi][nd][h * 2 + 1] * inv);
+                *reinterpret_cast<__half2*>(b5 + (c0 * 4096 + m * 64) + d) = __floats2half2_rn(o[mi][nd][h * 2] * inv, o[mi][nd][h * 2 + 1] * inv);
             }
         }
     }

@@ -250,8 +250,9 @@ __device__ __forceinline__ unsigned cvl_lds32(unsigned at) {
 extern "C" __global__ void __launch_bounds__(128, 3) cvl_masked_softmax(
     const __half* __restrict__ b0,  // k: f16[B, N, D] input
     const __half* __restrict__ b1,  // q: f16[B, M, D] input
-    const unsigned char* __restrict__ b2,  // causal: bool[M, N] input
-    __half* __restrict__ b3,  // p: f16[B, M, N] output
+    const int* __restrict__ b2,  // kpos: i32[1, N] input
+    const int* __restrict__ b3,  // qpos: i32[M, 1] input
+    __half* __restrict__ b4,  // p: f16[B, M, N] output
     float u0,  // %3: f16[] scalar
     float u1,  // %7: f16[] scalar
     const __grid_constant__ cvl_tensor_map tma_a,  // TMA descriptor of q: 256 x 64, box 64 x 64
@@ -346,10 +347,11 @@ extern "C" __global__ void __launch_bounds__(128, 3) cvl_masked_softmax(
                 const int slot = h;
                 float& ACC = acc[ni * 4 + h * 2 + q];
                 float s = (-__int_as_float(0x7f800000));
-                const float t1 = ACC;
-                const float t2 = cvl_f16((t1 * u0));
-                const float t3 = ((b2[m * 128 + n] != 0) ? t2 : u1);
-                s = t3;
+                const bool t1 = (b2[n] <= b3[m]);
+                const float t2 = ACC;
+                const float t3 = cvl_f16((t2 * u0));
+                const float t4 = (t1 ? t3 : u1);
+                s = t4;
                 ACC = s;
                 tile_max[slot] = fmaxf(tile_max[slot], s);
             }
@@ -410,10 +412,11 @@ extern "C" __global__ void __launch_bounds__(128, 3) cvl_masked_softmax(
                 const int slot = h;
                 float& ACC = acc[ni * 4 + h * 2 + q];
                 float s = (-__int_as_float(0x7f800000));
-                const float t4 = ACC;
-                const float t5 = cvl_f16((t4 * u0));
-                const float t6 = ((b2[m * 128 + n] != 0) ? t5 : u1);
-                s = t6;
+                const bool t5 = (b2[n] <= b3[m]);
+                const float t6 = ACC;
+                const float t7 = cvl_f16((t6 * u0));
+                const float t8 = (t5 ? t7 : u1);
+                s = t8;
                 ACC = s;
                 tile_max[slot] = fmaxf(tile_max[slot], s);
             }
@@ -477,7 +480,7 @@ extern "C" __global__ void __launch_bounds__(128, 3) cvl_masked_softmax(
                 const int c = i * 32 + lane;
                 const int m = m0 + warp_row + c / 8;
                 const int n = n0 + c % 8 * 8;
-                __stcs(reinterpret_cast<uint4*>(&b3[c0 * 8192 + m * 128 + n]), *reinterpret_cast<const uint4*>(so + c / 8 * 72 + c % 8 * 8));
+                __stcs(reinterpret_cast<uint4*>(&b4[c0 * 8192 + m * 128 + n]), *reinterpret_cast<const uint4*>(so + c / 8 * 72 + c % 8 * 8));
             }
         }
         {
@@ -500,7 +503,7 @@ extern "C" __global__ void __launch_bounds__(128, 3) cvl_masked_softmax(
                 const int c = i * 32 + lane;
                 const int m = m0 + warp_row + c / 8;
                 const int n = n0 + c % 8 * 8;
-                __stcs(reinterpret_cast<uint4*>(&b3[c0 * 8192 + m * 128 + n]), *reinterpret_cast<const uint4*>(so + c / 8 * 72 + c % 8 * 8));
+                __stcs(reinterpret_cast<uint4*>(&b4[c0 * 8192 + m * 128 + n]), *reinterpret_cast<const uint4*>(so + c / 8 * 72 + c % 8 * 8));
             }
         }
     }
