@@ -101,16 +101,18 @@ PAD = 8  # elements of padding a shared row (16 bytes)
 #           those rows holds a running maximum that puts 2^((f - max) log2 e) below f32's range: such a tile adds
 #           exactly 0 to every sum and output, so the results are the same bits (unless V holds an infinity or NaN
 #           under the masked keys, which 0 x inf would have made NaN; FlashAttention's causal kernels skip them
-#           alike). Each tile's mask is read while the tile before it computes; a warpgroup-wide vote decides.
-#           Default SKIP (off: see there).
+#           alike). A warpgroup-wide vote decides, "stages" tiles ahead (a row's maximum only grows), and is
+#           published to the producer, which leaves a tile every warpgroup voted out unloaded. Default SKIP (off:
+#           see there).
 #   In the warp-specialised kernel "groups" (consumer warpgroups) defaults to the fastest by WS_BLOCK_US (4 for
 #   the benchmark at D 64, 2 at D 128, 1 for the small example), and "bn" to 128 with 2 or 3 consumers, else 64.
 ATTENTION_TUNING: dict = {}
-# "skip"'s default: off until it runs on a GPU without a hang. Its builds up to session 27 hung with 4 consumers
-# (every candidate vote too, on the H100): a skipped tile's slots were waited for by every warp and released by
-# warp 0 at once, so a lagging warp could wait for a refilled slot's aliased phase (benchmarks/NOTES.md, sessions
-# 24-27). skip_slot now leaves those waits to the releasing thread; the per-warp protocol model passes it and finds
-# the old hang, and no GPU has run it yet (the device could not be had again that session).
+# "skip"'s default: off, as it is slower where it matters. Correct on the H100 since session 28 (no hang, the same
+# bits as without it at four shapes, the attention GPU tests), but on the causal benchmark [32, 2048, 2048] it took
+# 146.5 us against 110.5 without it (4 consumers; 2 consumers: 127.9 against 121.1), and at [4, 1024, 1024] (one
+# band a block, the heaviest band skipping nothing) 49.1 against 36.6: the per-tile mask check and vote cost more
+# than the skipped tiles save. Faster only on small ragged grids ([2, 333, 700]: 32.8 against 49.4 us).
+# benchmarks/NOTES.md, attention_full_f16, sessions 24-28.
 SKIP = False
 # below this exponent a numerator is 0 (ex2.approx.ftz flushes 2^-126 and smaller): the skip's margin
 SKIP_EXPONENT = -150.0
@@ -125,6 +127,12 @@ __device__ __forceinline__ bool cvl_wg_all(bool c, unsigned id) {
     // the same in every lane, but ptxas cannot see that through the asm: lane 0's value by a shuffle is
     // warp-uniform to it, so a wgmma under a branch on the vote is not serialised (C7520)
     return __shfl_sync(0xffffffffu, r, 0) != 0;
+}
+// the producer's test for a key tile: every consumer warpgroup voted to skip it (so no copy into its slots)
+__device__ __forceinline__ bool cvl_all_voted(const volatile unsigned char* votes, int groups) {
+    bool all = true;
+    for (int w = 0; w < groups; ++w) all = all && votes[w] != 0;
+    return all;
 }
 """
 
@@ -936,6 +944,9 @@ class _WsAttention(_WgmmaAttention):
         self.stages = int(tune.get("stages", 2))
         self.pingpong = bool(tune.get("pingpong", False)) and self.overlap and groups == 2
         self.masked = self.masking_where() if tune.get("skip", SKIP) and self.overlap and not self.pingpong else None
+        # "skip": each warpgroup's vote on tile t + stages, published for the producer before tile t's K slot is
+        # released; written again (tile t + ring) only once the producer has read it (see skipping_loop)
+        self.vote_ring = self.stages + 2
         self.bn = int(tune.get("bn", 128 if groups in (2, 3) else 64))
         self.bm = 64 * groups
         self.ni = self.bn // 8
@@ -1006,13 +1017,21 @@ class _WsAttention(_WgmmaAttention):
                        f"bars + 8 * (1 + {s} + stage)") for j in range(self.dv // 64)]
         g = "g + t" if self.persistent else "t"
         gp = f"({g})" if self.persistent else g
+        load_k = [f"cvl_mbar_expect_tx(bars + 8 * (1 + stage), {self.k_bytes}u);", *kk]
+        load_v = [f"cvl_mbar_expect_tx(bars + 8 * (1 + {s} + stage), {self.v_bytes}u);", *v]
+        if self.masked is not None:  # "skip": a tile every consumer voted out is not loaded, its slots filled empty
+            load_k = ["if (cvl_gone) {", f"    cvl_mbar_arrive(bars + 8 * (1 + stage));", "} else {", *indent(load_k), "}"]
+            load_v = ["if (cvl_gone) {", f"    cvl_mbar_arrive(bars + 8 * (1 + {s} + stage));", "} else {",
+                      *indent(load_v), "}"]
         loop = [
             f"const unsigned stage = {gp} % {s}, use = {gp} / {s};",
             f"const int n0 = t * {self.bn};",
             f"if ({g} >= {s}) cvl_mbar_wait(bars + 8 * (1 + {2 * s} + stage), (use - 1) & 1);  // K's slot free",
-            f"cvl_mbar_expect_tx(bars + 8 * (1 + stage), {self.k_bytes}u);", *kk,
+            *([f"const bool cvl_gone = (t > {s}) && cvl_all_voted(cvl_votes + ({gp}) % {self.vote_ring} * {self.groups}, "
+               f"{self.groups});  // voted when tile t - {s} was released"] if self.masked is not None else []),
+            *load_k,
             f"if ({g} >= {s}) cvl_mbar_wait(bars + 8 * (1 + {3 * s} + stage), (use - 1) & 1);  // V's slot free",
-            f"cvl_mbar_expect_tx(bars + 8 * (1 + {s} + stage), {self.v_bytes}u);", *v,
+            *load_v,
         ]
         # with "persistent", a work item's Q once every consumer is done with the last one's
         free = [f"if (i > 0) cvl_mbar_wait(bars + 8 * {1 + 4 * s}, (i - 1) & 1);  // Q's buffer free"]
@@ -1103,66 +1122,81 @@ class _WsAttention(_WgmmaAttention):
                 "    }", "}"]
 
     def skip_vote(self, tile: str) -> list[str]:
-        """"skip": ``cvl_skip`` for key tile ``tile`` (after :meth:`mask_check`), the same in the warpgroup's 128
-        threads: no element masked in, and every row of the warpgroup (within M) already so far above the fill
-        that the fill's numerator is 0."""
+        """"skip": this warpgroup's vote on key tile ``tile`` (after :meth:`mask_check`), the same in its 128 threads:
+        no element masked in, and every row of the warpgroup (within M) already so far above the fill that the
+        fill's numerator is 0. A row's maximum only grows, so the vote still holds when the tile comes, ``stages``
+        tiles later. It goes into ``cvl_plan``'s bit ``stages`` and, from the releasing thread, into ``cvl_votes``
+        for the producer, before this tile's K slot is released (the release orders the write before the
+        producer's wait on that slot, after which it reads the vote)."""
         op, k = self.masked, self.k
         lines: list[str] = []
         fill = k.walk(lines.append, self.coord, None, None).value(op.args[2], self.where_maps(op)[2])
         rows = f"m >= {self.M} || " if self.M % self.bm else ""
-        return ["{", *indent(lines), "    bool ok = !cvl_any;", "#pragma unroll", "    for (int r = 0; r < 2; ++r) {",
-                "        const int m = m0 + wm + lane / 4 + r * 8;", "        (void)m;",
-                f"        ok = ok && ({rows}(row_max[r] > (float)({fill}) && "
-                f"fmaf((float)({fill}), {LOG2E}, -row_base[r]) < {SKIP_EXPONENT}f));",
-                "    }", f"    if ({tile} < {self.nt}) cvl_skip = cvl_wg_all(ok, 3u + (unsigned)wg);", "}"]
+        ring, groups = self.vote_ring, self.groups
+        return ["{", *indent([
+            *lines, "bool ok = !cvl_any;", "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
+            "    const int m = m0 + wm + lane / 4 + r * 8;", "    (void)m;",
+            f"    ok = ok && ({rows}(row_max[r] > (float)({fill}) && "
+            f"fmaf((float)({fill}), {LOG2E}, -row_base[r]) < {SKIP_EXPONENT}f));",
+            "}", "cvl_vote = false;", f"if ({tile} < {self.nt}) cvl_vote = cvl_wg_all(ok, 3u + (unsigned)wg);",
+            f"cvl_plan |= (unsigned)cvl_vote << {self.stages};",
+            f"if (threadIdx.x % 128 == 0) cvl_votes[({self.use(tile)}) % {ring} * {groups} + wg] = cvl_vote;"]), "}"]
 
     def skipping_loop(self) -> list[str]:
-        """The overlapped loop with "skip": ``cvl_skip`` (voted while the tile before computed) says whether tile t
-        is skipped: its K and V slots are waited for and released unread, the last tile's O += P V issued alone if
-        one waits (``cvl_pend``); a tile that runs issues that product beside its S as the plain loop does.
+        """The overlapped loop with "skip": ``cvl_skip`` says whether tile t is skipped, by this warpgroup's vote
+        taken ``stages`` tiles before (:meth:`skip_vote`; ``cvl_plan`` holds the votes on the tiles up to t +
+        stages). A skipped tile's K and V slots are waited for and released unread, the last tile's O += P V
+        issued alone if one waits (``cvl_pend``); a tile that runs issues that product beside its S as the plain
+        loop does. A tile every warpgroup voted out is not loaded at all: the producer reads the votes once the
+        slot's tile before (``stages`` earlier) is released and fills the slots with a bare arrival.
 
-        A skipped tile's slots are waited for by the releasing thread alone (:meth:`skip_slot`). Had every warp
-        waited, as for a tile that runs, warp 0's release could come before another warp's wait: nothing
-        collective orders them (a tile that runs has its wgmma, which every warp of the warpgroup issues after its
-        wait and warp 0 retires before it releases). The producer may then refill the slot, and a warp that
-        reaches its wait after that second fill finds the barrier's parity back where it was and waits for a
-        phase that never comes (the hang of sessions 24-27 with 4 consumers)."""
+        Only the releasing thread waits for a skipped tile's slots (:meth:`skip_slot`). Had every warp waited, as
+        for a tile that runs, warp 0's release could come before another warp's wait: nothing collective orders
+        them (a tile that runs has its wgmma, which every warp of the warpgroup issues after its wait and warp 0
+        retires before it releases). The producer may then refill the slot, and a warp that reaches its wait
+        after that second fill finds the barrier's parity back where it was and waits for a phase that never
+        comes (the hang of sessions 24-27 with 4 consumers).
+
+        Tiles 0 to ``stages`` are never skipped: the vote on tile t + stages is taken in tile t from the rows'
+        maxima before it, and none is taken in tile 0 (no row has a maximum yet)."""
         _, rescale = self.softmax_parts()
-        nt = self.nt
+        nt, ahead = self.nt, f"t + {self.stages}"
         first = ["{", *indent([
             self.wait_full("k", "0"), "cvl_wgmma_fence();",
             *self.issue_scores(self.slot("0") if self.persistent else "0"), "cvl_wgmma_commit();",
-            *self.mask_check("1"), "cvl_wgmma_wait<0>();", "cvl_pin(s[0]);", self.release("k", "0"),
-            "float alpha[2];", *self.scores_ready("0"), "(void)alpha;  // o is still 0", *self.pack(),
-            *self.skip_vote("1")]), "}"]
+            "cvl_wgmma_wait<0>();", "cvl_pin(s[0]);", self.release("k", "0"),
+            "float alpha[2];", *self.scores_ready("0"), "(void)alpha;  // o is still 0", *self.pack()]), "}"]
         # four straight-line bodies, as ptxas serialises every wgmma when a path it cannot rule out (a second
         # test of the same flag) would read accumulators before their wait (C7514)
-        check = self.mask_check("t + 1")
+        check, vote = self.mask_check(ahead), self.skip_vote(ahead)
         retire_pv = ["cvl_wgmma_wait<0>();", "cvl_pin(o[0]);", "cvl_pin(pf);", self.release("v", "t - 1")]
         skip_v = [*self.skip_slot("v", "t"), "cvl_pend = 0;"]
-        skipped_pending = [*self.skip_slot("k", "t"), self.wait_full("v", "t - 1"), "cvl_wgmma_fence();",
-                           *self.issue_pv(self.slot("t - 1")), "cvl_wgmma_commit();", *check, *retire_pv, *skip_v]
-        skipped = [*self.skip_slot("k", "t"), *check, *skip_v]
+        skipped_pending = [self.wait_full("v", "t - 1"), "cvl_wgmma_fence();", *self.issue_pv(self.slot("t - 1")),
+                           "cvl_wgmma_commit();", *check, *vote, *self.skip_slot("k", "t"), *retire_pv, *skip_v]
+        skipped = [*check, *vote, *self.skip_slot("k", "t"), *skip_v]
         ran_pending = [  # every warp waits for a tile that runs: its wgmma orders warp 0's release after them all
-            self.wait_full("k", "t"), self.wait_full("v", "t - 1"), "cvl_wgmma_fence();", *self.issue_scores(self.slot("t")), "cvl_wgmma_commit();",
-            *self.issue_pv(self.slot("t - 1")), "cvl_wgmma_commit();", *check,
-            "cvl_wgmma_wait<1>();  // S of tile t (O += P V of tile t - 1 may still run)", "cvl_pin(s[0]);",
+            self.wait_full("k", "t"), self.wait_full("v", "t - 1"), "cvl_wgmma_fence();", *self.issue_scores(self.slot("t")),
+            "cvl_wgmma_commit();", *self.issue_pv(self.slot("t - 1")), "cvl_wgmma_commit();", *check,
+            "cvl_wgmma_wait<1>();  // S of tile t (O += P V of tile t - 1 may still run)", "cvl_pin(s[0]);", *vote,
             self.release("k", "t"), "float alpha[2];", *self.scores_ready("t"), *retire_pv, *rescale, *self.pack(),
         ]
         ran = [  # after a skipped tile: no product waits, O is settled
-            self.wait_full("k", "t"), "cvl_wgmma_fence();", *self.issue_scores(self.slot("t")), "cvl_wgmma_commit();", *check,
-            "cvl_wgmma_wait<0>();", "cvl_pin(s[0]);", self.release("k", "t"),
+            self.wait_full("k", "t"), "cvl_wgmma_fence();", *self.issue_scores(self.slot("t")), "cvl_wgmma_commit();",
+            *check, "cvl_wgmma_wait<0>();", "cvl_pin(s[0]);", *vote, self.release("k", "t"),
             "float alpha[2];", *self.scores_ready("t"), *rescale, *self.pack(), "cvl_pend = 1;",
         ]
-        loop = ["if (cvl_skip) {", "    if (cvl_pend) {", *indent(skipped_pending, 2), "    } else {", *indent(skipped, 2), "    }",
-                "} else {", "    if (cvl_pend) {", *indent(ran_pending, 2), "    } else {", *indent(ran, 2), "    }", "}",
-                *self.skip_vote("t + 1")]
+        loop = ["cvl_skip = (__shfl_sync(0xffffffffu, cvl_plan, 0) & 1u) != 0;  // lane 0's: warp-uniform to ptxas",
+                "if (cvl_skip) {", "    if (cvl_pend) {", *indent(skipped_pending, 2), "    } else {", *indent(skipped, 2),
+                "    }", "} else {", "    if (cvl_pend) {", *indent(ran_pending, 2), "    } else {", *indent(ran, 2), "    }",
+                "}", "cvl_plan >>= 1;"]
         last = [*self.free_q(), "if (cvl_pend) {", *indent([
             self.wait_full("v", str(nt - 1)), "cvl_wgmma_fence();", *self.issue_pv(self.slot(str(nt - 1))),
             "cvl_wgmma_commit();", "cvl_wgmma_wait<0>();", "cvl_pin(o[0]);",
             *([self.release("v", str(nt - 1))] if self.persistent else [])]), "}"]
-        return ["bool cvl_skip = false;  // tile t's logits all masked to 0: skipped",
-                "bool cvl_any;  // the next tile's mask, some element of this thread's",
+        return ["bool cvl_skip;  // tile t's logits all masked to 0: skipped",
+                "bool cvl_vote;  // this warpgroup's vote on tile t + stages",
+                "bool cvl_any;  // a tile's mask, some element of this thread's",
+                f"unsigned cvl_plan = 0;  // bit j: tile t + j skipped (this warpgroup's votes), j up to {self.stages}",
                 "int cvl_pend = 1;  // O += P V of tile t - 1 not yet issued (its V slot held)",
                 *first, "#pragma unroll 1", f"for (int t = 1; t < {nt}; ++t) {{", *indent(loop), "}", *last]
 
@@ -1229,6 +1263,8 @@ class _WsAttention(_WgmmaAttention):
         body = [
             "extern __shared__ __align__(1024) unsigned char cvl_smem[];",
             f"__shared__ __align__(8) unsigned long long cvl_bars[{1 + 4 * s + self.persistent}];",
+            *([f"__shared__ volatile unsigned char cvl_votes[{self.vote_ring * self.groups}];  // \"skip\": "
+               "the warpgroups' votes on a tile"] if self.masked is not None else []),
             "const unsigned sq = (cvl_smem_addr(cvl_smem) + 1023u) & ~1023u;  // the block's Q rows",
             f"const unsigned sk = sq + {self.q_bytes}u;  // {s} slots of K",
             f"const unsigned sv = sk + {s * self.k_bytes}u;  // {s} slots of V",

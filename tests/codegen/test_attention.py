@@ -203,15 +203,48 @@ def test_barrier_protocol_model_runs_the_skipped_tiles(monkeypatch):
     from cuvil_dsl.codegen import cuda_attention
 
     path = ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml"
-    k = _ws_kernel(monkeypatch, path, {"persistent": 2, "skip": True})
+    sizes = {"N": 500}  # 8 key tiles: the votes (2 tiles ahead, from tile 1 on) reach tiles 3 to 7
+    k = _ws_kernel(monkeypatch, path, {"persistent": 2, "skip": True}, sizes)
     assert k.masked is not None and "cvl_wg_all" in "\n".join(k.consumer())
     assert simulate(k, 0) > 0
     release = cuda_attention._WsAttention.release
     monkeypatch.setattr(cuda_attention._WsAttention, "release",
                         lambda self, which, tile: "" if (which, tile) == ("v", "t") else release(self, which, tile))
+    k = _ws_kernel(monkeypatch, path, {"persistent": 2, "skip": True}, sizes)
     with pytest.raises(AssertionError, match="deadlock"):
         for seed in range(8):
             simulate(k, seed)
+
+
+def test_barrier_protocol_model_checks_the_unloaded_tiles(monkeypatch):
+    """With "skip" the producer leaves a key tile unloaded when every consumer warpgroup voted it out (it reads the
+    votes once the slot's tile before is released). The model fails a producer that skips on one warpgroup's vote
+    (another warpgroup reads a slot never filled with its tile), and a vote never published."""
+    from ws_protocol import simulate
+
+    from cuvil_dsl.codegen import cuda_attention
+
+    path = ROOT / "benchmarks" / "shapes" / "attention_full_f16-causal.yaml"
+    tuning, sizes = {"skip": True, "persistent": 2, "groups": 2}, {"B": 1, "M": 512, "N": 1024}
+    k = _ws_kernel(monkeypatch, path, tuning, sizes)
+    producer = "\n".join(k.producer())
+    assert "cvl_all_voted(cvl_votes" in producer and "if (cvl_gone) {" in producer
+    for seed in range(4):
+        assert simulate(k, seed) > 0
+    producer_lines = cuda_attention._WsAttention.producer
+    monkeypatch.setattr(cuda_attention._WsAttention, "producer", lambda self: [
+        ln.replace(f", {self.groups});", ", 1);") if "cvl_all_voted(" in ln else ln for ln in producer_lines(self)])
+    k = _ws_kernel(monkeypatch, path, tuning, sizes)
+    with pytest.raises(AssertionError, match="read from slot"):
+        for seed in range(8):
+            simulate(k, seed)
+    monkeypatch.setattr(cuda_attention._WsAttention, "producer", producer_lines)
+    vote = cuda_attention._WsAttention.skip_vote
+    monkeypatch.setattr(cuda_attention._WsAttention, "skip_vote",
+                        lambda self, tile: [ln for ln in vote(self, tile) if "cvl_votes[" not in ln])
+    k = _ws_kernel(monkeypatch, path, tuning, sizes)
+    with pytest.raises(AssertionError, match="not yet written"):
+        simulate(k, 0)
 
 
 MODEL_SEEDS = 6  # interleavings a case of test_barrier_protocol_model_runs_each_warp
@@ -345,16 +378,17 @@ PROTOCOL_CASES = [
      {"persistent": 2, "pingpong": True, "groups": 2}, None),
     ("one tile", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml", {"persistent": 2}, {"N": 40}),
     ("not persistent", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml", {"persistent": False, "groups": 3}, None),
-    # the skipping loop ("skip", a masked program's tiles left out on a vote the model draws at random)
-    ("skip", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml", {"persistent": 2, "skip": True}, None),
+    # the skipping loop ("skip", a masked program's tiles left out on a vote the model draws at random; the votes
+    # reach tiles past the number of slots, so N spans 8 to 16 key tiles here)
+    ("skip", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml", {"persistent": 2, "skip": True}, {"N": 1000}),
     ("skip, 3 slots", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml",
-     {"persistent": 3, "stages": 3, "groups": 2, "bn": 64, "skip": True}, None),
+     {"persistent": 3, "stages": 3, "groups": 2, "bn": 64, "skip": True}, {"N": 1000}),
     ("skip, one slot", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml",
-     {"persistent": 2, "stages": 1, "skip": True}, None),
+     {"persistent": 2, "stages": 1, "skip": True}, {"N": 1000}),
     ("skip, not persistent", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml",
-     {"persistent": False, "groups": 3, "skip": True}, None),
+     {"persistent": False, "groups": 3, "skip": True}, {"N": 1000}),
     ("skip, 4 consumers", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml",
-     {"persistent": 3, "groups": 4, "skip": True}, {"M": 700}),
+     {"persistent": 3, "groups": 4, "skip": True}, {"M": 700, "N": 1000}),
     ("skip, causal benchmark", ROOT / "benchmarks" / "shapes" / "attention_full_f16-causal.yaml", {"skip": True}, None),
 ]
 

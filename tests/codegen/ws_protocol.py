@@ -10,9 +10,12 @@ work items, and the slots' contents. It fails on what the GPU would do wrong or 
   each work item, Q of the work item);
 * a copy into a slot whose last tile a consumer has read and not yet released.
 
-With "skip" the consumers branch on a warpgroup's vote over data (is the next key tile masked out?): the model
-takes each vote at random, so every path of the skipping loop meets the barriers; a skipped tile counts as
-read (its K and V slots waited for and released unread).
+With "skip" the consumers branch on a warpgroup's vote over data (is a key tile ``stages`` ahead masked out?): the
+model takes each vote at random, so every path of the skipping loop meets the barriers; a skipped tile counts as
+read (its K and V slots waited for and released unread). The votes go to shared memory, where the producer reads
+them to leave a tile every warpgroup voted out unloaded: the model fails when the producer reads a vote not yet
+written or already overwritten by a later tile's, and (through the slots' contents) when a warpgroup reads a
+tile that was not loaded.
 
 Each consumer warpgroup runs as its 4 warps, each an actor of its own (``warps``): only warp 0 runs the lines
 of the warpgroup's releasing thread (``threadIdx.x % 128 == 0``), and the warps meet only where the GPU makes
@@ -41,13 +44,19 @@ _EXPECT = re.compile(r"cvl_mbar_expect_tx\(bars(?: \+ 8 \* (.+?))?, \d+u\);$")
 _COPY = re.compile(r"cvl_tma_[23]d\((s[qkv])(?: \+ (.+?))?, tma_[qkv],")
 _READ = re.compile(r"desc_([kv]) \+ \(\(\((.+?)\) \* \d+ \+")
 _NAMED = re.compile(r'asm volatile\("bar\.(sync|arrive) (%0|\d+), 256;\\n"(?: :: "r"\((.+?)\))?')
-_EVENTS = ("cvl_mbar", "cvl_tma", "desc_k +", "desc_v +", "bar.sync", "bar.arrive", "cvl_pend", "cvl_skip =")
-# "skip" (a masked tile's products left out): its flags, declared, set and branched on; the vote that sets cvl_skip
+_EVENTS = ("cvl_mbar", "cvl_tma", "desc_k +", "desc_v +", "bar.sync", "bar.arrive", "cvl_pend", "cvl_skip =",
+           "cvl_vote", "cvl_plan", "cvl_gone")
+# "skip" (a masked tile's products left out): its flags, declared, set and branched on; the vote that sets cvl_vote
 # is data (the mask, the rows' maxima), so the model draws it at random
-_FLAG_DECL = re.compile(r"(?:bool|int) (cvl_(?:skip|pend))(?: = (\w+))?;$")
-_FLAG_SET = re.compile(r"(cvl_pend) = (\d);$")
-_VOTE = re.compile(r"cvl_skip = cvl_wg_all\(")
-_IF_FLAG = re.compile(r"if \((cvl_(?:skip|pend))\) \{$")
+_FLAG_DECL = re.compile(r"(?:bool|int|unsigned) (cvl_(?:skip|pend|vote|plan))(?: = (\w+))?;$")
+_FLAG_SET = re.compile(r"(cvl_pend|cvl_vote) = (\d|false|true);$")
+_VOTE = re.compile(r"cvl_vote = cvl_wg_all\(")
+_PLAN_ADD = re.compile(r"cvl_plan \|= \(unsigned\)cvl_vote << (\d+);$")
+_PLAN_NEXT = re.compile(r"cvl_skip = \(__shfl_sync\(0xffffffffu, cvl_plan, 0\) & 1u\) != 0;$")
+_PUBLISH = re.compile(r"cvl_votes\[\((.+)\) % (\d+) \* (\d+) \+ wg\] = cvl_vote;$")
+_GONE = re.compile(r"const bool cvl_gone = \((.+?)\) && cvl_all_voted\(cvl_votes \+ \((.+)\) % (\d+) \* (\d+), (\d+)\);$")
+_IF_FLAG = re.compile(r"if \((cvl_(?:skip|pend|gone))\) \{$")
+_BOOL = {"false": 0, "true": 1}
 
 
 def _c(expr: str, env: dict) -> int:
@@ -95,6 +104,7 @@ class Block:
         self.warps = 1
         self.met: dict[tuple, list[int]] = {}  # (warpgroup, point) -> how many times each of its warps got there
         self.votes: dict[str, list[int]] = {}  # warpgroup -> its votes so far (every warp reads the same)
+        self.published: dict[tuple, tuple] = {}  # (ring entry, warpgroup) -> (tile counted over the block, vote)
 
     def meet(self, group: str, warp: int, point: str):
         """A generator: warp ``warp`` of ``group`` at its next ``point`` (a wgmma, a vote), waiting for the
@@ -151,10 +161,10 @@ def _actor(block: Block, tree: list, env: dict, who: str, reads: dict, votes: ra
             last_read = None
         if (m := _FLAG_DECL.match(ln)):
             value = m.group(2) or "0"
-            env[m.group(1)] = {"false": 0, "true": 1}[value] if value in ("false", "true") else int(value)
+            env[m.group(1)] = _BOOL[value] if value in _BOOL else int(value)
             return
         if (m := _FLAG_SET.match(ln)):
-            env[m.group(1)] = int(m.group(2))
+            env[m.group(1)] = _BOOL[m.group(2)] if m.group(2) in _BOOL else int(m.group(2))
             return
         if _VOTE.match(ln):
             yield from block.meet(group, warp, "vote")
@@ -162,7 +172,29 @@ def _actor(block: Block, tree: list, env: dict, who: str, reads: dict, votes: ra
             drawn = block.votes.setdefault(group, [])
             if len(drawn) < mine:
                 drawn.append(int(votes.random() < 0.5))
-            env["cvl_skip"] = drawn[mine - 1]
+            env["cvl_vote"] = drawn[mine - 1]
+            return
+        if (m := _PLAN_ADD.match(ln)):
+            env["cvl_plan"] |= env["cvl_vote"] << int(m.group(1))
+            return
+        if _PLAN_NEXT.match(ln):
+            env["cvl_skip"] = env["cvl_plan"] & 1
+            return
+        if ln == "cvl_plan >>= 1;":
+            env["cvl_plan"] >>= 1
+            return
+        if (m := _PUBLISH.match(ln)):
+            tile = _c(m.group(1), env)
+            block.published[(tile % int(m.group(2)), env["wg"])] = (tile, env["cvl_vote"])
+            return
+        if (m := _GONE.match(ln)):
+            env["cvl_gone"] = 0
+            if _c(m.group(1), env):
+                tile, ring = _c(m.group(2), env), int(m.group(3))
+                seen = [block.published.get((tile % ring, w)) for w in range(int(m.group(5)))]
+                assert all(x is not None and x[0] == tile for x in seen), (
+                    f"{who}: the votes on tile {tile} read as {seen}: not yet written, or overwritten")
+                env["cvl_gone"] = int(all(x[1] for x in seen))
             return
         if ln == "cvl_wgmma_fence();":  # a product follows: the warpgroup's warps issue it together
             yield from block.meet(group, warp, "wgmma")
