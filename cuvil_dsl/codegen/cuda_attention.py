@@ -1020,7 +1020,7 @@ class _WsAttention(_WgmmaAttention):
         load_k = [f"cvl_mbar_expect_tx(bars + 8 * (1 + stage), {self.k_bytes}u);", *kk]
         load_v = [f"cvl_mbar_expect_tx(bars + 8 * (1 + {s} + stage), {self.v_bytes}u);", *v]
         if self.masked is not None:  # "skip": a tile every consumer voted out is not loaded, its slots filled empty
-            load_k = ["if (cvl_gone) {", f"    cvl_mbar_arrive(bars + 8 * (1 + stage));", "} else {", *indent(load_k), "}"]
+            load_k = ["if (cvl_gone) {", "    cvl_mbar_arrive(bars + 8 * (1 + stage));", "} else {", *indent(load_k), "}"]
             load_v = ["if (cvl_gone) {", f"    cvl_mbar_arrive(bars + 8 * (1 + {s} + stage));", "} else {",
                       *indent(load_v), "}"]
         loop = [
