@@ -40,6 +40,9 @@ class Case:
     def plan(self, arch: str) -> FusionPlan:
         plan, diags = plan_pipeline(self.pipeline, dict(self.loaded.spec.kernels), arch)
         assert not [d for d in diags if d.is_error], diags
+        # the CLI rejects a spec naming a kernel the plan lacks (E501); a test must not tune one silently either
+        unknown = set(self.loaded.spec.kernels) - {k.name for k in plan.kernels}
+        assert not unknown, f"{self.path.name} tunes kernels the plan does not have: {sorted(unknown)}"
         return plan
 
     def inputs(self) -> dict[str, np.ndarray]:

@@ -438,10 +438,10 @@ def test_fused_attention_on_fresh_inputs_and_special_rows(stem, block, tmp_path)
     import os
 
     path = next(p for p in case_paths() if p.stem == stem)
-    if block is not None:  # the same program with the kernel's threads set (graph-less ones are main_k1)
+    if block is not None:  # the same program with the attention kernel's threads set (its name from the plan)
         for f in (path, path.with_suffix(".cuvil")):
             (tmp_path / f.name).write_text(f.read_text())
-        kernel = "forward_k2" if stem == "attention_fused" else "main_k1"
+        kernel = next(k.name for k in load_case(path).plan("sm_90").kernels if k.kind == "attention")
         spec = tmp_path / path.name
         spec.write_text(spec.read_text() + f"kernels:\n  {kernel}: {{block: {block}}}\n")
         path = spec
