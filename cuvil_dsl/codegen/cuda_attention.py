@@ -110,8 +110,9 @@ ATTENTION_TUNING: dict = {}
 # "skip"'s default: off, as it is slower where it matters. Correct on the H100 since session 28 (no hang, the same
 # bits as without it at four shapes, the attention GPU tests), but on the causal benchmark [32, 2048, 2048] it took
 # 146.5 us against 110.5 without it (4 consumers; 2 consumers: 127.9 against 121.1), and at [4, 1024, 1024] (one
-# band a block, the heaviest band skipping nothing) 49.1 against 36.6: the per-tile mask check and vote cost more
-# than the skipped tiles save. Faster only on small ragged grids ([2, 333, 700]: 32.8 against 49.4 us).
+# band a block, the heaviest band skipping nothing) 49.1 against 36.6. With the vote forced false the loop alone took
+# 148.7 (4 consumers: its four bodies and the vote make ptxas spill), so skipping wins back only its mask check.
+# Faster only on small ragged grids ([2, 333, 700]: 32.8 against 49.4 us).
 # benchmarks/NOTES.md, attention_full_f16, sessions 24-28.
 SKIP = False
 # below this exponent a numerator is 0 (ex2.approx.ftz flushes 2^-126 and smaller): the skip's margin
