@@ -101,19 +101,19 @@ PAD = 8  # elements of padding a shared row (16 bytes)
 #           those rows holds a running maximum that puts 2^((f - max) log2 e) below f32's range: such a tile adds
 #           exactly 0 to every sum and output, so the results are the same bits (unless V holds an infinity or NaN
 #           under the masked keys, which 0 x inf would have made NaN; FlashAttention's causal kernels skip them
-#           alike). A warpgroup-wide vote decides, "stages" tiles ahead (a row's maximum only grows), and is
+#           alike). A warpgroup-wide vote decides, "stages" + 1 tiles ahead (a row's maximum only grows), and is
 #           published to the producer, which leaves a tile every warpgroup voted out unloaded. Default SKIP (off:
 #           see there).
 #   In the warp-specialised kernel "groups" (consumer warpgroups) defaults to the fastest by WS_BLOCK_US (4 for
 #   the benchmark at D 64, 2 at D 128, 1 for the small example), and "bn" to 128 with 2 or 3 consumers, else 64.
 ATTENTION_TUNING: dict = {}
 # "skip"'s default: off, as it is slower where it matters. Correct on the H100 since session 28 (no hang, the same
-# bits as without it at four shapes, the attention GPU tests), but on the causal benchmark [32, 2048, 2048] it took
-# 146.5 us against 110.5 without it (4 consumers; 2 consumers: 127.9 against 121.1), and at [4, 1024, 1024] (one
-# band a block, the heaviest band skipping nothing) 49.1 against 36.6. With the vote forced false the loop alone took
-# 148.7 (4 consumers: its four bodies and the vote make ptxas spill), so skipping wins back only its mask check.
-# Faster only on small ragged grids ([2, 333, 700]: 32.8 against 49.4 us).
-# benchmarks/NOTES.md, attention_full_f16, sessions 24-28.
+# bits as without it at four shapes, the attention GPU tests). On the causal benchmark [32, 2048, 2048], with the
+# vote at the end of the tile (session 28's last build), it took 157.2 us against 115.7 without it with 4 consumers
+# (the default at D 64), and 117.9 against 124.2 with 2: a win, but still behind 4 consumers without it. The skipping
+# loop itself is heavier than the plain one (with the vote forced false it took 148.7 against 113.8 with 4
+# consumers, in an earlier build), so skipping wins back little more than its mask check. Faster on small ragged
+# grids ([2, 333, 700]: 32.2 against 49.5 us). benchmarks/NOTES.md, attention_full_f16, sessions 24-28.
 SKIP = False
 # below this exponent a numerator is 0 (ex2.approx.ftz flushes 2^-126 and smaller): the skip's margin
 SKIP_EXPONENT = -150.0
@@ -945,8 +945,8 @@ class _WsAttention(_WgmmaAttention):
         self.stages = int(tune.get("stages", 2))
         self.pingpong = bool(tune.get("pingpong", False)) and self.overlap and groups == 2
         self.masked = self.masking_where() if tune.get("skip", SKIP) and self.overlap and not self.pingpong else None
-        # "skip": each warpgroup's vote on tile t + stages, published for the producer before tile t's K slot is
-        # released; written again (tile t + ring) only once the producer has read it (see skipping_loop)
+        # "skip": each warpgroup's vote on tile t + stages + 1, published for the producer before tile t + 1's K slot is
+        # released; written again (tile t + ring) only once the producer has read it (see skip_vote)
         self.vote_ring = self.stages + 2
         self.bn = int(tune.get("bn", 128 if groups in (2, 3) else 64))
         self.bm = 64 * groups
@@ -1029,7 +1029,7 @@ class _WsAttention(_WgmmaAttention):
             f"const int n0 = t * {self.bn};",
             f"if ({g} >= {s}) cvl_mbar_wait(bars + 8 * (1 + {2 * s} + stage), (use - 1) & 1);  // K's slot free",
             *([f"const bool cvl_gone = (t > {s}) && cvl_all_voted(cvl_votes + ({gp}) % {self.vote_ring} * {self.groups}, "
-               f"{self.groups});  // voted when tile t - {s} was released"] if self.masked is not None else []),
+               f"{self.groups});  // voted before tile t - {s}'s K slot was released"] if self.masked is not None else []),
             *load_k,
             f"if ({g} >= {s}) cvl_mbar_wait(bars + 8 * (1 + {3 * s} + stage), (use - 1) & 1);  // V's slot free",
             *load_v,
@@ -1125,10 +1125,12 @@ class _WsAttention(_WgmmaAttention):
     def skip_vote(self, tile: str) -> list[str]:
         """"skip": this warpgroup's vote on key tile ``tile`` (after :meth:`mask_check`), the same in its 128 threads:
         no element masked in, and every row of the warpgroup (within M) already so far above the fill that the
-        fill's numerator is 0. A row's maximum only grows, so the vote still holds when the tile comes, ``stages``
-        tiles later. It goes into ``cvl_plan``'s bit ``stages`` and, from the releasing thread, into ``cvl_votes``
-        for the producer, before this tile's K slot is released (the release orders the write before the
-        producer's wait on that slot, after which it reads the vote)."""
+        fill's numerator is 0. Taken at the end of tile t on tile t + stages + 1: a row's maximum only grows, so
+        the vote still holds when that tile comes. It goes into ``cvl_plan``'s bit ``stages + 1`` and, from the
+        releasing thread, into ``cvl_votes`` for the producer, before tile t + 1's K slot is released (the release
+        orders the write before the producer's wait on that slot, after which it reads the vote and loads tile t
+        + stages + 1 or not). At the end of the tile rather than before its own K release, the vote does not hold
+        up the producer."""
         op, k = self.masked, self.k
         lines: list[str] = []
         fill = k.walk(lines.append, self.coord, None, None).value(op.args[2], self.where_maps(op)[2])
@@ -1140,13 +1142,13 @@ class _WsAttention(_WgmmaAttention):
             f"    ok = ok && ({rows}(row_max[r] > (float)({fill}) && "
             f"fmaf((float)({fill}), {LOG2E}, -row_base[r]) < {SKIP_EXPONENT}f));",
             "}", "cvl_vote = false;", f"if ({tile} < {self.nt}) cvl_vote = cvl_wg_all(ok, 3u + (unsigned)wg);",
-            f"cvl_plan |= (unsigned)cvl_vote << {self.stages};",
+            f"cvl_plan |= (unsigned)cvl_vote << {self.stages + 1};",
             f"if (threadIdx.x % 128 == 0) cvl_votes[({self.use(tile)}) % {ring} * {groups} + wg] = cvl_vote;"]), "}"]
 
     def skipping_loop(self) -> list[str]:
         """The overlapped loop with "skip": ``cvl_skip`` says whether tile t is skipped, by this warpgroup's vote
-        taken ``stages`` tiles before (:meth:`skip_vote`; ``cvl_plan`` holds the votes on the tiles up to t +
-        stages). A skipped tile's K and V slots are waited for and released unread, the last tile's O += P V
+        taken at the end of tile t - stages - 1 (:meth:`skip_vote`; ``cvl_plan`` holds the votes on the tiles up to
+        t + stages + 1). A skipped tile's K and V slots are waited for and released unread, the last tile's O += P V
         issued alone if one waits (``cvl_pend``); a tile that runs issues that product beside its S as the plain
         loop does. A tile every warpgroup voted out is not loaded at all: the producer reads the votes once the
         slot's tile before (``stages`` earlier) is released and fills the slots with a bare arrival.
@@ -1158,46 +1160,46 @@ class _WsAttention(_WgmmaAttention):
         after that second fill finds the barrier's parity back where it was and waits for a phase that never
         comes (the hang of sessions 24-27 with 4 consumers).
 
-        Tiles 0 to ``stages`` are never skipped: the vote on tile t + stages is taken in tile t from the rows'
-        maxima before it, and none is taken in tile 0 (no row has a maximum yet)."""
+        Tiles 0 to ``stages`` are never skipped: the first vote, at the end of tile 0, is on tile stages + 1."""
         _, rescale = self.softmax_parts()
-        nt, ahead = self.nt, f"t + {self.stages}"
+        nt, ahead = self.nt, f"t + {self.stages + 1}"
         first = ["{", *indent([
             self.wait_full("k", "0"), "cvl_wgmma_fence();",
             *self.issue_scores(self.slot("0") if self.persistent else "0"), "cvl_wgmma_commit();",
-            "cvl_wgmma_wait<0>();", "cvl_pin(s[0]);", self.release("k", "0"),
-            "float alpha[2];", *self.scores_ready("0"), "(void)alpha;  // o is still 0", *self.pack()]), "}"]
+            *self.mask_check(f"{self.stages + 1}"), "cvl_wgmma_wait<0>();", "cvl_pin(s[0]);", self.release("k", "0"),
+            "float alpha[2];", *self.scores_ready("0"), "(void)alpha;  // o is still 0", *self.pack(),
+            *self.skip_vote(f"{self.stages + 1}"), "cvl_plan >>= 1;"]), "}"]
         # four straight-line bodies, as ptxas serialises every wgmma when a path it cannot rule out (a second
         # test of the same flag) would read accumulators before their wait (C7514)
         check, vote = self.mask_check(ahead), self.skip_vote(ahead)
         retire_pv = ["cvl_wgmma_wait<0>();", "cvl_pin(o[0]);", "cvl_pin(pf);", self.release("v", "t - 1")]
         skip_v = [*self.skip_slot("v", "t"), "cvl_pend = 0;"]
         skipped_pending = [self.wait_full("v", "t - 1"), "cvl_wgmma_fence();", *self.issue_pv(self.slot("t - 1")),
-                           "cvl_wgmma_commit();", *check, *vote, *self.skip_slot("k", "t"), *retire_pv, *skip_v]
-        skipped = [*check, *vote, *self.skip_slot("k", "t"), *skip_v]
+                           "cvl_wgmma_commit();", *check, *self.skip_slot("k", "t"), *retire_pv, *skip_v]
+        skipped = [*check, *self.skip_slot("k", "t"), *skip_v]
         ran_pending = [  # every warp waits for a tile that runs: its wgmma orders warp 0's release after them all
             self.wait_full("k", "t"), self.wait_full("v", "t - 1"), "cvl_wgmma_fence();", *self.issue_scores(self.slot("t")),
             "cvl_wgmma_commit();", *self.issue_pv(self.slot("t - 1")), "cvl_wgmma_commit();", *check,
-            "cvl_wgmma_wait<1>();  // S of tile t (O += P V of tile t - 1 may still run)", "cvl_pin(s[0]);", *vote,
+            "cvl_wgmma_wait<1>();  // S of tile t (O += P V of tile t - 1 may still run)", "cvl_pin(s[0]);",
             self.release("k", "t"), "float alpha[2];", *self.scores_ready("t"), *retire_pv, *rescale, *self.pack(),
         ]
         ran = [  # after a skipped tile: no product waits, O is settled
             self.wait_full("k", "t"), "cvl_wgmma_fence();", *self.issue_scores(self.slot("t")), "cvl_wgmma_commit();",
-            *check, "cvl_wgmma_wait<0>();", "cvl_pin(s[0]);", *vote, self.release("k", "t"),
+            *check, "cvl_wgmma_wait<0>();", "cvl_pin(s[0]);", self.release("k", "t"),
             "float alpha[2];", *self.scores_ready("t"), *rescale, *self.pack(), "cvl_pend = 1;",
         ]
         loop = ["cvl_skip = (__shfl_sync(0xffffffffu, cvl_plan, 0) & 1u) != 0;  // lane 0's: warp-uniform to ptxas",
                 "if (cvl_skip) {", "    if (cvl_pend) {", *indent(skipped_pending, 2), "    } else {", *indent(skipped, 2),
                 "    }", "} else {", "    if (cvl_pend) {", *indent(ran_pending, 2), "    } else {", *indent(ran, 2), "    }",
-                "}", "cvl_plan >>= 1;"]
+                "}", *vote, "cvl_plan >>= 1;"]
         last = [*self.free_q(), "if (cvl_pend) {", *indent([
             self.wait_full("v", str(nt - 1)), "cvl_wgmma_fence();", *self.issue_pv(self.slot(str(nt - 1))),
             "cvl_wgmma_commit();", "cvl_wgmma_wait<0>();", "cvl_pin(o[0]);",
             *([self.release("v", str(nt - 1))] if self.persistent else [])]), "}"]
         return ["bool cvl_skip;  // tile t's logits all masked to 0: skipped",
-                "bool cvl_vote;  // this warpgroup's vote on tile t + stages",
+                "bool cvl_vote;  // this warpgroup's vote on tile t + stages + 1",
                 "bool cvl_any;  // a tile's mask, some element of this thread's",
-                f"unsigned cvl_plan = 0;  // bit j: tile t + j skipped (this warpgroup's votes), j up to {self.stages}",
+                f"unsigned cvl_plan = 0;  // bit j: tile t + j skipped (this warpgroup's votes), j up to {self.stages + 1}",
                 "int cvl_pend = 1;  // O += P V of tile t - 1 not yet issued (its V slot held)",
                 *first, "#pragma unroll 1", f"for (int t = 1; t < {nt}; ++t) {{", *indent(loop), "}", *last]
 

@@ -203,7 +203,7 @@ def test_barrier_protocol_model_runs_the_skipped_tiles(monkeypatch):
     from cuvil_dsl.codegen import cuda_attention
 
     path = ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml"
-    sizes = {"N": 500}  # 8 key tiles: the votes (2 tiles ahead, from tile 1 on) reach tiles 3 to 7
+    sizes = {"N": 500}  # 8 key tiles: the votes (the first at the end of tile 0, on tile 3) reach tiles 3 to 7
     k = _ws_kernel(monkeypatch, path, {"persistent": 2, "skip": True}, sizes)
     assert k.masked is not None and "cvl_wg_all" in "\n".join(k.consumer())
     assert simulate(k, 0) > 0
