@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Re-record the cases whose generated code changed, and nothing else, after an intended codegen change.
 
-    python3 regression/update_code.py [--backend cuda] [--layout] [--dest DIR] [--archive FILE.tar.gz]
+    python3 regression/update_code.py [--backend cuda] [--layout] [--cases DIR] [--dest DIR] [--archive FILE.tar.gz]
 
 Replays every case of the backend (``cuvil-dsl replay``). A case whose only failed check is ``code``
 (results, snapshot, guards and the rest still as recorded) is re-recorded in place
@@ -56,10 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--archive", type=Path, help="also write the re-recorded cases to this .tar.gz (as BACKEND/CASE)")
     ap.add_argument("--layout", action="store_true",
                     help="also accept a changed memory layout when every input and result is the same bits")
+    ap.add_argument("--cases", type=Path, help="the folder of case folders (default: regression/BACKEND)")
     args = ap.parse_args(argv)
+    cases = args.cases or ROOT / "regression" / args.backend
     allowed = [{"code"}, {"code", "snapshot"}] if args.layout else [{"code"}]
     updated, failed = [], []
-    for case in sorted(p for p in (ROOT / "regression" / args.backend).iterdir() if (p / "case.yaml").is_file()):
+    for case in sorted(p for p in cases.iterdir() if (p / "case.yaml").is_file()):
         done = replay(case, "--json")
         try:
             report = json.loads(done.stdout)
@@ -92,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 
         with tarfile.open(args.archive, "w:gz") as tar:
             for name in updated:
-                tar.add(ROOT / "regression" / args.backend / name, arcname=f"{args.backend}/{name}")
+                tar.add(cases / name, arcname=f"{args.backend}/{name}")
     print(f"re-recorded ({'code and layout' if args.layout else 'code only'}): {', '.join(updated) or 'none'}")
     for line in failed:
         print(f"FAILED {line}")
