@@ -10,7 +10,7 @@ work items, and the slots' contents. It fails on what the GPU would do wrong or 
   each work item, Q of the work item);
 * a copy into a slot whose last tile a consumer has read and not yet released.
 
-With "skip" the consumers branch on a warpgroup's vote over data (is a key tile ``stages`` ahead masked out?): the
+With "skip" the consumers branch on a warpgroup's vote over data (is a key tile ``stages`` + 1 ahead masked out?): the
 model takes each vote at random, so every path of the skipping loop meets the barriers; a skipped tile counts as
 read (its K and V slots waited for and released unread). The votes go to shared memory, where the producer reads
 them to leave a tile every warpgroup voted out unloaded: the model fails when the producer reads a vote not yet
