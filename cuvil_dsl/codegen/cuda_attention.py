@@ -947,6 +947,7 @@ class _WsAttention(_WgmmaAttention):
         self.masked = self.masking_where() if tune.get("skip", SKIP) and self.overlap and not self.pingpong else None
         # "skip": each warpgroup's vote on tile t + stages + 1, published for the producer before tile t + 1's K slot is
         # released; written again (tile t + ring) only once the producer has read it (see skip_vote)
+        self.vote_ahead = self.stages + 1  # tile t votes on tile t + vote_ahead
         self.vote_ring = self.stages + 2
         self.bn = int(tune.get("bn", 128 if groups in (2, 3) else 64))
         self.bm = 64 * groups
@@ -1142,7 +1143,7 @@ class _WsAttention(_WgmmaAttention):
             f"    ok = ok && ({rows}(row_max[r] > (float)({fill}) && "
             f"fmaf((float)({fill}), {LOG2E}, -row_base[r]) < {SKIP_EXPONENT}f));",
             "}", "cvl_vote = false;", f"if ({tile} < {self.nt}) cvl_vote = cvl_wg_all(ok, 3u + (unsigned)wg);",
-            f"cvl_plan |= (unsigned)cvl_vote << {self.stages + 1};",
+            f"cvl_plan |= (unsigned)cvl_vote << {self.vote_ahead};",
             f"if (threadIdx.x % 128 == 0) cvl_votes[({self.use(tile)}) % {ring} * {groups} + wg] = cvl_vote;"]), "}"]
 
     def skipping_loop(self) -> list[str]:
@@ -1162,13 +1163,13 @@ class _WsAttention(_WgmmaAttention):
 
         Tiles 0 to ``stages`` are never skipped: the first vote, at the end of tile 0, is on tile stages + 1."""
         _, rescale = self.softmax_parts()
-        nt, ahead = self.nt, f"t + {self.stages + 1}"
+        nt, ahead = self.nt, f"t + {self.vote_ahead}"
         first = ["{", *indent([
             self.wait_full("k", "0"), "cvl_wgmma_fence();",
             *self.issue_scores(self.slot("0") if self.persistent else "0"), "cvl_wgmma_commit();",
-            *self.mask_check(f"{self.stages + 1}"), "cvl_wgmma_wait<0>();", "cvl_pin(s[0]);", self.release("k", "0"),
+            *self.mask_check(str(self.vote_ahead)), "cvl_wgmma_wait<0>();", "cvl_pin(s[0]);", self.release("k", "0"),
             "float alpha[2];", *self.scores_ready("0"), "(void)alpha;  // o is still 0", *self.pack(),
-            *self.skip_vote(f"{self.stages + 1}"), "cvl_plan >>= 1;"]), "}"]
+            *self.skip_vote(str(self.vote_ahead)), "cvl_plan >>= 1;"]), "}"]
         # four straight-line bodies, as ptxas serialises every wgmma when a path it cannot rule out (a second
         # test of the same flag) would read accumulators before their wait (C7514)
         check, vote = self.mask_check(ahead), self.skip_vote(ahead)
@@ -1199,7 +1200,7 @@ class _WsAttention(_WgmmaAttention):
         return ["bool cvl_skip;  // tile t's logits all masked to 0: skipped",
                 "bool cvl_vote;  // this warpgroup's vote on tile t + stages + 1",
                 "bool cvl_any;  // a tile's mask, some element of this thread's",
-                f"unsigned cvl_plan = 0;  // bit j: tile t + j skipped (this warpgroup's votes), j up to {self.stages + 1}",
+                f"unsigned cvl_plan = 0;  // bit j: tile t + j skipped (this warpgroup's votes), j up to {self.vote_ahead}",
                 "int cvl_pend = 1;  // O += P V of tile t - 1 not yet issued (its V slot held)",
                 *first, "#pragma unroll 1", f"for (int t = 1; t < {nt}; ++t) {{", *indent(loop), "}", *last]
 

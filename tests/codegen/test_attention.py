@@ -210,7 +210,6 @@ def test_barrier_protocol_model_runs_the_skipped_tiles(monkeypatch):
     release = cuda_attention._WsAttention.release
     monkeypatch.setattr(cuda_attention._WsAttention, "release",
                         lambda self, which, tile: "" if (which, tile) == ("v", "t") else release(self, which, tile))
-    k = _ws_kernel(monkeypatch, path, {"persistent": 2, "skip": True}, sizes)
     with pytest.raises(AssertionError, match="deadlock"):
         for seed in range(8):
             simulate(k, seed)
@@ -234,7 +233,6 @@ def test_barrier_protocol_model_checks_the_unloaded_tiles(monkeypatch):
     producer_lines = cuda_attention._WsAttention.producer
     monkeypatch.setattr(cuda_attention._WsAttention, "producer", lambda self: [
         ln.replace(f", {self.groups});", ", 1);") if "cvl_all_voted(" in ln else ln for ln in producer_lines(self)])
-    k = _ws_kernel(monkeypatch, path, tuning, sizes)
     with pytest.raises(AssertionError, match="read from slot"):
         for seed in range(8):
             simulate(k, seed)
@@ -242,7 +240,6 @@ def test_barrier_protocol_model_checks_the_unloaded_tiles(monkeypatch):
     vote = cuda_attention._WsAttention.skip_vote
     monkeypatch.setattr(cuda_attention._WsAttention, "skip_vote",
                         lambda self, tile: [ln for ln in vote(self, tile) if "cvl_votes[" not in ln])
-    k = _ws_kernel(monkeypatch, path, tuning, sizes)
     with pytest.raises(AssertionError, match="not yet written"):
         simulate(k, 0)
 
