@@ -169,6 +169,8 @@ def plan_tiles(threads: int, rows: int, depth: int, dv: int, k_major: bool, arch
 
 
 class _Attention:
+    order = "ascending"  # a batch's blocks of rows in the grid (see _WsAttention's "order")
+
     def __init__(self, k: CudaKernel):
         p = k.p
         self.k, self.p = k, p
@@ -530,7 +532,11 @@ class _Attention:
         """The block's row tile ``mt``, output chunk ``dz`` (when Dv takes more than one) and batch index
         ``bz`` with its coordinates ``c{d}``, from the 1-D grid (or the work item ``index``)."""
         batch_shape = self.p.domain[:-2]
-        if self.chunks > 1:
+        if self.order == "descending":  # the last block of rows of every batch first, then the one before ...
+            out = [f"const int mt = {self.mt - 1} - {index} / {self.batch * self.chunks};",
+                   *([f"const int dz = {index} % {self.chunks};"] if self.chunks > 1 else []),
+                   f"const int bz = {index} % {self.batch * self.chunks}" + (f" / {self.chunks};" if self.chunks > 1 else ";")]
+        elif self.chunks > 1:
             out = [f"const int mt = {index} % {self.mt};", f"const int dz = {index} / {self.mt} % {self.chunks};",
                    f"const int bz = {index} / {self.mt * self.chunks};"]
         else:
@@ -955,8 +961,16 @@ class _WsAttention(_WgmmaAttention):
         self.mt = -(-self.M // self.bm)
         self.nt = -(-self.N // self.bn)
         self.items = self.batch * self.mt  # blocks of rows: one a block, or walked by a persistent grid
+        # "order": a batch's blocks of rows in the grid, "ascending" (by first row) or "descending". With "skip" a
+        # causal mask leaves a later block of rows more key tiles to compute, so "descending" (the default there)
+        # starts the longest first, and the GPU's block scheduler, handing each multiprocessor the next block as
+        # its last ends, fills in with the short ones: a longest-first list schedule, which is why "skip" is not
+        # persistent by default (a persistent block's fixed turn of items cannot even out).
+        self.order = str(tune.get("order", "descending" if self.masked is not None else "ascending"))
+        if self.order not in ("ascending", "descending"):
+            raise ValueError(f"ATTENTION_TUNING order {self.order!r}: ascending or descending")
         # persistent where blocks hand over on a multiprocessor, i.e. past one wave (measured: D 128 -3%, D 64 level)
-        persistent = tune.get("persistent", self.items > k.sm_count)
+        persistent = tune.get("persistent", self.items > k.sm_count and self.masked is None)
         self.persistent = bool(persistent)
         self.blocks = k.sm_count if persistent is True else int(persistent)  # the persistent grid (tests: a few)
         self.q_bytes = self.bm * self.depth * 2
