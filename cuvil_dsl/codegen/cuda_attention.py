@@ -104,6 +104,9 @@ PAD = 8  # elements of padding a shared row (16 bytes)
 #           alike). A warpgroup-wide vote decides, "stages" + 1 tiles ahead (a row's maximum only grows), and is
 #           published to the producer, which leaves a tile every warpgroup voted out unloaded. Default SKIP (off:
 #           see there).
+#   "order": a batch's blocks of rows in the grid, "ascending" or "descending" (the last first). Default "descending"
+#           with "skip", on a grid of one block a block of rows (not persistent): a causal mask leaves the later
+#           blocks of rows the most key tiles, and the block scheduler then runs a longest-first list schedule.
 #   In the warp-specialised kernel "groups" (consumer warpgroups) defaults to the fastest by WS_BLOCK_US (4 for
 #   the benchmark at D 64, 2 at D 128, 1 for the small example), and "bn" to 128 with 2 or 3 consumers, else 64.
 ATTENTION_TUNING: dict = {}
