@@ -173,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", action="append", metavar="TEXT", help="only the variants whose label contains TEXT")
+    parser.add_argument("--label", action="append", metavar="LABEL", help="only the variants of exactly this label")
     parser.add_argument("--case", action="append", metavar="SPEC", type=Path,
                         help="time these specs instead of the default three (repeatable)")
     args = parser.parse_args(argv)
@@ -187,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # no CuPy, no driver, no device
         print(f"ab_attention_full: no GPU to run on ({type(exc).__name__}: {exc})", file=sys.stderr)
         return 2
-    variants = [v for v in VARIANTS if not args.only or any(o in v[0] for o in args.only)]
+    variants = [v for v in VARIANTS if (not args.only and not args.label) or any(o in v[0] for o in args.only or [])
+                or v[0] in (args.label or [])]
     timer = GpuTimer(CudaClock(), Settings(budget_s=0.02, min_samples=args.samples, max_samples=max(args.samples, 200)))
     lines = [f"# ab_attention_full ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {arch})", ""]
     ok_all = True
