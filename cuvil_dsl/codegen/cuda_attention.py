@@ -106,7 +106,8 @@ PAD = 8  # elements of padding a shared row (16 bytes)
 #           see there).
 #   "order": a batch's blocks of rows in the grid, "ascending" or "descending" (the last first). Default "descending"
 #           with "skip", on a grid of one block a block of rows (not persistent): a causal mask leaves the later
-#           blocks of rows the most key tiles, and the block scheduler then runs a longest-first list schedule.
+#           blocks of rows the most key tiles, and the block scheduler then runs a longest-first list schedule
+#           (causal [32, 2048, 2048], 4 consumers: 131.7 against 154.9 us for the persistent ascending grid).
 #   In the warp-specialised kernel "groups" (consumer warpgroups) defaults to the fastest by WS_BLOCK_US (4 for
 #   the benchmark at D 64, 2 at D 128, 1 for the small example), and "bn" to 128 with 2 or 3 consumers, else 64.
 ATTENTION_TUNING: dict = {}
@@ -116,7 +117,9 @@ ATTENTION_TUNING: dict = {}
 # (the default at D 64), and 117.9 against 124.2 with 2: a win, but still behind 4 consumers without it. The skipping
 # loop itself is heavier than the plain one (with the vote forced false it took 148.7 against 113.8 with 4
 # consumers, in an earlier build), so skipping wins back little more than its mask check. Faster on small ragged
-# grids ([2, 333, 700]: 32.2 against 49.5 us). benchmarks/NOTES.md, attention_full_f16, sessions 24-28.
+# grids ([2, 333, 700]: 32.2 against 49.5 us). Session 29 ordered its blocks of rows longest first ("order"): 131.7 us
+# with 4 consumers, 112.9 with 2, against 111.5-113.0 for the plain 4-consumer kernel (H100): level at best.
+# benchmarks/NOTES.md, attention_full_f16, sessions 24-29.
 SKIP = False
 # below this exponent a numerator is 0 (ex2.approx.ftz flushes 2^-126 and smaller): the skip's margin
 SKIP_EXPONENT = -150.0
