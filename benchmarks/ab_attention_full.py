@@ -82,6 +82,10 @@ VARIANTS = [
      {"ws": True, "groups": 2, "skip": True, "persistent": True, "order": "ascending"}),
     ("skip: on, 3 consumers", None, {"ws": True, "groups": 3, "skip": True}),
     ("skip: on, 2 consumers, ascending", None, {"ws": True, "groups": 2, "skip": True, "order": "ascending"}),
+    # Session 29, after its device time ran out: a mask of positions (kpos <= qpos) tested a key a lane against the
+    # warp's largest row position ("separable", the default with "skip"); these test it element by element as before
+    ("skip: on, element test", None, {"skip": True, "separable": False}),
+    ("skip: on, 2 consumers, element test", None, {"ws": True, "groups": 2, "skip": True, "separable": False}),
     # (Session 23, measured and removed, commit 15c36eb: "slack" S, a row keeping its exponent base while its maximum
     # passes it by at most S log2 units, the outputs rescaled only when some row's base moves: D 64 88.8 us at S 8 and
     # 89.0 at S 4 against 87.7; D 128 68.4 / 68.1 against 68.5; the example 13.3 / 13.4 against 13.2.)

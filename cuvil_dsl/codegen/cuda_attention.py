@@ -104,6 +104,9 @@ PAD = 8  # elements of padding a shared row (16 bytes)
 #           alike). A warpgroup-wide vote decides, "stages" + 1 tiles ahead (a row's maximum only grows), and is
 #           published to the producer, which leaves a tile every warpgroup voted out unloaded. Default SKIP (off:
 #           see there).
+#   "separable": with "skip", a mask that compares a key's value with a row's (``kpos <= qpos``) is tested a key at a
+#           time against the warp's extreme row value (_WsAttention.separable_mask) instead of element by element.
+#           Default True (not yet measured: session 29 built it after its device time ran out).
 #   "order": a batch's blocks of rows in the grid, "ascending" or "descending" (the last first). Default "descending"
 #           with "skip", on a grid of one block a block of rows (not persistent): a causal mask leaves the later
 #           blocks of rows the most key tiles, and the block scheduler then runs a longest-first list schedule
@@ -957,6 +960,7 @@ class _WsAttention(_WgmmaAttention):
         self.stages = int(tune.get("stages", 2))
         self.pingpong = bool(tune.get("pingpong", False)) and self.overlap and groups == 2
         self.masked = self.masking_where() if tune.get("skip", SKIP) and self.overlap and not self.pingpong else None
+        self.separable = bool(tune.get("separable", True))  # "skip": a mask of positions tested by the rows' extreme
         # "skip": each warpgroup's vote on tile t + stages + 1, published for the producer before tile t + 1's K slot is
         # released; written again (tile t + ring) only once the producer has read it (see skip_vote)
         self.vote_ahead = self.stages + 1  # tile t votes on tile t + vote_ahead
@@ -1119,11 +1123,83 @@ class _WsAttention(_WgmmaAttention):
         m = self.p.layout.maps[op.out]
         return [tuple(operand_map(op, m, i, self.p.types[a].shape, self.p.row_axis)) for i, a in enumerate(op.args)]
 
+    # "skip": a comparison of a key's value with a row's: (the row side's extreme, its identity, the swapped operator)
+    SEPARABLE = {"lt": ("max", "gt"), "le": ("max", "ge"), "gt": ("min", "lt"), "ge": ("min", "le")}
+    SEPARABLE_TYPES = {DType.I32: ("int", "(-2147483647 - 1)", "2147483647"),
+                       DType.F32: ("float", "__int_as_float(0xff800000)", "__int_as_float(0x7f800000)"),
+                       DType.F64: ("double", "__longlong_as_double(0xfff0000000000000LL)",
+                                   "__longlong_as_double(0x7ff0000000000000LL)")}
+
+    def separable_mask(self):
+        """"skip": the masking where's condition as ``(op, key side, row side)`` (each ``(value, map)``) when it is
+        ``x < y``, ``<=``, ``>`` or ``>=`` (written either way round, ``op`` then the key side's) of a value that does
+        not depend on the row (the key's side) and one that does not depend on the key (the row's side), both of
+        one of SEPARABLE_TYPES: a causal mask from positions (``kpos <= qpos``), a window's edge. Else None.
+
+        Then "some element of a tile is unmasked" needs no element-by-element test: for ``<`` and ``<=``, some key
+        ``n`` has ``x[n] op max over the rows of y``; for ``>`` and ``>=`` the rows' minimum. A NaN compares false,
+        as fmaxf and fminf leave it out, so the test is exact for floats too."""
+        op = self.masked
+        cmp = self.p.ops.get(op.args[0])
+        if not self.separable or cmp is None or cmp.op not in self.SEPARABLE or len(cmp.args) != 2:
+            return None
+        types = {self.p.types[a].dtype for a in cmp.args}
+        if len(types) != 1 or next(iter(types)) not in self.SEPARABLE_TYPES:
+            return None
+        rank = len(self.p.domain)
+        cond_map = self.where_maps(op)[0]
+        sides = []
+        for i, a in enumerate(cmp.args):
+            m = tuple(operand_map(cmp, cond_map, i, self.p.types[a].shape, self.p.row_axis))
+            axes = {d for _, read in self.k.leaves([(a, m)]) for d in read if d is not None}
+            sides.append(((a, m), rank - 2 in axes, rank - 1 in axes))  # (value, reads a row, reads a key)
+        (x, x_row, x_key), (y, y_row, y_key) = sides
+        if not x_row and not y_key:
+            return cmp.op, x, y
+        if not y_row and not x_key:
+            return self.SEPARABLE[cmp.op][1], y, x
+        return None
+
+    def mask_rows(self) -> list[str]:
+        """"skip" with a separable mask (:meth:`separable_mask`): ``cvl_rows``, the row side's extreme over this
+        warp's 16 rows within M (every lane holds it), once a block of rows."""
+        sep = self.separable_mask()
+        if sep is None:
+            return []
+        op, _, (value, m) = sep
+        ctype, lowest, highest = self.SEPARABLE_TYPES[self.p.types[value].dtype]
+        pick, start = ("max", lowest) if self.SEPARABLE[op][0] == "max" else ("min", highest)
+        combine = {"int": pick, "float": f"f{pick}f", "double": f"f{pick}"}[ctype]
+        lines: list[str] = []
+        expr = self.k.walk(lines.append, self.coord, None, None).value(value, m)
+        inside = f"if (m < {self.M}) " if self.M % self.bm else ""
+        return [f"{ctype} cvl_rows = {start};  // the mask's row side, its {pick} over this warp's rows", "#pragma unroll",
+                "for (int r = 0; r < 2; ++r) {", "    const int m = m0 + wm + lane / 4 + r * 8;", "    (void)m;",
+                f"    {inside}{{", *indent(lines, 2), f"        cvl_rows = {combine}(cvl_rows, ({ctype})({expr}));", "    }",
+                "}", "#pragma unroll", "for (int o = 4; o < 32; o *= 2)",
+                f"    cvl_rows = {combine}(cvl_rows, __shfl_xor_sync(0xffffffffu, cvl_rows, o));"]
+
     def mask_check(self, tile: str) -> list[str]:
         """"skip": ``cvl_any``, whether ``c`` of the masking where is true anywhere in this thread's elements of
         key tile ``tile`` (rows and keys past the operands count as masked, their reads clamped into the buffer), without
-        a branch."""
+        a branch. With a separable mask (:meth:`separable_mask`), whether any of this lane's keys of the tile (every
+        32nd) passes the comparison with its warp's row extreme (:meth:`mask_rows`): a warpgroup's vote over its
+        lanes then covers every key of the tile and every row of its four warps, at a load a key."""
         op, k = self.masked, self.k
+        sep = self.separable_mask()
+        if sep is not None:
+            cmp, (value, m), _ = sep
+            ctype = self.SEPARABLE_TYPES[self.p.types[value].dtype][0]
+            lines: list[str] = []
+            expr = k.walk(lines.append, self.coord, None, None).value(value, m)
+            symbol = {"lt": "<", "le": "<=", "gt": ">", "ge": ">="}[cmp]
+            inside = f"if (n < {self.N}) " if self.N % self.bn else ""
+            return ["cvl_any = false;  // some key of the next tile passes the mask's test against this warp's rows",
+                    f"if ({tile} < {self.nt}) {{  // (no tile past the last: its mask would be read past the buffer)",
+                    "#pragma unroll", f"    for (int j = 0; j < {self.bn // 32}; ++j) {{",
+                    f"        const int n = ({tile}) * {self.bn} + j * 32 + lane;", "        (void)n;",
+                    f"        {inside}{{", *indent(lines, 3),
+                    f"            cvl_any = cvl_any | (({ctype})({expr}) {symbol} cvl_rows);", "        }", "    }", "}"]
         lines: list[str] = []
         w = k.walk(lines.append, self.coord, None, None)
         cond = w.value(op.args[0], self.where_maps(op)[0])
@@ -1222,7 +1298,7 @@ class _WsAttention(_WgmmaAttention):
                 "bool cvl_any;  // a tile's mask, some element of this thread's",
                 f"unsigned cvl_plan = 0;  // bit j: tile t + j skipped (this warpgroup's votes), j up to {self.vote_ahead}",
                 "int cvl_pend = 1;  // O += P V of tile t - 1 not yet issued (its V slot held)",
-                *first, "#pragma unroll 1", f"for (int t = 1; t < {nt}; ++t) {{", *indent(loop), "}", *last]
+                *self.mask_rows(), *first, "#pragma unroll 1", f"for (int t = 1; t < {nt}; ++t) {{", *indent(loop), "}", *last]
 
     def consumer_loop(self) -> list[str]:
         _, rescale = self.softmax_parts()

@@ -281,6 +281,65 @@ def test_skip_starts_the_longest_blocks_of_rows_first(monkeypatch):
     assert (k.order, k.persistent) == ("ascending", True)  # without "skip" the blocks are equal: as before
 
 
+ELEMENT_TEST = "const int n_ = n0 + ni * 8 + lane % 4 * 2 + q;"  # the mask check's element by element loop
+
+
+@pytest.mark.parametrize("cond, want", [
+    ("kpos <= qpos", "max(cvl_rows"),
+    ("qpos >= kpos", "max(cvl_rows"),  # written the other way round: the key's side first, the operator swapped
+    ("kpos > qpos", "min(cvl_rows"),
+    ("fk < fq", "fmaxf(cvl_rows"),  # f32 positions
+    ("fk >= fq", "fminf(cvl_rows"),
+    ("kpos == qpos", None),  # no order to take an extreme by
+    ("mask", None),  # a bool [M, N] input: each element tested
+])
+def test_skip_tests_a_mask_of_positions_by_the_rows_extreme(cond, want, tmp_path, monkeypatch):
+    """With "skip", a mask that compares a key's value with a row's (``kpos <= qpos``) is tested a tile at a time by
+    each key against its warp's extreme row value (for ``<=`` the largest), a load a key and lane, instead of element
+    by element; other masks keep the element test. Both give the vote the same answer: some element of the tile is
+    unmasked (the GPU test of the skip checks the bits)."""
+    (tmp_path / "m.cuvil").write_text(
+        "pipeline m(q: f16[B, M, D], k: f16[B, N, D], v: f16[B, N, D], qpos: i32[M, 1], kpos: i32[1, N],\n"
+        "           fq: f32[M, 1], fk: f32[1, N], mask: bool[M, N]) -> o: f16[B, M, D] {\n"
+        f"    o = softmax(where({cond}, (q @ k.T) * 0.125, -30000.0)) @ v\n}}\n")
+    (tmp_path / "m.yaml").write_text("pipeline: m.cuvil\nshapes: {B: 2, M: 333, N: 700, D: 64}\n")
+    k = _ws_kernel(monkeypatch, tmp_path / "m.yaml", {"skip": True})
+    assert k.masked is not None
+    sep = k.separable_mask()
+    source = "\n".join(k.consumer())
+    if want is None:
+        assert sep is None and "cvl_rows" not in source and ELEMENT_TEST in source
+        return
+    key_side = {b for b, _ in k.k.leaves([sep[1]])}
+    assert len(key_side) == 1 and "cvl_rows" in source and want in source, (key_side, want)
+    assert "__shfl_xor_sync(0xffffffffu, cvl_rows, o)" in source and ELEMENT_TEST not in source
+
+
+def test_the_rows_extreme_decides_as_every_element_would():
+    """The separable test's rule (SEPARABLE: for < and <= the rows' largest value, for > and >= their smallest, NaN
+    left out as fmaxf and fminf leave it): "some key passes against the extreme" is "some (row, key) passes", on
+    random integer and float positions with NaNs."""
+    import numpy as np
+
+    from cuvil_dsl.codegen.cuda_attention import _WsAttention
+
+    rng = np.random.default_rng(7)
+    compare = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal}
+    for trial in range(400):
+        keys = rng.integers(-20, 20, size=rng.integers(1, 9)).astype(np.float64)
+        rows = rng.integers(-20, 20, size=rng.integers(1, 9)).astype(np.float64)
+        if trial % 2:
+            keys[rng.random(keys.size) < 0.2] = np.nan
+            rows[rng.random(rows.size) < 0.2] = np.nan
+        for op, f in compare.items():
+            pick = _WsAttention.SEPARABLE[op][0]
+            extreme = (np.fmax if pick == "max" else np.fmin).reduce(rows)  # NaN only when every row is NaN
+            assert bool(f(keys, extreme).any()) == bool(f(keys[:, None], rows[None, :]).any()), (op, keys, rows)
+            swapped = _WsAttention.SEPARABLE[op][1]  # rows op keys == keys swapped rows
+            assert bool(compare[swapped](keys[:, None], rows[None, :]).all() ==
+                        f(rows[None, :], keys[:, None]).all())
+
+
 MODEL_SEEDS = 6  # interleavings a case of test_barrier_protocol_model_runs_each_warp
 
 

@@ -483,40 +483,56 @@ def test_fused_attention_tunings(stem, tuning, tmp_path, monkeypatch):
     _check_fused_attention(case, int.from_bytes(os.urandom(4), "little"), False)
 
 
+@pytest.mark.parametrize("form", ["bool mask", "positions"])
 @pytest.mark.parametrize("tuning", [{}, {"groups": 4, "bn": 64, "persistent": 3}, {"groups": 2, "persistent": 2},
                                     {"groups": 1, "chains": (1, 1)}], ids=str)
-def test_skipped_masked_tiles_give_the_same_bits(tuning, tmp_path, monkeypatch):
+def test_skipped_masked_tiles_give_the_same_bits(tuning, form, tmp_path, monkeypatch):
     """ATTENTION_TUNING "skip": key tiles that the mask hides from every row of a consumer are left out once the rows'
     maxima put the fill's numerator at 0, which adds nothing: the outputs are bit for bit those of the kernel
     without skipping, and match the reference. The mask is causal with holes: rows masked whole (softmax uniform
     over the fill: never skipped), and a block of keys hidden from a band of rows (tiles skipped in the middle of
-    a row, unmasked ones after), on ragged M and N; fresh inputs each run."""
+    a row, unmasked ones after), on ragged M and N; fresh inputs each run. Two forms: a bool [M, N] input (each
+    element tested), and positions compared, ``kpos <= qpos`` (the separable test: a key against its warp's
+    largest row position), whose positions are out of order (a block of keys moved past every row, and rows moved
+    before every key)."""
     import os
 
     from cuvil_dsl.codegen import cuda_attention
     from cuvil_dsl.reference import execute
 
+    M, N = 333, 700
+    if form == "bool mask":
+        signature, cond = "mask: bool[M, N]", "mask"
+        mask = np.arange(N)[None, :] <= np.arange(M)[:, None] + 40
+        mask[5:10] = False
+        mask[100:200, 256:384] = False
+        extra = {"mask": (mask, DType.BOOL)}
+    else:
+        signature, cond = "qpos: i32[M, 1], kpos: i32[1, N]", "kpos <= qpos"
+        qpos = np.arange(M, dtype=np.int32)[:, None] + 40
+        qpos[5:10] = -1  # before every key: masked whole
+        kpos = np.arange(N, dtype=np.int32)[None, :].copy()
+        kpos[0, 256:384] = 10_000  # past every row: hidden from all of them
+        extra = {"qpos": (qpos, DType.I32), "kpos": (kpos, DType.I32)}
     (tmp_path / "m.cuvil").write_text(
-        "pipeline m(q: f16[B, M, D], k: f16[B, N, D], v: f16[B, N, D], mask: bool[M, N]) -> o: f16[B, M, D] {\n"
-        "    o = softmax(where(mask, (q @ k.T) * 0.125, -30000.0)) @ v\n}\n")
+        f"pipeline m(q: f16[B, M, D], k: f16[B, N, D], v: f16[B, N, D], {signature}) -> o: f16[B, M, D] {{\n"
+        f"    o = softmax(where({cond}, (q @ k.T) * 0.125, -30000.0)) @ v\n}}\n")
     (tmp_path / "m.yaml").write_text(
-        "pipeline: m.cuvil\nshapes: {B: 2, M: 333, N: 700, D: 64}\ncheck: {rtol: 4.0e-3, atol: 4.0e-3}\n")
+        f"pipeline: m.cuvil\nshapes: {{B: 2, M: {M}, N: {N}, D: 64}}\ncheck: {{rtol: 4.0e-3, atol: 4.0e-3}}\n")
     seed = int.from_bytes(os.urandom(4), "little")
     rng = np.random.default_rng(seed)
-    M, N = 333, 700
-    mask = np.arange(N)[None, :] <= np.arange(M)[:, None] + 40
-    mask[5:10] = False
-    mask[100:200, 256:384] = False
     fresh = {name: rng.normal(size=(2, n, 64)).astype(np.float16) for name, n in (("q", M), ("k", N), ("v", N))}
     outs = []
     for skip in (False, True):
         monkeypatch.setattr(cuda_attention, "ATTENTION_TUNING", {**tuning, "skip": skip})
         case = load_case(tmp_path / "m.yaml")
         prepared = Prepared(case)
-        for name, host in [*fresh.items(), ("mask", mask)]:
+        for name, (host, dtype) in [*((n, (h, DType.F16)) for n, h in fresh.items()), *extra.items()]:
             prepared.host[name] = host
-            prepared.buffers[name][...] = _device_array(host, DType.BOOL if name == "mask" else DType.F16)
-        assert ("cvl_wg_all" in prepared.launches[-1].kernel.source) is skip  # the skipping loop, or not
+            prepared.buffers[name][...] = _device_array(host, dtype)
+        source = prepared.launches[-1].kernel.source
+        assert ("cvl_wg_all" in source) is skip  # the skipping loop, or not
+        assert ("cvl_rows" in source) is (skip and form == "positions")  # the separable test
         prepared.run()
         outs.append(prepared.results()["o"])
     np.testing.assert_array_equal(outs[0].view(np.uint16), outs[1].view(np.uint16), err_msg=f"inputs of seed {seed}")
