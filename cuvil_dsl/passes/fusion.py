@@ -346,13 +346,15 @@ class _Planner:
             moved = False
             for a in [g for g in groups if g.block is None]:
                 for op in reversed(a.ops):
-                    target = self._sink_target(op, a, groups)
-                    if target is not None:
-                        a.ops.remove(op)
+                    found = self._sink_target(op, a, groups)
+                    if found is not None:
+                        target, cone = found
+                        for o in cone:
+                            a.ops.remove(o)
+                            self.owner[o.out] = target
                         a.layout = target.layout = None  # both kernels' ops changed
-                        target.ops[:] = target.ops[: self._first_reader(target, op.out)] + [op] + target.ops[
-                            self._first_reader(target, op.out):]
-                        self.owner[op.out] = target
+                        i = self._first_reader(target, op.out)
+                        target.ops[:] = target.ops[:i] + cone + target.ops[i:]
                         moved = True
                         break
             for g in [g for g in groups if not g.ops]:
@@ -362,7 +364,10 @@ class _Planner:
     def _first_reader(self, g: _Group, value: str) -> int:
         return next(i for i, o in enumerate(g.ops) if value in o.args)
 
-    def _sink_target(self, op: ir.Op, a: _Group, groups: list[_Group]) -> _Group | None:
+    def _sink_target(self, op: ir.Op, a: _Group, groups: list[_Group]) -> tuple[_Group, list[ir.Op]] | None:
+        """The kernel to move ``op`` into, with the ops of ``a`` that move along (``op`` last, in ``a``'s order), or
+        None. Those are ``op`` alone, or ``op`` with the unnamed elementwise values of ``a`` it is computed from that
+        nothing else reads (a mask ``kpos > qpos - 64`` moves whole: ``qpos - 64`` is read by the comparison alone)."""
         if (op.op not in ir.ELEMENTWISE_OPS or op.out in self.results or op.out in self.host_reads
                 or any(op.out in o.args for o in a.ops)):
             return None
@@ -370,17 +375,42 @@ class _Planner:
         if len(readers) != 1 or groups.index(readers[0]) < groups.index(a):
             return None
         fresh = [x for x in op.args if x in a.members and not self._stored(x, a, op)]
+        cone = [op]
         # moving must not add memory traffic (no new buffer), except that an unnamed value may
         # trade places with the named value it is computed from
         if fresh and (op.named or len(fresh) > 1 or not _is_named(self.p, fresh[0])):
-            return None
+            cone = self._sink_cone(op, a)
+            if cone is None:
+                return None
         b = readers[0]
         if any(o.op == "matmul" and op.out in {self._sources(x) for x in o.args} for o in b.ops):
             return None  # the operands of `@` are read from memory (see _transition): it stays stored
         i = self._first_reader(b, op.out)
-        ops = tuple(b.ops[:i] + [op] + b.ops[i:])
+        ops = tuple(b.ops[:i] + cone + b.ops[i:])
         layout = kernel_layout(b.kind, ops, b.domain, b.row_axis, self.types, frozenset(self.views))
-        return None if isinstance(layout, Misfit) else b
+        return None if isinstance(layout, Misfit) else (b, cone)
+
+    def _sink_cone(self, op: ir.Op, a: _Group) -> list[ir.Op] | None:
+        """``op`` (unnamed) and the unnamed elementwise ops of ``a`` whose values only ``op`` and the rest of them read,
+        none of them in memory anyway, which ``op`` is computed from; None unless every other value they read is in
+        memory anyway (so moving them all adds no buffer)."""
+        if op.named:
+            return None
+        cone, todo = {op.out: op}, [op]
+        while todo:
+            for x in todo.pop().args:
+                if x in cone or x not in a.members or self._stored(x, a, op):
+                    continue  # from memory (an input, another kernel's, or this one's stored anyway)
+                src = next((o for o in a.ops if o.out == x), None)
+                if (src is None or src.named or src.op not in ir.ELEMENTWISE_OPS
+                        or x in self.results or x in self.host_reads):
+                    return None
+                cone[x] = src
+                todo.append(src)
+        if any(o.out in cone and o.out != op.out and any(r not in cone.values() for r in a.ops if o.out in r.args)
+               for o in a.ops):
+            return None  # a value of the cone read by an op that stays
+        return [o for o in a.ops if o.out in cone]
 
     def _stored(self, value: str, owner: _Group, reader: ir.Op) -> bool:
         """Is ``value`` in memory anyway (a result, printed, or read by another kernel)?"""

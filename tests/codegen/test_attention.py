@@ -290,6 +290,8 @@ ELEMENT_TEST = "const int n_ = n0 + ni * 8 + lane % 4 * 2 + q;"  # the mask chec
     ("kpos > qpos", "min(cvl_rows"),
     ("fk < fq", "fmaxf(cvl_rows"),  # f32 positions
     ("fk >= fq", "fminf(cvl_rows"),
+    ("kpos > qpos - 64", "min(cvl_rows"),  # the row side computed (a window's far edge), in the kernel too
+    ("kpos <= qpos + kpos", None),  # the "row" side reads the key too
     ("kpos == qpos", None),  # no order to take an extreme by
     ("mask", None),  # a bool [M, N] input: each element tested
 ])

@@ -176,6 +176,31 @@ def test_mask_read_elsewhere_too_stays_in_memory():
     assert first.outputs == ("causal", "n")
     assert "causal" in attention.inputs
 
+WINDOW = """pipeline f(q: f16[B, M, D], k: f16[B, N, D], v: f16[B, N, D], qpos: i32[M, 1],
+           kpos: i32[1, N]) -> (o: f16[B, M, D]{extra_result}) {{
+    graph forward {{
+        o = softmax(where({cond}, (q @ k.T) * 0.125, -30000.0)) @ v{extra}
+    }}
+}}"""
+
+
+@pytest.mark.parametrize("cond", ["kpos > qpos - 64", "(kpos <= qpos) & (kpos > qpos - 64)", "kpos - 64 < qpos * 2"])
+def test_a_mask_computed_in_steps_is_computed_in_the_attention_kernel(cond):
+    # a window's edge, `qpos - 64`, is a value of its own that only the comparison reads: it moves into the
+    # attention kernel with the comparison, so no [M, N] mask is stored
+    (k,) = kernels(WINDOW.format(extra_result="", cond=cond, extra=""))
+    assert k.kind == "attention" and set(k.inputs) == {"q", "k", "v", "qpos", "kpos"}
+
+
+def test_a_step_of_the_mask_read_elsewhere_stays_in_memory():
+    # `qpos - 64` is also a result, so it is stored anyway: the comparison moves alone and reads it from memory
+    plan, diags = plan_of(WINDOW.format(extra_result=", e: i32[M, 1]", cond="kpos > e", extra="").replace(
+        "        o = ", "        e = qpos - 64\n        o = "))
+    assert not diags
+    first, attention = plan.kernels
+    assert first.outputs == ("e",) and attention.kind == "attention" and "e" in attention.inputs
+
+
 E401_CASES = {
     "second_matmul": ("""pipeline f(x: f16[M, K], w: f16[K, N], v: f16[N, P]) -> b: f16[M, P] {
     kernel k {

@@ -54,3 +54,31 @@ def test_fresh_inputs_and_special_rows(dt):
         raise AssertionError(f"inputs of seed {seed}: {exc}") from None
     o = got["o"].astype(np.float64)
     assert np.isnan(o[:, 1:4]).all() and np.isfinite(o[:, [0, 4, 5]]).all()
+
+
+WINDOW = """
+pipeline window(q: f16[B, M, D], k: f16[B, N, D], v: f16[B, N, D], qpos: i32[M, 1],
+                kpos: i32[1, N]) -> o: f16[B, M, D] {
+    o = softmax(where((kpos <= qpos) & (kpos > qpos - 8), q @ k.T * 0.125, -30000.0)) @ v
+}
+"""
+
+
+def test_a_window_mask_computed_in_the_kernel_matches_the_reference():
+    """A sliding window of 8 keys (``kpos <= qpos`` and ``kpos > qpos - 8``): the planner computes the whole mask,
+    ``qpos - 8`` included, inside the attention kernel; on fresh inputs and out-of-order positions (rows before
+    every key: masked whole, uniform over the fill) it matches the reference."""
+    sizes = {"B": 2, "M": 21, "N": 37, "D": 16}
+    pipeline, ex = build(WINDOW, sizes)
+    (k,) = ex.plan.kernels
+    assert k.kind == "attention" and set(k.inputs) == {"q", "k", "v", "qpos", "kpos"}
+    seed = int.from_bytes(os.urandom(4), "little")
+    inputs = random_inputs(pipeline, sizes, seed=seed)
+    rng = np.random.default_rng(seed)
+    inputs["qpos"] = (np.arange(sizes["M"], dtype=np.int32)[:, None] + 10)
+    inputs["qpos"][3] = -5  # before every key
+    inputs["kpos"] = rng.permutation(sizes["N"]).astype(np.int32)[None, :]
+    try:
+        assert_matches_reference(pipeline, ex, inputs)
+    except AssertionError as exc:
+        raise AssertionError(f"inputs of seed {seed}: {exc}") from None
