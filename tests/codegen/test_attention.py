@@ -337,9 +337,8 @@ def test_the_rows_extreme_decides_as_every_element_would():
             pick = _WsAttention.SEPARABLE[op][0]
             extreme = (np.fmax if pick == "max" else np.fmin).reduce(rows)  # NaN only when every row is NaN
             assert bool(f(keys, extreme).any()) == bool(f(keys[:, None], rows[None, :]).any()), (op, keys, rows)
-            swapped = _WsAttention.SEPARABLE[op][1]  # rows op keys == keys swapped rows
-            assert bool(compare[swapped](keys[:, None], rows[None, :]).all() ==
-                        f(rows[None, :], keys[:, None]).all())
+            swapped = _WsAttention.SEPARABLE[op][1]  # `rows op keys`, element for element, is `keys swapped rows`
+            assert np.array_equal(compare[swapped](keys[:, None], rows[None, :]), f(rows[:, None], keys[None, :]).T)
 
 
 MODEL_SEEDS = 6  # interleavings a case of test_barrier_protocol_model_runs_each_warp
