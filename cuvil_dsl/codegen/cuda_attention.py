@@ -39,6 +39,7 @@ that row's output NaN; a row whose values are all ``-inf`` gives NaN (0 / 0), as
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 
@@ -1130,6 +1131,7 @@ class _WsAttention(_WgmmaAttention):
                        DType.F64: ("double", "__longlong_as_double(0xfff0000000000000LL)",
                                    "__longlong_as_double(0x7ff0000000000000LL)")}
 
+    @functools.cached_property
     def separable_mask(self):
         """"skip": the masking where's condition as ``(op, key side, row side)`` (each ``(value, map)``) when it is
         ``x < y``, ``<=``, ``>`` or ``>=`` (written either way round, ``op`` then the key side's) of a value that does
@@ -1161,9 +1163,9 @@ class _WsAttention(_WgmmaAttention):
         return None
 
     def mask_rows(self) -> list[str]:
-        """"skip" with a separable mask (:meth:`separable_mask`): ``cvl_rows``, the row side's extreme over this
+        """"skip" with a separable mask (:attr:`separable_mask`): ``cvl_rows``, the row side's extreme over this
         warp's 16 rows within M (every lane holds it), once a block of rows."""
-        sep = self.separable_mask()
+        sep = self.separable_mask
         if sep is None:
             return []
         op, _, (value, m) = sep
@@ -1182,11 +1184,11 @@ class _WsAttention(_WgmmaAttention):
     def mask_check(self, tile: str) -> list[str]:
         """"skip": ``cvl_any``, whether ``c`` of the masking where is true anywhere in this thread's elements of
         key tile ``tile`` (rows and keys past the operands count as masked, their reads clamped into the buffer), without
-        a branch. With a separable mask (:meth:`separable_mask`), whether any of this lane's keys of the tile (every
+        a branch. With a separable mask (:attr:`separable_mask`), whether any of this lane's keys of the tile (every
         32nd) passes the comparison with its warp's row extreme (:meth:`mask_rows`): a warpgroup's vote over its
         lanes then covers every key of the tile and every row of its four warps, at a load a key."""
         op, k = self.masked, self.k
-        sep = self.separable_mask()
+        sep = self.separable_mask
         if sep is not None:
             cmp, (value, m), _ = sep
             ctype = self.SEPARABLE_TYPES[self.p.types[value].dtype][0]

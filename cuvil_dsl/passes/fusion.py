@@ -407,8 +407,7 @@ class _Planner:
                     return None
                 cone[x] = src
                 todo.append(src)
-        if any(o.out in cone and o.out != op.out and any(r not in cone.values() for r in a.ops if o.out in r.args)
-               for o in a.ops):
+        if any(x in cone for o in a.ops if o.out not in cone for x in o.args):
             return None  # a value of the cone read by an op that stays
         return [o for o in a.ops if o.out in cone]
 

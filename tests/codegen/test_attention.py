@@ -307,7 +307,7 @@ def test_skip_tests_a_mask_of_positions_by_the_rows_extreme(cond, want, tmp_path
     (tmp_path / "m.yaml").write_text("pipeline: m.cuvil\nshapes: {B: 2, M: 333, N: 700, D: 64}\n")
     k = _ws_kernel(monkeypatch, tmp_path / "m.yaml", {"skip": True})
     assert k.masked is not None
-    sep = k.separable_mask()
+    sep = k.separable_mask
     source = "\n".join(k.consumer())
     if want is None:
         assert sep is None and "cvl_rows" not in source and ELEMENT_TEST in source
