@@ -176,10 +176,11 @@ def test_mask_read_elsewhere_too_stays_in_memory():
     assert first.outputs == ("causal", "n")
     assert "causal" in attention.inputs
 
+
 WINDOW = """pipeline f(q: f16[B, M, D], k: f16[B, N, D], v: f16[B, N, D], qpos: i32[M, 1],
            kpos: i32[1, N]) -> (o: f16[B, M, D]{extra_result}) {{
     graph forward {{
-        o = softmax(where({cond}, (q @ k.T) * 0.125, -30000.0)) @ v{extra}
+        {body}
     }}
 }}"""
 
@@ -188,14 +189,14 @@ WINDOW = """pipeline f(q: f16[B, M, D], k: f16[B, N, D], v: f16[B, N, D], qpos: 
 def test_a_mask_computed_in_steps_is_computed_in_the_attention_kernel(cond):
     # a window's edge, `qpos - 64`, is a value of its own that only the comparison reads: it moves into the
     # attention kernel with the comparison, so no [M, N] mask is stored
-    (k,) = kernels(WINDOW.format(extra_result="", cond=cond, extra=""))
+    (k,) = kernels(WINDOW.format(extra_result="", body=f"o = softmax(where({cond}, (q @ k.T) * 0.125, -30000.0)) @ v"))
     assert k.kind == "attention" and set(k.inputs) == {"q", "k", "v", "qpos", "kpos"}
 
 
 def test_a_step_of_the_mask_read_elsewhere_stays_in_memory():
     # `qpos - 64` is also a result, so it is stored anyway: the comparison moves alone and reads it from memory
-    plan, diags = plan_of(WINDOW.format(extra_result=", e: i32[M, 1]", cond="kpos > e", extra="").replace(
-        "        o = ", "        e = qpos - 64\n        o = "))
+    plan, diags = plan_of(WINDOW.format(extra_result=", e: i32[M, 1]", body=(
+        "e = qpos - 64\n        o = softmax(where(kpos > e, (q @ k.T) * 0.125, -30000.0)) @ v")))
     assert not diags
     first, attention = plan.kernels
     assert first.outputs == ("e",) and attention.kind == "attention" and "e" in attention.inputs
