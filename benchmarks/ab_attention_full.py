@@ -86,6 +86,12 @@ VARIANTS = [
     # warp's largest row position ("separable", the default with "skip"); these test it element by element as before
     ("skip: on, element test", None, {"skip": True, "separable": False}),
     ("skip: on, 2 consumers, element test", None, {"ws": True, "groups": 2, "skip": True, "separable": False}),
+    # Session 30: the block's key tiles listed before its loop ("skip": "list"): the plain loop over the tiles some row
+    # of the block sees, no vote; a second pass over every tile where a skip was inexact (rows masked whole)
+    ("skip: list", None, {"skip": "list"}),
+    ("skip: list, 2 consumers", None, {"ws": True, "groups": 2, "skip": "list"}),
+    ("skip: list, 3 consumers", None, {"ws": True, "groups": 3, "skip": "list"}),
+    ("skip: list, 1 consumer", None, {"ws": True, "groups": 1, "skip": "list"}),
     # (Session 23, measured and removed, commit 15c36eb: "slack" S, a row keeping its exponent base while its maximum
     # passes it by at most S log2 units, the outputs rescaled only when some row's base moves: D 64 88.8 us at S 8 and
     # 89.0 at S 4 against 87.7; D 128 68.4 / 68.1 against 68.5; the example 13.3 / 13.4 against 13.2.)

@@ -125,6 +125,11 @@ ATTENTION_TUNING: dict = {}
 # with 4 consumers, 112.9 with 2, against 111.5-113.0 for the plain 4-consumer kernel (H100): level at best.
 # benchmarks/NOTES.md, attention_full_f16, sessions 24-29.
 SKIP = False
+# "skip"'s modes: off; True or "vote" (each consumer warpgroup votes on a tile stages + 1 ahead); "list" (the block's
+# tiles to compute, listed before its loop: _WsAttention.listed)
+SKIP_MODES = (False, True, "vote", "list")
+# "skip": "list" keeps a byte for every 32 keys and two for every key tile in shared memory
+LIST_MAX_KEYS = 65536
 # below this exponent a numerator is 0 (ex2.approx.ftz flushes 2^-126 and smaller): the skip's margin
 SKIP_EXPONENT = -150.0
 WG_ALL_HELPER = r"""
@@ -144,6 +149,17 @@ __device__ __forceinline__ bool cvl_all_voted(const volatile unsigned char* vote
     bool all = true;
     for (int w = 0; w < groups; ++w) all = all && votes[w] != 0;
     return all;
+}
+"""
+
+CONSUMERS_ANY_HELPER = r"""
+// "skip": "list": true in every consumer thread when `c` is true in any of them (the `count` threads of named barrier
+// 1; barrier.red, not bar.red: a warp may arrive diverged), as a warp-uniform value (see cvl_wg_all)
+__device__ __forceinline__ bool cvl_consumers_any(bool c, unsigned count) {
+    unsigned r;
+    asm volatile("{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbarrier.red.or.pred q, 1, %2, p;\nselp.u32 %0, 1, 0, q;\n}\n"
+                 : "=r"(r) : "r"((unsigned)c), "r"(count) : "memory");
+    return __shfl_sync(0xffffffffu, r, 0) != 0;
 }
 """
 
@@ -881,16 +897,21 @@ template <int N> __device__ __forceinline__ void cvl_pin(unsigned (&r)[N][4]) {{
     def warpgroup_state(self, wg: str) -> list[str]:
         """The wgmma descriptors of warpgroup ``wg`` (the C expression of its index), its output accumulators
         (zero) and its rows' running statistics."""
-        neg_inf = self.k.lang.literal(-math.inf, DType.F32)
+        zero = self.zero_state()
         return [
             # descriptors: Q K-major (this warpgroup's 64 rows), K K-major, V MN-major (LBO: one 64-wide atom of Dv)
             f"const unsigned long long desc_q = cvl_wgmma_desc(sq + {wg} * 8192u, 16u, 1024u);",
             "const unsigned long long desc_k = cvl_wgmma_desc(sk, 16u, 1024u);",
             f"const unsigned long long desc_v = cvl_wgmma_desc(sv, {self.bn * 128}u, 1024u);",
-            f"float o[1][{self.nd}][4];",
+            f"float o[1][{self.nd}][4];", *zero[:4], "float row_max[2], row_base[2], row_sum[2];", *zero[4:],
+        ]
+
+    def zero_state(self) -> list[str]:
+        """The output accumulators to zero, the rows' running statistics to their start (see warpgroup_state)."""
+        neg_inf = self.k.lang.literal(-math.inf, DType.F32)
+        return [
             "#pragma unroll", f"for (int nd = 0; nd < {self.nd}; ++nd)",
             "#pragma unroll", "    for (int e = 0; e < 4; ++e) o[0][nd][e] = 0.0f;",
-            "float row_max[2], row_base[2], row_sum[2];",
             "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
             f"    row_max[r] = {neg_inf};", "    row_base[r] = 0.0f;", "    row_sum[r] = 0.0f;", "}",
         ]
@@ -960,7 +981,10 @@ class _WsAttention(_WgmmaAttention):
         self.overlap = bool(tune.get("overlap", True))
         self.stages = int(tune.get("stages", 2))
         self.pingpong = bool(tune.get("pingpong", False)) and self.overlap and groups == 2
-        self.masked = self.masking_where() if tune.get("skip", SKIP) and self.overlap and not self.pingpong else None
+        skip = tune.get("skip", SKIP)
+        if skip not in SKIP_MODES:
+            raise ValueError(f"ATTENTION_TUNING skip {skip!r}: one of {SKIP_MODES}")
+        self.masked = self.masking_where() if skip and self.overlap and not self.pingpong else None
         self.separable = bool(tune.get("separable", True))  # "skip": a mask of positions tested by the rows' extreme
         # "skip": each warpgroup's vote on tile t + stages + 1, published for the producer before tile t + 1's K slot is
         # released; written again (tile t + ring) only once the producer has read it (see skip_vote)
@@ -984,11 +1008,19 @@ class _WsAttention(_WgmmaAttention):
         persistent = tune.get("persistent", self.items > k.sm_count and self.masked is None)
         self.persistent = bool(persistent)
         self.blocks = k.sm_count if persistent is True else int(persistent)  # the persistent grid (tests: a few)
+        # "skip": "list": the block's key tiles some row of it sees unmasked, listed before the loop (a separable mask
+        # of at most LIST_MAX_KEYS keys, one block of rows a block); else the vote
+        self.listed = (skip == "list" and self.masked is not None and self.separable_mask is not None
+                       and not self.persistent and self.N <= LIST_MAX_KEYS)
+        self.base = "g" if self.persistent else None  # what a tile's use of the slots counts from (see use)
+        self.verdict = 1 + 4 * self.stages  # "skip": "list": the barrier of the consumers' verdict (see listed_loop)
         self.q_bytes = self.bm * self.depth * 2
         self.k_bytes = self.bn * self.depth * 2
         self.v_bytes = self.bn * self.dv * 2
         self.threads = 128 * (groups + 1)
         shared = self.shared_total()
+        if self.listed and shared + self.listed_bytes() > configs.smem_limit(k.arch):
+            self.listed = False  # (the vote keeps a few bytes)
         if shared > configs.smem_limit(k.arch):
             raise UserError([error("E509", f"kernel `{k.kernel.name}`: the attention tiles need {shared} bytes of "
                                    f"shared memory, more than {k.arch} has", k.kernel.span)])
@@ -1042,10 +1074,34 @@ class _WsAttention(_WgmmaAttention):
                         "bars + 8 * (1 + stage)") for a in range(self.depth // 64)]
         v = [self.tma_copy("v", f"sv + stage * {self.v_bytes}u + {j * self.bn * 128}u", str(64 * j), "n0",
                        f"bars + 8 * (1 + {s} + stage)") for j in range(self.dv // 64)]
-        g = "g + t" if self.persistent else "t"
-        gp = f"({g})" if self.persistent else g
         load_k = [f"cvl_mbar_expect_tx(bars + 8 * (1 + stage), {self.k_bytes}u);", *kk]
         load_v = [f"cvl_mbar_expect_tx(bars + 8 * (1 + {s} + stage), {self.v_bytes}u);", *v]
+        if self.listed:  # the listed tiles, then, should the consumers find a skip inexact, every tile again
+            def tiles(first: str, end: str, tile: str) -> list[str]:
+                return ["#pragma unroll 1", f"for (int t = {first}; t < {end}; ++t) {{", *indent([
+                    f"const int tk = {tile};  // the key tile", f"const unsigned stage = t % {s}, use = t / {s};",
+                    f"const int n0 = tk * {self.bn};",
+                    f"if (t >= {s}) cvl_mbar_wait(bars + 8 * (1 + {2 * s} + stage), (use - 1) & 1);  // K's slot free",
+                    *load_k,
+                    f"if (t >= {s}) cvl_mbar_wait(bars + 8 * (1 + {3 * s} + stage), (use - 1) & 1);  // V's slot free",
+                    *load_v]), "}"]
+
+            work = [f"cvl_mbar_expect_tx(bars, {self.q_bytes}u);", *q, *tiles("0", "cvl_cnt", "cvl_tiles[t]"),
+                    f"cvl_mbar_wait(bars + 8 * {self.verdict}, 0);  // the consumers' verdict on the skipped tiles",
+                    "if (cvl_redo) {", *indent(tiles("cvl_cnt", f"cvl_cnt + {self.nt}", "t - cvl_cnt")), "}"]
+        else:
+            work = self.producer_tiles(q, load_k, load_v)
+        return [
+            f"asm volatile(\"setmaxnreg.dec.sync.aligned.u32 {self.regs[0]};\\n\" ::: \"memory\");",
+            "if (threadIdx.x == 0) {", *indent(self.work_items(work)), "}",
+        ]
+
+    def producer_tiles(self, q: list[str], load_k: list[str], load_v: list[str]) -> list[str]:
+        """The producer's work item (without "skip": "list"): its Q, then every key tile in turn (with "skip", those
+        every consumer voted out left unloaded)."""
+        s = self.stages
+        g = "g + t" if self.persistent else "t"
+        gp = f"({g})" if self.persistent else g
         if self.masked is not None:  # "skip": a tile every consumer voted out is not loaded, its slots filled empty
             load_k = ["if (cvl_gone) {", "    cvl_mbar_arrive(bars + 8 * (1 + stage));", "} else {", *indent(load_k), "}"]
             load_v = ["if (cvl_gone) {", f"    cvl_mbar_arrive(bars + 8 * (1 + {s} + stage));", "} else {",
@@ -1062,12 +1118,8 @@ class _WsAttention(_WgmmaAttention):
         ]
         # with "persistent", a work item's Q once every consumer is done with the last one's
         free = [f"if (i > 0) cvl_mbar_wait(bars + 8 * {1 + 4 * s}, (i - 1) & 1);  // Q's buffer free"]
-        work = [*(free if self.persistent else []), f"cvl_mbar_expect_tx(bars, {self.q_bytes}u);", *q,
+        return [*(free if self.persistent else []), f"cvl_mbar_expect_tx(bars, {self.q_bytes}u);", *q,
                 "#pragma unroll 1", f"for (int t = 0; t < {self.nt}; ++t) {{", *indent(loop), "}"]
-        return [
-            f"asm volatile(\"setmaxnreg.dec.sync.aligned.u32 {self.regs[0]};\\n\" ::: \"memory\");",
-            "if (threadIdx.x == 0) {", *indent(self.work_items(work)), "}",
-        ]
 
     def work_items(self, work: list[str]) -> list[str]:
         """``work`` for the block's blocks of rows: its own (decoded in :meth:`render`), or with "persistent" each
@@ -1081,8 +1133,9 @@ class _WsAttention(_WgmmaAttention):
     # ------------------------------------------------------------------ the consumers
     def use(self, tile: str) -> str:
         """Tile ``tile`` of this work item counted among all the block's tiles (with "persistent", after the ``g``
-        tiles of its earlier work items), which picks its slot and barrier phase."""
-        return f"g + {tile}" if self.persistent else tile
+        tiles of its earlier work items; with "skip": "list", in the block's second pass, after the first's), which
+        picks its slot and barrier phase."""
+        return f"{self.base} + {tile}" if self.base else tile
 
     def wait_full(self, which: str, tile: str) -> str:
         base = 1 if which == "k" else 1 + self.stages
@@ -1221,6 +1274,17 @@ class _WsAttention(_WgmmaAttention):
                 f"        cvl_any = cvl_any | (({inside}) & ({cond} != 0));  // no short circuit: every load issued at once",
                 "    }", "}"]
 
+    def fill_gone(self) -> tuple[list[str], str]:
+        """"skip": (lines, test): whether row slot ``r`` of this thread (row ``m``) holds a running maximum that puts
+        the masking where's fill at a numerator of exactly 0 (2^((f - max) log2 e) below f32's range), so a tile all
+        fill adds nothing to its sum or output; rows past M pass."""
+        op, k = self.masked, self.k
+        lines: list[str] = []
+        fill = k.walk(lines.append, self.coord, None, None).value(op.args[2], self.where_maps(op)[2])
+        rows = f"m >= {self.M} || " if self.M % self.bm else ""
+        return lines, (f"({rows}(row_max[r] > (float)({fill}) && "
+                       f"fmaf((float)({fill}), {LOG2E}, -row_base[r]) < {SKIP_EXPONENT}f))")
+
     def skip_vote(self, tile: str) -> list[str]:
         """"skip": this warpgroup's vote on key tile ``tile`` (after :meth:`mask_check`), the same in its 128 threads:
         no element masked in, and every row of the warpgroup (within M) already so far above the fill that the
@@ -1230,16 +1294,11 @@ class _WsAttention(_WgmmaAttention):
         orders the write before the producer's wait on that slot, after which it reads the vote and loads tile t
         + stages + 1 or not). At the end of the tile rather than before its own K release, the vote does not hold
         up the producer."""
-        op, k = self.masked, self.k
-        lines: list[str] = []
-        fill = k.walk(lines.append, self.coord, None, None).value(op.args[2], self.where_maps(op)[2])
-        rows = f"m >= {self.M} || " if self.M % self.bm else ""
+        lines, gone = self.fill_gone()
         ring, groups = self.vote_ring, self.groups
         return ["{", *indent([
             *lines, "bool ok = !cvl_any;", "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
-            "    const int m = m0 + wm + lane / 4 + r * 8;", "    (void)m;",
-            f"    ok = ok && ({rows}(row_max[r] > (float)({fill}) && "
-            f"fmaf((float)({fill}), {LOG2E}, -row_base[r]) < {SKIP_EXPONENT}f));",
+            "    const int m = m0 + wm + lane / 4 + r * 8;", "    (void)m;", f"    ok = ok && {gone};",
             "}", "cvl_vote = false;", f"if ({tile} < {self.nt}) cvl_vote = cvl_wg_all(ok, 3u + (unsigned)wg);",
             f"cvl_plan |= (unsigned)cvl_vote << {self.vote_ahead};",
             f"if (threadIdx.x % 128 == 0) cvl_votes[({self.use(tile)}) % {ring} * {groups} + wg] = cvl_vote;"]), "}"]
@@ -1305,6 +1364,8 @@ class _WsAttention(_WgmmaAttention):
     def consumer_loop(self) -> list[str]:
         _, rescale = self.softmax_parts()
         nt = self.nt
+        if self.listed:
+            return self.listed_loop()
         if self.masked is not None:
             return self.skipping_loop()
         if not self.overlap:
@@ -1316,34 +1377,87 @@ class _WsAttention(_WgmmaAttention):
                 "cvl_wgmma_commit();", "cvl_wgmma_wait<0>();", "cvl_pin(o[0]);", "cvl_pin(pf);", self.release("v", "t"),
             ]
             return ["#pragma unroll 1", f"for (int t = 0; t < {nt}; ++t) {{", *indent(loop), "}", *self.free_q()]
+        return self.overlapped_pass()
+
+    def overlapped_pass(self, listed: bool = False) -> list[str]:
+        """The overlapped loop over every key tile, or with ``listed`` ("skip": "list") over the block's listed ones
+        (``cvl_tiles``, ``cvl_cnt`` of them; ``tk`` the key tile of use ``t``), checking before each tile that
+        follows skipped ones, and after the first when tiles came before it, that the skip was exact
+        (:meth:`listed_check`)."""
+        _, rescale = self.softmax_parts()
+        nt = self.nt
+        count, last_use = ("cvl_cnt", "cvl_cnt - 1") if listed else (str(nt), str(nt - 1))
         # "pingpong": the two consumer warpgroups take turns issuing their products (named barrier 1 + wg is
         # warpgroup wg's turn, given by the other's arrival once it issued its own), so one's softmax runs
         # while the other's products do
         turn = ["asm volatile(\"bar.sync %0, 256;\\n\" :: \"r\"(1 + wg) : \"memory\");"] if self.pingpong else []
         done = ["asm volatile(\"bar.arrive %0, 256;\\n\" :: \"r\"(2 - wg) : \"memory\");"] if self.pingpong else []
         first = ["{", *indent([
+            *(["const int tk = cvl_tiles[0];  // the first listed key tile"] if listed else []),
             self.wait_full("k", "0"), *turn, "cvl_wgmma_fence();",
-            *self.issue_scores(self.slot("0") if self.persistent else "0"), "cvl_wgmma_commit();",
+            *self.issue_scores(self.slot("0") if self.base else "0"), "cvl_wgmma_commit();",
             *done, "cvl_wgmma_wait<0>();", "cvl_pin(s[0]);", self.release("k", "0"),
-            "float alpha[2];", *self.scores_ready("0"), "(void)alpha;  // o is still 0", *self.pack()]), "}"]
+            "float alpha[2];", *self.scores_ready("tk" if listed else "0"), "(void)alpha;  // o is still 0",
+            *(self.listed_check("tk != 0", "tiles skipped before it: this tile's maxima must zero their numerators")
+              if listed else []),
+            *self.pack()]), "}"]
         loop = [
+            *(["const int tk = cvl_tiles[t];  // the key tile",
+               *self.listed_check("tk != cvl_tiles[t - 1] + 1", "tiles skipped since the last")] if listed else []),
             self.wait_full("k", "t"), self.wait_full("v", "t - 1"), *turn,
             "cvl_wgmma_fence();", *self.issue_scores(self.slot("t")), "cvl_wgmma_commit();",
             *self.issue_pv(self.slot("t - 1")), "cvl_wgmma_commit();", *done,
             "cvl_wgmma_wait<1>();  // S of tile t (O += P V of tile t - 1 may still run)", "cvl_pin(s[0]);",
             self.release("k", "t"),
-            "float alpha[2];", *self.scores_ready("t"),
+            "float alpha[2];", *self.scores_ready("tk" if listed else "t"),
             "cvl_wgmma_wait<0>();", "cvl_pin(o[0]);", "cvl_pin(pf);", self.release("v", "t - 1"),
             *rescale, *self.pack(),
         ]
-        last = [*self.free_q(), self.wait_full("v", str(nt - 1)), *turn, "cvl_wgmma_fence();",
-                *self.issue_pv(self.slot(str(nt - 1))),
+        # with "persistent" the next work item's tiles reuse the last V slot, with "list" the second pass's
+        last = [*self.free_q(), self.wait_full("v", last_use), *turn, "cvl_wgmma_fence();",
+                *self.issue_pv(self.slot(last_use)),
                 "cvl_wgmma_commit();", *done, "cvl_wgmma_wait<0>();", "cvl_pin(o[0]);",
-                *([self.release("v", str(nt - 1))] if self.persistent else [])]  # the next work item's tiles reuse it
+                *([self.release("v", last_use)] if self.persistent or listed else [])]
         if self.pingpong:  # warpgroup 1 lets warpgroup 0 go first; warpgroup 0 takes that extra arrival at the end
             first = ["if (wg == 1) asm volatile(\"bar.arrive 1, 256;\\n\" ::: \"memory\");", *first]
             last += ["if (wg == 0) asm volatile(\"bar.sync 1, 256;\\n\" ::: \"memory\");"]
-        return [*first, "#pragma unroll 1", f"for (int t = 1; t < {nt}; ++t) {{", *indent(loop), "}", *last]
+        return [*first, "#pragma unroll 1", f"for (int t = 1; t < {count}; ++t) {{", *indent(loop), "}", *last]
+
+    def listed_check(self, gap: str, what: str) -> list[str]:
+        """"skip": "list": when ``gap`` (tiles were skipped just before this point), ``cvl_ok`` false unless every
+        row slot of this thread holds a maximum that zeroes the fill's numerators (:meth:`fill_gone`). The tiles
+        computed are those the plain loop computes, less some all fill; so long as each row's maximum when a skipped
+        tile would have come (or, for tiles before the first computed, after that one: its maximum rescales what
+        they added by 2^-150, to exactly 0) zeroes the fill, the skip adds what they would have, nothing, and the
+        results are the same bits."""
+        lines, gone = self.fill_gone()
+        return [f"if ({gap}) {{  // {what}", *indent([
+            *lines, "#pragma unroll", "for (int r = 0; r < 2; ++r) {", "    const int m = m0 + wm + lane / 4 + r * 8;",
+            "    (void)m;", f"    cvl_ok = cvl_ok && {gone};", "}"]), "}"]
+
+    def listed_loop(self) -> list[str]:
+        """"skip": "list": the overlapped loop over the block's listed key tiles (:meth:`listed_plan`), then the
+        verdict of every consumer thread: were the skips exact (:meth:`listed_check`; a row masked whole, or whose
+        logits come within 150 / log2 e of the fill, is not)? The first consumer thread publishes it to the producer
+        (``cvl_redo``, then an arrival on the verdict barrier); if not, every consumer starts afresh and runs the
+        plain loop over every key tile, which the producer loads again, their uses of the slots counted on from
+        the first pass's."""
+        nt = self.nt
+        first_pass = self.overlapped_pass(listed=True)
+        self.base = "cvl_cnt"
+        try:
+            again = [*self.zero_state(), *self.overlapped_pass()]
+        finally:
+            self.base = None
+        return [
+            "bool cvl_ok = true;  // the skipped tiles' numerators all 0 in this thread's rows",
+            "if (cvl_cnt > 0) {", *indent(first_pass), "}",
+            *self.listed_check(f"cvl_cnt == 0 || cvl_tiles[cvl_cnt - 1] != {nt - 1}", "tiles skipped after the last"),
+            f"const bool cvl_again = cvl_consumers_any(!cvl_ok, {128 * self.groups}u);  // some skip inexact",
+            "if (wg == 0 && threadIdx.x % 128 == 0) {", "    cvl_redo = cvl_again;",
+            f"    cvl_mbar_arrive(bars + 8 * {self.verdict});  // the producer's: load every tile again, or stop", "}",
+            "if (cvl_again) {  // every key tile, as without the skip", *indent(again), "}",
+        ]
 
     def consumer(self) -> list[str]:
         work = [*self.warpgroup_state("wg"), *self.fold_constants(),
@@ -1359,32 +1473,98 @@ class _WsAttention(_WgmmaAttention):
             *self.work_items(work),
         ]
 
+    # ------------------------------------------------------------------ "skip": "list", the block's key tiles
+    def listed_bytes(self) -> int:
+        """"skip": "list": the shared memory of :meth:`listed_shared` and the verdict's barrier."""
+        return -(-self.N // 32) + 2 * self.nt + 8 + 8
+
+    def listed_shared(self) -> list[str]:
+        chunks, nt = -(-self.N // 32), self.nt
+        return [f"__shared__ unsigned char cvl_chunks[{chunks}];  // \"skip\": \"list\": some key of these 32 passes "
+                "the mask against the block's rows",
+                f"__shared__ unsigned short cvl_tiles[{nt}];  // the key tiles to compute, in order",
+                "__shared__ int cvl_count;  // how many",
+                "__shared__ volatile int cvl_redo;  // the consumers' verdict: some skip inexact, every tile again"]
+
+    def listed_keys(self) -> list[str]:
+        """"skip": "list", every thread of the block: ``cvl_chunks[c]``, whether some key of the 32 from ``32 c``
+        passes the separable mask's comparison (:attr:`separable_mask`) with the extreme of the row side over the
+        block's rows within M (each warp takes the extreme itself: a load a lane for every 32 rows, no barrier)."""
+        op, (kvalue, kmap), (rvalue, rmap) = self.separable_mask
+        ctype, lowest, highest = self.SEPARABLE_TYPES[self.p.types[rvalue].dtype]
+        pick, start = ("max", lowest) if self.SEPARABLE[op][0] == "max" else ("min", highest)
+        combine = {"int": pick, "float": f"f{pick}f", "double": f"f{pick}"}[ctype]
+        symbol = {"lt": "<", "le": "<=", "gt": ">", "ge": ">="}[op]
+        row_lines: list[str] = []
+        row = self.k.walk(row_lines.append, self.coord, None, None).value(rvalue, rmap)
+        key_lines: list[str] = []
+        key = self.k.walk(key_lines.append, self.coord, None, None).value(kvalue, kmap)
+        rows_in = f"if (m < {self.M}) " if self.M % self.bm else ""
+        keys_in = f"if (n < {self.N}) " if self.N % 32 else ""
+        warps, chunks = self.threads // 32, -(-self.N // 32)
+        return ["{  // \"skip\": \"list\": which keys some row of the block sees", *indent([
+            f"{ctype} cvl_rows = {start};  // the mask's row side, its {pick} over the block's rows",
+            "#pragma unroll 1", f"for (int r = threadIdx.x % 32; r < {self.bm}; r += 32) {{",
+            "    const int m = m0 + r;", "    (void)m;",
+            f"    {rows_in}{{", *indent(row_lines, 2), f"        cvl_rows = {combine}(cvl_rows, ({ctype})({row}));", "    }",
+            "}", "#pragma unroll", "for (int o = 1; o < 32; o *= 2)",
+            f"    cvl_rows = {combine}(cvl_rows, __shfl_xor_sync(0xffffffffu, cvl_rows, o));",
+            "#pragma unroll 1", f"for (int c = threadIdx.x / 32; c < {chunks}; c += {warps}) {{",
+            "    const int n = c * 32 + (int)(threadIdx.x % 32);", "    (void)n;", "    bool pass = false;",
+            f"    {keys_in}{{", *indent(key_lines, 2), f"        pass = ({ctype})({key}) {symbol} cvl_rows;", "    }",
+            "    pass = __any_sync(0xffffffffu, pass);", "    if (threadIdx.x % 32 == 0) cvl_chunks[c] = pass;",
+            "}"]), "}"]
+
+    def listed_tiles(self) -> list[str]:
+        """"skip": "list", after the barrier that follows :meth:`listed_keys`: warp 0 lists the key tiles with a
+        key that passes, in order (a ballot a 32 tiles), into ``cvl_tiles``; then ``cvl_cnt``, their count,
+        warp-uniform (a shuffle of lane 0's: ptxas serialises a wgmma under a branch it cannot prove uniform)."""
+        per, chunks, nt = self.bn // 32, -(-self.N // 32), self.nt
+        return [
+            "if (threadIdx.x < 32) {  // \"skip\": \"list\": the key tiles to compute", *indent([
+                "int count = 0;", "#pragma unroll 1", f"for (int t0 = 0; t0 < {nt}; t0 += 32) {{", *indent([
+                    "const int t = t0 + (int)threadIdx.x;", "bool keep = false;",
+                    "#pragma unroll", f"for (int j = 0; j < {per}; ++j)",
+                    f"    keep = keep || (t * {per} + j < {chunks} && cvl_chunks[t * {per} + j] != 0);",
+                    "const unsigned kept = __ballot_sync(0xffffffffu, keep);",
+                    "if (keep) cvl_tiles[count + __popc(kept & ((1u << threadIdx.x) - 1u))] = (unsigned short)t;",
+                    "count += __popc(kept);"]), "}",
+                "if (threadIdx.x == 0) cvl_count = count;"]), "}",
+            "__syncthreads();",
+            "const int cvl_cnt = __shfl_sync(0xffffffffu, cvl_count, 0);  // the listed tiles: warp-uniform to ptxas",
+        ]
+
     # ------------------------------------------------------------------ the kernel
     def render(self, entry: str) -> Emitted:
         k, s = self.k, self.stages
         body = [
             "extern __shared__ __align__(1024) unsigned char cvl_smem[];",
-            f"__shared__ __align__(8) unsigned long long cvl_bars[{1 + 4 * s + self.persistent}];",
+            f"__shared__ __align__(8) unsigned long long cvl_bars[{1 + 4 * s + self.persistent + self.listed}];",
             *([f"__shared__ volatile unsigned char cvl_votes[{self.vote_ring * self.groups}];  // \"skip\": "
-               "the warpgroups' votes on a tile"] if self.masked is not None else []),
+               "the warpgroups' votes on a tile"] if self.masked is not None and not self.listed else []),
+            *(self.listed_shared() if self.listed else []),
             "const unsigned sq = (cvl_smem_addr(cvl_smem) + 1023u) & ~1023u;  // the block's Q rows",
             f"const unsigned sk = sq + {self.q_bytes}u;  // {s} slots of K",
             f"const unsigned sv = sk + {s * self.k_bytes}u;  // {s} slots of V",
             f"const unsigned bars = cvl_smem_addr(cvl_bars);  // Q; K full [{s}]; V full; K empty; V empty"
-            + ("; Q empty" if self.persistent else ""),
+            + ("; Q empty" if self.persistent else "") + ("; the verdict" if self.listed else ""),
             *([] if self.persistent else [*self.decode(), f"const int m0 = mt * {self.bm};"]),
+            *(self.listed_keys() if self.listed else []),
             "if (threadIdx.x == 0) {",
             *[f"    cvl_tma_prefetch({m});" for m in self.maps.values()],
             f"    for (int i = 0; i < {1 + 2 * s}; ++i) cvl_mbar_init(bars + 8 * i, 1u);",
             f"    for (int i = {1 + 2 * s}; i < {1 + 4 * s + self.persistent}; ++i) cvl_mbar_init(bars + 8 * i, {self.groups}u);",
+            *([f"    cvl_mbar_init(bars + 8 * {self.verdict}, 1u);"] if self.listed else []),
             "    asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");",
             "}",
             "__syncthreads();",
+            *(self.listed_tiles() if self.listed else []),
             "if (threadIdx.x < 128) {", *indent(self.producer()), "} else {", *indent(self.consumer()), "}",
         ]
         lines = [*k.signature(entry, self.threads), *indent(body), "}"]
         grid = min(self.items, self.blocks) if self.persistent else self.items
         helpers = (cuda_wgmma.HELPERS + cuda_wgmma.TMA_HELPERS + cuda_wgmma.TMA3_HELPERS + cuda_wgmma.WS_HELPERS_OUTLINED_TRAP
                    + BAND_HELPERS + PACK_HELPER + self.wgmma_helpers()
-                   + (WG_ALL_HELPER if self.masked is not None else ""))
+                   + (WG_ALL_HELPER if self.masked is not None and not self.listed else "")
+                   + (CONSUMERS_ANY_HELPER if self.listed else ""))
         return Emitted(lines, (grid, 1, 1), (self.threads, 1, 1), self.shared_total(), helpers, (f"-arch={cuda_wgmma.ARCH}",))

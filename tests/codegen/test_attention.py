@@ -244,6 +244,79 @@ def test_barrier_protocol_model_checks_the_unloaded_tiles(monkeypatch):
         simulate(k, 0)
 
 
+CAUSAL = ROOT / "benchmarks" / "shapes" / "attention_full_f16-causal.yaml"
+
+
+@pytest.mark.parametrize("groups", [1, 2, 4])
+def test_barrier_protocol_model_runs_the_listed_tiles(groups, monkeypatch):
+    """"skip": "list": the producer loads the block's listed key tiles, waits for the consumers' verdict and, if some
+    skip was inexact, every tile again; the consumers run the listed tiles, publish the verdict and run every tile
+    again, their uses of the slots counted on from the first pass's. The model draws the list (perhaps empty) and the
+    verdict, and each consumer warpgroup runs as its four warps."""
+    from ws_protocol import simulate
+
+    k = _ws_kernel(monkeypatch, CAUSAL, {"skip": "list", "groups": groups}, {"B": 1, "M": 512, "N": 700})
+    assert k.listed and not k.persistent and k.groups == groups
+    for seed in range(MODEL_SEEDS):
+        assert simulate(k, seed) > 0
+
+
+@pytest.mark.parametrize("fault, message", [
+    ("no verdict wait", "verdict read before"),
+    ("last V kept", "deadlock"),
+    ("second pass counted from 0", "deadlock|read from slot"),
+])
+def test_barrier_protocol_model_checks_the_listed_passes(fault, message, monkeypatch):
+    """The model fails a producer that reads the verdict without waiting for it, a first pass that keeps its last V
+    slot (the second pass's producer waits for it for ever) and a second pass whose uses of the slots count from 0
+    (its barriers' phases are not where the first pass left them)."""
+    from ws_protocol import simulate
+
+    from cuvil_dsl.codegen import cuda_attention
+
+    cls = cuda_attention._WsAttention
+    if fault == "no verdict wait":
+        producer = cls.producer
+        monkeypatch.setattr(cls, "producer", lambda self: [ln for ln in producer(self) if "the consumers' verdict" not in ln])
+    elif fault == "last V kept":
+        overlapped = cls.overlapped_pass
+        monkeypatch.setattr(cls, "overlapped_pass", lambda self, listed=False: [
+            ln for ln in overlapped(self, listed) if not (listed and ln == self.release("v", "cvl_cnt - 1"))])
+    else:
+        listed_loop = cls.listed_loop
+
+        def from_zero(self):
+            lines = listed_loop(self)
+            i = next(i for i, ln in enumerate(lines) if ln.startswith("if (cvl_again) {"))
+            return lines[:i] + [ln.replace("cvl_cnt + ", "") for ln in lines[i:]]
+
+        monkeypatch.setattr(cls, "listed_loop", from_zero)
+    k = _ws_kernel(monkeypatch, CAUSAL, {"skip": "list", "groups": 2}, {"B": 1, "M": 512, "N": 700})
+    with pytest.raises(AssertionError, match=message):
+        for seed in range(4 * MODEL_SEEDS):
+            simulate(k, seed)
+
+
+def test_listed_tiles_take_a_separable_mask_on_a_grid_of_blocks_of_rows(tmp_path, monkeypatch):
+    """"skip": "list" lists the key tiles before the loop where the mask compares a key's value with a row's (the
+    list needs the rows' extreme) and each block has one block of rows; elsewhere (a bool mask, a persistent grid)
+    the vote skips. Its source: the list in shared memory, one barrier of the consumers' verdict, no votes."""
+    k = _ws_kernel(monkeypatch, CAUSAL, {"skip": "list"}, {"B": 2, "M": 333, "N": 700})
+    source = "\n".join(k.render("f").lines)
+    assert k.listed and "cvl_tiles[" in source and "cvl_consumers_any(" in source and "cvl_votes" not in source
+    assert "cvl_chunks[22]" in source  # a byte for every 32 of the 700 keys
+    k = _ws_kernel(monkeypatch, CAUSAL, {"skip": "list", "persistent": 2}, {"B": 2, "M": 333, "N": 700})
+    assert not k.listed and k.masked is not None and "cvl_votes" in "\n".join(k.render("f").lines)
+    (tmp_path / "m.cuvil").write_text(
+        "pipeline m(q: f16[B, M, D], k: f16[B, N, D], v: f16[B, N, D], mask: bool[M, N]) -> o: f16[B, M, D] {\n"
+        "    o = softmax(where(mask, (q @ k.T) * 0.125, -30000.0)) @ v\n}\n")
+    (tmp_path / "m.yaml").write_text("pipeline: m.cuvil\nshapes: {B: 2, M: 333, N: 700, D: 64}\n")
+    k = _ws_kernel(monkeypatch, tmp_path / "m.yaml", {"skip": "list"})
+    assert not k.listed and k.masked is not None
+    with pytest.raises(ValueError, match="skip 'all'"):
+        _ws_kernel(monkeypatch, CAUSAL, {"skip": "all"})
+
+
 def _decoded(k, index: int) -> tuple[int, int]:
     """(mt, bz) of grid index ``index``, by evaluating the kernel's rendered decode lines (C integer arithmetic on
     non-negative values, so ``/`` is Python's ``//``)."""

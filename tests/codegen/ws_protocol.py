@@ -17,6 +17,11 @@ them to leave a tile every warpgroup voted out unloaded: the model fails when th
 written or already overwritten by a later tile's, and (through the slots' contents) when a warpgroup reads a
 tile that was not loaded.
 
+With "skip": "list" the block's key tiles to compute (``cvl_tiles``, ``cvl_cnt`` of them) and the consumers' verdict
+(is every skip exact? if not, every tile again, the uses of the slots counted on) are data too: the model draws the
+list and the verdict at random, and fails when the producer reads the verdict before the consumers published it, or
+a consumer reads a slot not holding the tile of the sequence (the list, then with a second pass every tile).
+
 Each consumer warpgroup runs as its 4 warps, each an actor of its own (``warps``): only warp 0 runs the lines
 of the warpgroup's releasing thread (``threadIdx.x % 128 == 0``), and the warps meet only where the GPU makes
 them: at each wgmma (``cvl_wgmma_fence`` before a product; the warpgroup issues it together) and at each vote.
@@ -34,7 +39,7 @@ from __future__ import annotations
 import random
 import re
 
-_FOR_T = re.compile(r"for \(int t = (\d+); t < (\d+); \+\+t\) \{$")
+_FOR_T = re.compile(r"for \(int t = (.+?); t < (.+?); \+\+t\) \{$")
 _FOR_ITEMS = re.compile(r"for \(int i = 0, it = blockIdx\.x, g = 0; it < (\d+); \+\+i, it \+= gridDim\.x, g \+= (\d+)\) \{$")
 _IF_LINE = re.compile(r"if \((.+?)\) ((?:cvl_|asm ).*)$")
 _STAGE = re.compile(r"const unsigned stage = (.+) % (\d+), use = (.+) / (\d+);$")
@@ -45,7 +50,7 @@ _COPY = re.compile(r"cvl_tma_[23]d\((s[qkv])(?: \+ (.+?))?, tma_[qkv],")
 _READ = re.compile(r"desc_([kv]) \+ \(\(\((.+?)\) \* \d+ \+")
 _NAMED = re.compile(r'asm volatile\("bar\.(sync|arrive) (%0|\d+), 256;\\n"(?: :: "r"\((.+?)\))?')
 _EVENTS = ("cvl_mbar", "cvl_tma", "desc_k +", "desc_v +", "bar.sync", "bar.arrive", "cvl_pend", "cvl_skip =",
-           "cvl_vote", "cvl_plan", "cvl_gone")
+           "cvl_vote", "cvl_plan", "cvl_gone", "cvl_redo", "cvl_again", "cvl_consumers_any", "tk =")
 # "skip" (a masked tile's products left out): its flags, declared, set and branched on; the vote that sets cvl_vote
 # is data (the mask, the rows' maxima), so the model draws it at random
 _FLAG_DECL = re.compile(r"(?:bool|int|unsigned) (cvl_(?:skip|pend|vote|plan))(?: = (\w+))?;$")
@@ -55,7 +60,11 @@ _PLAN_ADD = re.compile(r"cvl_plan \|= \(unsigned\)cvl_vote << (\d+);$")
 _PLAN_NEXT = re.compile(r"cvl_skip = \(__shfl_sync\(0xffffffffu, cvl_plan, 0\) & 1u\) != 0;$")
 _PUBLISH = re.compile(r"cvl_votes\[\((.+)\) % (\d+) \* (\d+) \+ wg\] = cvl_vote;$")
 _GONE = re.compile(r"const bool cvl_gone = \((.+?)\) && cvl_all_voted\(cvl_votes \+ \((.+)\) % (\d+) \* (\d+), (\d+)\);$")
-_IF_FLAG = re.compile(r"if \((cvl_(?:skip|pend|gone))\) \{$")
+_IF_FLAG = re.compile(r"if \((cvl_(?:skip|pend|gone|again|redo))\) \{$")
+# "skip": "list": the key tile of a use of the slots; the consumers' verdict, taken together and published
+_TILE = re.compile(r"const int tk = (.+);$")
+_AGAIN = re.compile(r"const bool cvl_again = cvl_consumers_any\(!cvl_ok, (\d+)u\);$")
+_IF_DATA = re.compile(r"if \((cvl_cnt > 0|wg == 0 && threadIdx\.x % 128 == 0)\) \{$")
 _BOOL = {"false": 0, "true": 1}
 
 
@@ -105,11 +114,21 @@ class Block:
         self.met: dict[tuple, list[int]] = {}  # (warpgroup, point) -> how many times each of its warps got there
         self.votes: dict[str, list[int]] = {}  # warpgroup -> its votes so far (every warp reads the same)
         self.published: dict[tuple, tuple] = {}  # (ring entry, warpgroup) -> (tile counted over the block, vote)
+        self.sequence = list(range(k.nt))  # the key tiles each work item's consumers read, in order
+        self.tiles, self.redo, self.verdict = [], False, None  # "skip": "list": the list, the verdict, published?
+        if getattr(k, "listed", False):
+            self.need[k.verdict] = 1  # the verdict's barrier: the first consumer thread's arrival
 
-    def meet(self, group: str, warp: int, point: str):
+    def draw(self, rng: random.Random) -> None:
+        """"skip": "list": the block's listed tiles (some of them, in order, perhaps none) and the verdict."""
+        self.tiles = sorted(rng.sample(range(self.k.nt), rng.randint(0, self.k.nt)))
+        self.redo = rng.random() < 0.5 or not self.tiles
+        self.sequence = self.tiles + (list(range(self.k.nt)) if self.redo else [])
+
+    def meet(self, group: str, warp: int, point: str, size: int | None = None):
         """A generator: warp ``warp`` of ``group`` at its next ``point`` (a wgmma, a vote), waiting for the
-        warpgroup's other warps to get there too."""
-        counts = self.met.setdefault((group, point), [0] * self.warps)
+        warpgroup's other warps (or the ``size`` warps of ``group``) to get there too."""
+        counts = self.met.setdefault((group, point), [0] * (size or self.warps))
         counts[warp] += 1
         self.version += 1
         while min(counts) < counts[warp]:
@@ -174,6 +193,17 @@ def _actor(block: Block, tree: list, env: dict, who: str, reads: dict, votes: ra
                 drawn.append(int(votes.random() < 0.5))
             env["cvl_vote"] = drawn[mine - 1]
             return
+        if (m := _TILE.match(ln)):
+            env["tk"] = _c(m.group(1), env)
+            return
+        if (m := _AGAIN.match(ln)):  # every consumer thread's barrier: all of them get the block's verdict
+            assert int(m.group(1)) == 128 * block.k.groups, ln
+            yield from block.meet("consumers", env["wg"] * block.warps + warp, "verdict", block.k.groups * block.warps)
+            env["cvl_again"] = int(block.redo)
+            return
+        if ln == "cvl_redo = cvl_again;":
+            block.verdict = env["cvl_again"]
+            return
         if (m := _PLAN_ADD.match(ln)):
             env["cvl_plan"] |= env["cvl_vote"] << int(m.group(1))
             return
@@ -216,6 +246,10 @@ def _actor(block: Block, tree: list, env: dict, who: str, reads: dict, votes: ra
             return
         if (m := _ARRIVE.match(ln)):
             bar = _c(m.group(1), env)
+            if getattr(block.k, "listed", False) and bar == block.k.verdict:
+                assert block.verdict is not None, f"{who}: the verdict's barrier arrived at before the verdict was written"
+                block.arrive(bar)
+                return
             if bar >= 1 + 2 * s:  # an empty barrier: this consumer is done with the slot's tile
                 kind = "q" if bar == 1 + 4 * s else "k" if bar < 1 + 3 * s else "v"
                 slot = 0 if kind == "q" else (bar - 1 - 2 * s) % s
@@ -229,14 +263,14 @@ def _actor(block: Block, tree: list, env: dict, who: str, reads: dict, votes: ra
             kind = m.group(1)[1]
             slot = 0 if kind == "q" else _c(m.group(2).split(" * ")[0], env)
             assert not block.busy[(kind, slot)], f"{who}: {kind} slot {slot} overwritten while read by {block.busy[(kind, slot)]}"
-            block.slots[(kind, slot)] = (env["it"], None if kind == "q" else env["t"])
+            block.slots[(kind, slot)] = (env["it"], None if kind == "q" else env.get("tk", env["t"]))
             return
         if read:
             kind, slot = read.group(1), _c(read.group(2), env)
             # the product reads its operands once, issued by all the warps (they met at its fence): warp 0 stands
             # for the warpgroup
             if env["lead"] and last_read != (kind, slot):  # the first wgmma of a product: the next tile of this kind
-                want = (env["it"], reads[kind])
+                want = (env["it"], block.sequence[reads[kind]])
                 got = block.slots[(kind, slot)]
                 assert got == want, f"{who}: {kind} tile {want} read from slot {slot}, which holds {got}"
                 if kind == "k":  # S = Q K^T reads Q too
@@ -275,14 +309,20 @@ def _actor(block: Block, tree: list, env: dict, who: str, reads: dict, votes: ra
                     reads["k"] = reads["v"] = 0
                     yield from run(body)
             elif (m := _FOR_T.match(head)):
-                for t in range(int(m.group(1)), int(m.group(2))):
+                for t in range(_c(m.group(1), env), _c(m.group(2), env)):
                     env["t"] = t
                     yield from run(body)
                 flush()
             elif head == "{" or head.startswith("if (threadIdx.x == 0)"):
                 yield from run(body)
+            elif (m := _IF_DATA.match(head)):
+                if _c(m.group(1), env):
+                    yield from run(body)
             elif (m := _IF_FLAG.match(head)):
                 then, other = _split_else(body)
+                if m.group(1) == "cvl_redo":  # the producer reads the verdict
+                    assert block.verdict is not None, f"{who}: the verdict read before the consumers wrote it"
+                    env["cvl_redo"] = block.verdict
                 taken = bool(env[m.group(1)])
                 skipped = m.group(1) == "cvl_skip" and taken
                 if skipped:  # tile t's K is not read; its V neither, after the last tile's product
@@ -306,15 +346,19 @@ def simulate(k, seed: int, block_index: int = 0, warps: int = 4) -> int:
     items = list(range(block_index, k.items, grid)) if k.persistent else [block_index]
     block = Block(k, items)
     block.warps = warps
+    rng = random.Random(seed)
+    listed = {}
+    if getattr(k, "listed", False):
+        block.draw(rng)
+        listed = {"cvl_tiles": block.tiles, "cvl_cnt": len(block.tiles)}
     producer_tree = _blocks(k.producer())
     consumer_tree = _blocks(k.consumer())
-    actors = {"producer": _actor(block, producer_tree, {"it": items[0], "i": 0, "g": 0}, "producer", {})}
-    rng = random.Random(seed)
+    actors = {"producer": _actor(block, producer_tree, {"it": items[0], "i": 0, "g": 0, **listed}, "producer", {})}
     for wg in range(k.groups):
         group, votes = f"consumer {wg}", random.Random(rng.random())
         for w in range(warps):
             who = f"{group} warp {w}" if warps > 1 else group
-            actors[who] = _actor(block, consumer_tree, {"it": items[0], "i": 0, "g": 0, "wg": wg}, who,
+            actors[who] = _actor(block, consumer_tree, {"it": items[0], "i": 0, "g": 0, "wg": wg, **listed}, who,
                                  {"k": 0, "v": 0}, votes, group, w)
     steps, blocked = 0, {}  # thread -> block.version when it last found its barrier closed
     while actors:

@@ -495,11 +495,6 @@ def test_skipped_masked_tiles_give_the_same_bits(tuning, form, tmp_path, monkeyp
     element tested), and positions compared, ``kpos <= qpos`` (the separable test: a key against its warp's
     largest row position), whose positions are out of order (a block of keys moved past every row, and rows moved
     before every key)."""
-    import os
-
-    from cuvil_dsl.codegen import cuda_attention
-    from cuvil_dsl.reference import execute
-
     M, N = 333, 700
     if form == "bool mask":
         signature, cond = "mask: bool[M, N]", "mask"
@@ -514,6 +509,22 @@ def test_skipped_masked_tiles_give_the_same_bits(tuning, form, tmp_path, monkeyp
         kpos = np.arange(N, dtype=np.int32)[None, :].copy()
         kpos[0, 256:384] = 10_000  # past every row: hidden from all of them
         extra = {"qpos": (qpos, DType.I32), "kpos": (kpos, DType.I32)}
+    _masked_bits(tmp_path, monkeypatch, M, N, signature, cond, extra, [{**tuning, "skip": skip} for skip in (False, True)],
+                 lambda source, t: (("cvl_wg_all" in source) is t["skip"]  # the skipping loop, or not
+                                    and ("cvl_rows" in source) is (t["skip"] and form == "positions")))
+
+
+def _masked_bits(tmp_path, monkeypatch, M: int, N: int, signature: str, cond: str, extra: dict, tunings: list[dict],
+                 expect) -> list:
+    """Masked attention ``softmax(where(cond, q k^T / 8, -30000)) @ v`` (q, k, v f16 [2, M|N, 64], fresh normal;
+    ``extra`` the mask's inputs, name -> (array, dtype)) run under each of ``tunings`` (ATTENTION_TUNING; ``expect``
+    (source, tuning) must hold of the kernel's source): every run's outputs the same bits as the first's, and
+    matching the reference. Returns the outputs."""
+    import os
+
+    from cuvil_dsl.codegen import cuda_attention
+    from cuvil_dsl.reference import execute
+
     (tmp_path / "m.cuvil").write_text(
         f"pipeline m(q: f16[B, M, D], k: f16[B, N, D], v: f16[B, N, D], {signature}) -> o: f16[B, M, D] {{\n"
         f"    o = softmax(where({cond}, (q @ k.T) * 0.125, -30000.0)) @ v\n}}\n")
@@ -523,19 +534,48 @@ def test_skipped_masked_tiles_give_the_same_bits(tuning, form, tmp_path, monkeyp
     rng = np.random.default_rng(seed)
     fresh = {name: rng.normal(size=(2, n, 64)).astype(np.float16) for name, n in (("q", M), ("k", N), ("v", N))}
     outs = []
-    for skip in (False, True):
-        monkeypatch.setattr(cuda_attention, "ATTENTION_TUNING", {**tuning, "skip": skip})
+    for tuning in tunings:
+        monkeypatch.setattr(cuda_attention, "ATTENTION_TUNING", dict(tuning))
         case = load_case(tmp_path / "m.yaml")
         prepared = Prepared(case)
         for name, (host, dtype) in [*((n, (h, DType.F16)) for n, h in fresh.items()), *extra.items()]:
             prepared.host[name] = host
             prepared.buffers[name][...] = _device_array(host, dtype)
-        source = prepared.launches[-1].kernel.source
-        assert ("cvl_wg_all" in source) is skip  # the skipping loop, or not
-        assert ("cvl_rows" in source) is (skip and form == "positions")  # the separable test
+        assert expect(prepared.launches[-1].kernel.source, tuning), tuning
         prepared.run()
         outs.append(prepared.results()["o"])
-    np.testing.assert_array_equal(outs[0].view(np.uint16), outs[1].view(np.uint16), err_msg=f"inputs of seed {seed}")
+        np.testing.assert_array_equal(outs[0].view(np.uint16), outs[-1].view(np.uint16),
+                                      err_msg=f"{tuning} against {tunings[0]}, inputs of seed {seed}")
     want = execute(case.pipeline, prepared.host, case.binding.params)
     rtol, atol = case.loaded.spec.check.tolerances(DType.F16, False)
-    assert_matches(outs[1], want["o"], DType.F16, rtol, atol)
+    assert_matches(outs[-1], want["o"], DType.F16, rtol, atol)
+    return outs
+
+
+@pytest.mark.parametrize("groups", [1, 2, 4])
+@pytest.mark.parametrize("form", ["causal with holes", "window", "f32 positions", "causal"])
+def test_listed_key_tiles_give_the_same_bits(form, groups, tmp_path, monkeypatch):
+    """ATTENTION_TUNING "skip": "list": each block lists the key tiles some row of it sees unmasked (a mask of
+    positions, ``kpos <= qpos`` and the like) and computes those alone; where a skipped tile's numerators would not
+    have been 0 (rows masked whole, whose softmax is uniform over the fill), the block runs every tile again. The
+    outputs are bit for bit those of the kernel without skipping, and match the reference, on ragged M and N with
+    fresh inputs: causal positions with rows masked whole and a block of keys moved past every row (tiles skipped
+    in the middle, and the second pass); a window computed in the kernel (tiles skipped before the first computed);
+    f32 positions in descending order (``>``); plain causal (the first pass alone)."""
+    M, N = 333, 700
+    qpos = np.arange(M, dtype=np.int32)[:, None] + 40
+    kpos = np.arange(N, dtype=np.int32)[None, :].copy()
+    signature, cond = "qpos: i32[M, 1], kpos: i32[1, N]", "kpos <= qpos"
+    if form == "causal with holes":
+        qpos[5:10] = -1  # before every key: masked whole
+        kpos[0, 256:384] = 10_000  # past every row: hidden from all of them
+    elif form == "window":
+        cond = "kpos > qpos - 200"
+    elif form == "f32 positions":
+        signature, cond = "qpos: f32[M, 1], kpos: f32[1, N]", "kpos > qpos"
+        qpos, kpos = (N - qpos).astype(np.float32), (N - kpos).astype(np.float32)
+    dtype = DType.F32 if form == "f32 positions" else DType.I32
+    extra = {"qpos": (qpos, dtype), "kpos": (kpos, dtype)}
+    tunings = [{"groups": groups}, {"groups": groups, "skip": "list"}]
+    _masked_bits(tmp_path, monkeypatch, M, N, signature, cond, extra, tunings,
+                 lambda source, t: ("cvl_tiles" in source) is (t.get("skip") == "list"))
