@@ -358,9 +358,10 @@ class _Attention:
             return None
         return self.k.uniform_names[other]
 
-    def logit(self) -> list[str]:
+    def logit(self, arg: str | None = None, amap=None) -> list[str]:
         """``s``: the softmax's argument at accumulator element ``ACC`` (row ``m``, key ``n``), -inf past N;
-        rows past M too when the work reads memory (its loads stay in bounds)."""
+        rows past M too when the work reads memory (its loads stay in bounds). (Or value ``arg`` at map ``amap``
+        in its place: see _WsAttention.bare.)"""
         k, lines = self.k, []
         ctype = k.lang.ctype(self.dtype)
 
@@ -373,10 +374,12 @@ class _Attention:
             return name
 
         w = k.walk(lines.append, self.coord, None, None, anchor)
-        arg = self.softmax.args[0]
-        x = w.value(arg, self.p.layout.maps[arg])
+        if arg is None:
+            arg = self.softmax.args[0]
+            amap = self.p.layout.maps[arg]
+        x = w.value(arg, amap)
         gemm = lambda value, m: "acc" if value == self.first.out else None  # noqa: E731
-        reads = any(value in k.names for value, _m in k.leaves([(arg, self.p.layout.maps[arg])], gemm))
+        reads = any(value in k.names for value, _m in k.leaves([(arg, amap)], gemm))
         tests = ([f"m < {self.M}"] if self.M % self.bm and reads else []) + ([f"n < {self.N}"] if self.N % self.bn else [])
         neg_inf = k.lang.literal(-math.inf, DType.F32)
         if not tests:
@@ -1012,6 +1015,9 @@ class _WsAttention(_WgmmaAttention):
         # of at most LIST_MAX_KEYS keys, one block of rows a block); else the vote
         self.listed = (skip == "list" and self.masked is not None and self.separable_mask is not None
                        and not self.persistent and self.N <= LIST_MAX_KEYS)
+        # "bare": with "list", a tile whose every key passes the mask against every row of the block is listed as such
+        # and computed without the where (its every element would take the where's value): no mask loads or compares
+        self.bare = self.listed and bool(tune.get("bare", True))
         self.base = "g" if self.persistent else None  # what a tile's use of the slots counts from (see use)
         self.verdict = 1 + 4 * self.stages  # "skip": "list": the barrier of the consumers' verdict (see listed_loop)
         self.q_bytes = self.bm * self.depth * 2
@@ -1086,7 +1092,7 @@ class _WsAttention(_WgmmaAttention):
                     f"if (t >= {s}) cvl_mbar_wait(bars + 8 * (1 + {3 * s} + stage), (use - 1) & 1);  // V's slot free",
                     *load_v]), "}"]
 
-            work = [f"cvl_mbar_expect_tx(bars, {self.q_bytes}u);", *q, *tiles("0", "cvl_cnt", "cvl_tiles[t]"),
+            work = [f"cvl_mbar_expect_tx(bars, {self.q_bytes}u);", *q, *tiles("0", "cvl_cnt", "cvl_tiles[t] & 32767"),
                     f"cvl_mbar_wait(bars + 8 * {self.verdict}, 0);  // the consumers' verdict on the skipped tiles",
                     "if (cvl_redo) {", *indent(tiles("cvl_cnt", f"cvl_cnt + {self.nt}", "t - cvl_cnt")), "}"]
         else:
@@ -1393,23 +1399,26 @@ class _WsAttention(_WgmmaAttention):
         turn = ["asm volatile(\"bar.sync %0, 256;\\n\" :: \"r\"(1 + wg) : \"memory\");"] if self.pingpong else []
         done = ["asm volatile(\"bar.arrive %0, 256;\\n\" :: \"r\"(2 - wg) : \"memory\");"] if self.pingpong else []
         first = ["{", *indent([
-            *(["const int tk = cvl_tiles[0];  // the first listed key tile"] if listed else []),
+            *(["const int tk = cvl_tiles[0] & 32767;  // the first listed key tile", *self.bare_flag("0")]
+              if listed else []),
             self.wait_full("k", "0"), *turn, "cvl_wgmma_fence();",
             *self.issue_scores(self.slot("0") if self.base else "0"), "cvl_wgmma_commit();",
             *done, "cvl_wgmma_wait<0>();", "cvl_pin(s[0]);", self.release("k", "0"),
-            "float alpha[2];", *self.scores_ready("tk" if listed else "0"), "(void)alpha;  // o is still 0",
+            "float alpha[2];", *(self.listed_scores() if listed else self.scores_ready("0")),
+            "(void)alpha;  // o is still 0",
             *(self.listed_check("tk != 0", "tiles skipped before it: this tile's maxima must zero their numerators")
               if listed else []),
             *self.pack()]), "}"]
         loop = [
-            *(["const int tk = cvl_tiles[t];  // the key tile",
-               *self.listed_check("tk != cvl_tiles[t - 1] + 1", "tiles skipped since the last")] if listed else []),
+            *(["const int tk = cvl_tiles[t] & 32767;  // the key tile", *self.bare_flag("t"),
+               *self.listed_check("tk != (cvl_tiles[t - 1] & 32767) + 1", "tiles skipped since the last")]
+              if listed else []),
             self.wait_full("k", "t"), self.wait_full("v", "t - 1"), *turn,
             "cvl_wgmma_fence();", *self.issue_scores(self.slot("t")), "cvl_wgmma_commit();",
             *self.issue_pv(self.slot("t - 1")), "cvl_wgmma_commit();", *done,
             "cvl_wgmma_wait<1>();  // S of tile t (O += P V of tile t - 1 may still run)", "cvl_pin(s[0]);",
             self.release("k", "t"),
-            "float alpha[2];", *self.scores_ready("tk" if listed else "t"),
+            "float alpha[2];", *(self.listed_scores() if listed else self.scores_ready("t")),
             "cvl_wgmma_wait<0>();", "cvl_pin(o[0]);", "cvl_pin(pf);", self.release("v", "t - 1"),
             *rescale, *self.pack(),
         ]
@@ -1422,6 +1431,21 @@ class _WsAttention(_WgmmaAttention):
             first = ["if (wg == 1) asm volatile(\"bar.arrive 1, 256;\\n\" ::: \"memory\");", *first]
             last += ["if (wg == 0) asm volatile(\"bar.sync 1, 256;\\n\" ::: \"memory\");"]
         return [*first, "#pragma unroll 1", f"for (int t = 1; t < {count}; ++t) {{", *indent(loop), "}", *last]
+
+    def bare_flag(self, use: str) -> list[str]:
+        """"bare": ``cvl_bare``, whether listed tile ``use`` passes the mask everywhere (its entry's top bit)."""
+        return [f"const bool cvl_bare = cvl_tiles[{use}] > 32767;  // every element unmasked"] if self.bare else []
+
+    def listed_scores(self) -> list[str]:
+        """:meth:`scores_ready` for listed tile ``tk``; with "bare", a tile every element of which passes the mask
+        takes the where's value without the where (the same bits, no loads of the mask)."""
+        if not self.bare:
+            return self.scores_ready("tk")
+        stats, _ = self.softmax_parts()
+        op = self.masked
+        bare = self.s_elements(self.logit(op.args[1], self.where_maps(op)[1]))
+        return [f"const int n0 = tk * {self.bn};", "(void)n0;", "if (cvl_bare) {", *indent(bare), "} else {",
+                *indent(self.s_elements(self.logit())), "}", *stats]
 
     def listed_check(self, gap: str, what: str) -> list[str]:
         """"skip": "list": when ``gap`` (tiles were skipped just before this point), ``cvl_ok`` false unless every
@@ -1452,7 +1476,8 @@ class _WsAttention(_WgmmaAttention):
         return [
             "bool cvl_ok = true;  // the skipped tiles' numerators all 0 in this thread's rows",
             "if (cvl_cnt > 0) {", *indent(first_pass), "}",
-            *self.listed_check(f"cvl_cnt == 0 || cvl_tiles[cvl_cnt - 1] != {nt - 1}", "tiles skipped after the last"),
+            *self.listed_check(f"cvl_cnt == 0 || (cvl_tiles[cvl_cnt - 1] & 32767) != {nt - 1}",
+                               "tiles skipped after the last"),
             f"const bool cvl_again = cvl_consumers_any(!cvl_ok, {128 * self.groups}u);  // some skip inexact",
             "if (wg == 0 && threadIdx.x % 128 == 0) {", "    cvl_redo = cvl_again;",
             f"    cvl_mbar_arrive(bars + 8 * {self.verdict});  // the producer's: load every tile again, or stop", "}",
@@ -1502,18 +1527,37 @@ class _WsAttention(_WgmmaAttention):
         rows_in = f"if (m < {self.M}) " if self.M % self.bm else ""
         keys_in = f"if (n < {self.N}) " if self.N % 32 else ""
         warps, chunks = self.threads // 32, -(-self.N // 32)
-        return ["{  // \"skip\": \"list\": which keys some row of the block sees", *indent([
-            f"{ctype} cvl_rows = {start};  // the mask's row side, its {pick} over the block's rows",
-            "#pragma unroll 1", f"for (int r = threadIdx.x % 32; r < {self.bm}; r += 32) {{",
-            "    const int m = m0 + r;", "    (void)m;",
-            f"    {rows_in}{{", *indent(row_lines, 2), f"        cvl_rows = {combine}(cvl_rows, ({ctype})({row}));", "    }",
-            "}", "#pragma unroll", "for (int o = 1; o < 32; o *= 2)",
-            f"    cvl_rows = {combine}(cvl_rows, __shfl_xor_sync(0xffffffffu, cvl_rows, o));",
-            "#pragma unroll 1", f"for (int c = threadIdx.x / 32; c < {chunks}; c += {warps}) {{",
-            "    const int n = c * 32 + (int)(threadIdx.x % 32);", "    (void)n;", "    bool pass = false;",
-            f"    {keys_in}{{", *indent(key_lines, 2), f"        pass = ({ctype})({key}) {symbol} cvl_rows;", "    }",
-            "    pass = __any_sync(0xffffffffu, pass);", "    if (threadIdx.x % 32 == 0) cvl_chunks[c] = pass;",
-            "}"]), "}"]
+        other, other_start = ("min", highest) if pick == "max" else ("max", lowest)
+        other_combine = {"int": other, "float": f"f{other}f", "double": f"f{other}"}[ctype]
+        nan = ctype != "int"  # a NaN row fails every comparison: no tile passes everywhere
+        rows = [f"cvl_rows = {combine}(cvl_rows, r_);"]
+        keys = [f"pass = k_ {symbol} cvl_rows;"]
+        if self.bare:  # every key of a tile passes against every row: against the rows' other extreme
+            rows += [f"cvl_all = {other_combine}(cvl_all, r_);", *(["cvl_nan = cvl_nan || r_ != r_;"] if nan else [])]
+            keys += [f"every = k_ {symbol} cvl_all" + (" && !cvl_nan;" if nan else ";")]
+        shuffle = [f"    cvl_rows = {combine}(cvl_rows, __shfl_xor_sync(0xffffffffu, cvl_rows, o));"]
+        if self.bare:
+            shuffle += [f"    cvl_all = {other_combine}(cvl_all, __shfl_xor_sync(0xffffffffu, cvl_all, o));"]
+        flag = "(unsigned char)(__any_sync(0xffffffffu, pass) | (__all_sync(0xffffffffu, every) << 1))" if self.bare \
+            else "(unsigned char)__any_sync(0xffffffffu, pass)"
+        return ["{  // \"skip\": \"list\": which keys some row of the block sees" + (", and every row" if self.bare else ""),
+                *indent([
+                    f"{ctype} cvl_rows = {start};  // the mask's row side, its {pick} over the block's rows",
+                    *([f"{ctype} cvl_all = {other_start};  // and its {other}", *(["bool cvl_nan = false;"] if nan else [])]
+                      if self.bare else []),
+                    "#pragma unroll", f"for (int i = 0; i < {self.bm // 32}; ++i) {{",
+                    "    const int m = m0 + i * 32 + (int)(threadIdx.x % 32);", "    (void)m;",
+                    f"    {rows_in}{{", *indent(row_lines, 2), f"        const {ctype} r_ = ({ctype})({row});",
+                    *indent(rows, 2), "    }",
+                    "}", *(["cvl_nan = __any_sync(0xffffffffu, cvl_nan);"] if self.bare and nan else []),
+                    "#pragma unroll", "for (int o = 1; o < 32; o *= 2) {", *shuffle, "}",
+                    "#pragma unroll 4", f"for (int c = threadIdx.x / 32; c < {chunks}; c += {warps}) {{",
+                    "    const int n = c * 32 + (int)(threadIdx.x % 32);", "    (void)n;",
+                    "    bool pass = false;" + (" bool every = true;  // (keys past N pass everywhere)" if self.bare else ""),
+                    f"    {keys_in}{{", *indent(key_lines, 2), f"        const {ctype} k_ = ({ctype})({key});",
+                    *indent(keys, 2), "    }",
+                    f"    const unsigned char flag = {flag};", "    if (threadIdx.x % 32 == 0) cvl_chunks[c] = flag;",
+                    "}"]), "}"]
 
     def listed_tiles(self) -> list[str]:
         """"skip": "list", after the barrier that follows :meth:`listed_keys`: warp 0 lists the key tiles with a
@@ -1523,11 +1567,13 @@ class _WsAttention(_WgmmaAttention):
         return [
             "if (threadIdx.x < 32) {  // \"skip\": \"list\": the key tiles to compute", *indent([
                 "int count = 0;", "#pragma unroll 1", f"for (int t0 = 0; t0 < {nt}; t0 += 32) {{", *indent([
-                    "const int t = t0 + (int)threadIdx.x;", "bool keep = false;",
-                    "#pragma unroll", f"for (int j = 0; j < {per}; ++j)",
-                    f"    keep = keep || (t * {per} + j < {chunks} && cvl_chunks[t * {per} + j] != 0);",
+                    "const int t = t0 + (int)threadIdx.x;", "bool keep = false, every = true;",
+                    "#pragma unroll", f"for (int j = 0; j < {per}; ++j) {{",
+                    f"    const unsigned flag = t * {per} + j < {chunks} ? cvl_chunks[t * {per} + j] : 2u;",
+                    "    keep = keep || (flag & 1u) != 0;", "    every = every && (flag & 2u) != 0;", "}",
                     "const unsigned kept = __ballot_sync(0xffffffffu, keep);",
-                    "if (keep) cvl_tiles[count + __popc(kept & ((1u << threadIdx.x) - 1u))] = (unsigned short)t;",
+                    "if (keep) cvl_tiles[count + __popc(kept & ((1u << threadIdx.x) - 1u))] = "
+                    "(unsigned short)(t | (every ? 32768 : 0));  // the top bit: every element passes",
                     "count += __popc(kept);"]), "}",
                 "if (threadIdx.x == 0) cvl_count = count;"]), "}",
             "__syncthreads();",

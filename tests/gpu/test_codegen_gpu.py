@@ -576,6 +576,6 @@ def test_listed_key_tiles_give_the_same_bits(form, groups, tmp_path, monkeypatch
         qpos, kpos = (N - qpos).astype(np.float32), (N - kpos).astype(np.float32)
     dtype = DType.F32 if form == "f32 positions" else DType.I32
     extra = {"qpos": (qpos, dtype), "kpos": (kpos, dtype)}
-    tunings = [{"groups": groups}, {"groups": groups, "skip": "list"}]
+    tunings = [{"groups": groups, "skip": False}, {"groups": groups, "skip": "list"}]
     _masked_bits(tmp_path, monkeypatch, M, N, signature, cond, extra, tunings,
                  lambda source, t: ("cvl_tiles" in source) is (t.get("skip") == "list"))
