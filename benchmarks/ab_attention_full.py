@@ -93,6 +93,8 @@ VARIANTS = [
     ("skip: list, 3 consumers", None, {"ws": True, "groups": 3, "skip": "list"}),
     ("skip: list, 1 consumer", None, {"ws": True, "groups": 1, "skip": "list"}),
     ("skip: list, every tile masked", None, {"skip": "list", "bare": False}),
+    ("skip: list, untrimmed", None, {"skip": "list", "trim": False}),
+    ("skip: list, untrimmed, every tile masked", None, {"skip": "list", "trim": False, "bare": False}),
     ("skip: list, 2 consumers, every tile masked", None, {"ws": True, "groups": 2, "skip": "list", "bare": False}),
     # (Session 23, measured and removed, commit 15c36eb: "slack" S, a row keeping its exponent base while its maximum
     # passes it by at most S log2 units, the outputs rescaled only when some row's base moves: D 64 88.8 us at S 8 and

@@ -1018,6 +1018,9 @@ class _WsAttention(_WgmmaAttention):
         # "bare": with "list", a tile whose every key passes the mask against every row of the block is listed as such
         # and computed without the where (its every element would take the where's value): no mask loads or compares
         self.bare = self.listed and bool(tune.get("bare", True))
+        # "trim": with "list" and more than one consumer warpgroup, each computes the listed tiles up to the last that
+        # some row of its own sees, and releases the rest unread
+        self.trim = self.listed and groups > 1 and bool(tune.get("trim", True))
         self.base = "g" if self.persistent else None  # what a tile's use of the slots counts from (see use)
         self.verdict = 1 + 4 * self.stages  # "skip": "list": the barrier of the consumers' verdict (see listed_loop)
         self.q_bytes = self.bm * self.depth * 2
@@ -1392,7 +1395,7 @@ class _WsAttention(_WgmmaAttention):
         (:meth:`listed_check`)."""
         _, rescale = self.softmax_parts()
         nt = self.nt
-        count, last_use = ("cvl_cnt", "cvl_cnt - 1") if listed else (str(nt), str(nt - 1))
+        count, last_use = ("cvl_own", "cvl_own - 1") if listed else (str(nt), str(nt - 1))
         # "pingpong": the two consumer warpgroups take turns issuing their products (named barrier 1 + wg is
         # warpgroup wg's turn, given by the other's arrival once it issued its own), so one's softmax runs
         # while the other's products do
@@ -1473,11 +1476,18 @@ class _WsAttention(_WgmmaAttention):
             again = [*self.zero_state(), *self.overlapped_pass()]
         finally:
             self.base = None
+        own = ("const int cvl_own = __shfl_sync(0xffffffffu, cvl_mine[wg], 0);  // this warpgroup's listed tiles"
+               if self.trim else "const int cvl_own = cvl_cnt;  // the listed tiles")
+        # "trim": the listed tiles after this warpgroup's last, which none of its rows sees: their slots released
+        # unread, waited for by the releasing thread alone (see skipping_loop)
+        unread = ["#pragma unroll 1", "for (int t = cvl_own; t < cvl_cnt; ++t) {",
+                  *indent([*self.skip_slot("k", "t"), *self.skip_slot("v", "t")]), "}"] if self.trim else []
         return [
-            "bool cvl_ok = true;  // the skipped tiles' numerators all 0 in this thread's rows",
-            "if (cvl_cnt > 0) {", *indent(first_pass), "}",
-            *self.listed_check(f"cvl_cnt == 0 || (cvl_tiles[cvl_cnt - 1] & 32767) != {nt - 1}",
+            own, "bool cvl_ok = true;  // the skipped tiles' numerators all 0 in this thread's rows",
+            "if (cvl_own > 0) {", *indent(first_pass), "}",
+            *self.listed_check(f"cvl_own == 0 || (cvl_tiles[cvl_own - 1] & 32767) != {nt - 1}",
                                "tiles skipped after the last"),
+            *unread,
             f"const bool cvl_again = cvl_consumers_any(!cvl_ok, {128 * self.groups}u);  // some skip inexact",
             "if (wg == 0 && threadIdx.x % 128 == 0) {", "    cvl_redo = cvl_again;",
             f"    cvl_mbar_arrive(bars + 8 * {self.verdict});  // the producer's: load every tile again, or stop", "}",
@@ -1501,7 +1511,7 @@ class _WsAttention(_WgmmaAttention):
     # ------------------------------------------------------------------ "skip": "list", the block's key tiles
     def listed_bytes(self) -> int:
         """"skip": "list": the shared memory of :meth:`listed_shared` and the verdict's barrier."""
-        return -(-self.N // 32) + 2 * self.nt + 8 + 8
+        return -(-self.N // 32) + 2 * self.nt + 8 + 8 + 4 * self.groups
 
     def listed_shared(self) -> list[str]:
         chunks, nt = -(-self.N // 32), self.nt
@@ -1509,6 +1519,8 @@ class _WsAttention(_WgmmaAttention):
                 "the mask against the block's rows",
                 f"__shared__ unsigned short cvl_tiles[{nt}];  // the key tiles to compute, in order",
                 "__shared__ int cvl_count;  // how many",
+                *([f"__shared__ int cvl_mine[{self.groups}];  // \"trim\": each warpgroup's, up to its last"]
+                  if self.trim else []),
                 "__shared__ volatile int cvl_redo;  // the consumers' verdict: some skip inexact, every tile again"]
 
     def listed_keys(self) -> list[str]:
@@ -1530,19 +1542,28 @@ class _WsAttention(_WgmmaAttention):
         other, other_start = ("min", highest) if pick == "max" else ("max", lowest)
         other_combine = {"int": other, "float": f"f{other}f", "double": f"f{other}"}[ctype]
         nan = ctype != "int"  # a NaN row fails every comparison: no tile passes everywhere
-        rows = [f"cvl_rows = {combine}(cvl_rows, r_);"]
-        keys = [f"pass = k_ {symbol} cvl_rows;"]
+        g = self.groups
+        if self.trim:  # each warpgroup's rows' extreme (rows 32 i to 32 i + 31 are warpgroup i / 2's), the block's theirs
+            rows = [f"cvl_wrows[i / 2] = {combine}(cvl_wrows[i / 2], r_);"]
+            keys = [f"mine |= (unsigned)(k_ {symbol} cvl_wrows[{w}]) << {w};" for w in range(g)] + ["pass = mine != 0;"]
+        else:
+            rows = [f"cvl_rows = {combine}(cvl_rows, r_);"]
+            keys = [f"pass = k_ {symbol} cvl_rows;"]
         if self.bare:  # every key of a tile passes against every row: against the rows' other extreme
             rows += [f"cvl_all = {other_combine}(cvl_all, r_);", *(["cvl_nan = cvl_nan || r_ != r_;"] if nan else [])]
             keys += [f"every = k_ {symbol} cvl_all" + (" && !cvl_nan;" if nan else ";")]
-        shuffle = [f"    cvl_rows = {combine}(cvl_rows, __shfl_xor_sync(0xffffffffu, cvl_rows, o));"]
+        shuffle = ([f"    cvl_wrows[{w}] = {combine}(cvl_wrows[{w}], __shfl_xor_sync(0xffffffffu, cvl_wrows[{w}], o));"
+                    for w in range(g)] if self.trim
+                   else [f"    cvl_rows = {combine}(cvl_rows, __shfl_xor_sync(0xffffffffu, cvl_rows, o));"])
         if self.bare:
             shuffle += [f"    cvl_all = {other_combine}(cvl_all, __shfl_xor_sync(0xffffffffu, cvl_all, o));"]
-        flag = "(unsigned char)(__any_sync(0xffffffffu, pass) | (__all_sync(0xffffffffu, every) << 1))" if self.bare \
-            else "(unsigned char)__any_sync(0xffffffffu, pass)"
+        flag = " | ".join(["__any_sync(0xffffffffu, pass)", *(["(__all_sync(0xffffffffu, every) << 1)"] if self.bare else []),
+                           *[f"(__any_sync(0xffffffffu, (mine >> {w}) & 1u) << {2 + w})" for w in range(g) if self.trim]])
         return ["{  // \"skip\": \"list\": which keys some row of the block sees" + (", and every row" if self.bare else ""),
                 *indent([
-                    f"{ctype} cvl_rows = {start};  // the mask's row side, its {pick} over the block's rows",
+                    (f"{ctype} cvl_wrows[{g}] = {{{', '.join([start] * g)}}};  // the mask's row side, its {pick} over "
+                     "each warpgroup's rows" if self.trim
+                     else f"{ctype} cvl_rows = {start};  // the mask's row side, its {pick} over the block's rows"),
                     *([f"{ctype} cvl_all = {other_start};  // and its {other}", *(["bool cvl_nan = false;"] if nan else [])]
                       if self.bare else []),
                     "#pragma unroll", f"for (int i = 0; i < {self.bm // 32}; ++i) {{",
@@ -1553,10 +1574,12 @@ class _WsAttention(_WgmmaAttention):
                     "#pragma unroll", "for (int o = 1; o < 32; o *= 2) {", *shuffle, "}",
                     "#pragma unroll 4", f"for (int c = threadIdx.x / 32; c < {chunks}; c += {warps}) {{",
                     "    const int n = c * 32 + (int)(threadIdx.x % 32);", "    (void)n;",
-                    "    bool pass = false;" + (" bool every = true;  // (keys past N pass everywhere)" if self.bare else ""),
+                    "    bool pass = false;", *(["    bool every = true;  // (keys past N pass everywhere)"] if self.bare else []),
+                    *(["    unsigned mine = 0;  // bit w: some row of warpgroup w passes"] if self.trim else []),
                     f"    {keys_in}{{", *indent(key_lines, 2), f"        const {ctype} k_ = ({ctype})({key});",
                     *indent(keys, 2), "    }",
-                    f"    const unsigned char flag = {flag};", "    if (threadIdx.x % 32 == 0) cvl_chunks[c] = flag;",
+                    f"    const unsigned char flag = (unsigned char)({flag});",
+                    "    if (threadIdx.x % 32 == 0) cvl_chunks[c] = flag;",
                     "}"]), "}"]
 
     def listed_tiles(self) -> list[str]:
@@ -1566,16 +1589,26 @@ class _WsAttention(_WgmmaAttention):
         per, chunks, nt = self.bn // 32, -(-self.N // 32), self.nt
         return [
             "if (threadIdx.x < 32) {  // \"skip\": \"list\": the key tiles to compute", *indent([
-                "int count = 0;", "#pragma unroll 1", f"for (int t0 = 0; t0 < {nt}; t0 += 32) {{", *indent([
+                "int count = 0;", *([f"int last[{self.groups}] = {{{', '.join(['0'] * self.groups)}}};  // \"trim\": "
+                                     "each warpgroup's listed tiles, up to its last"] if self.trim else []),
+                "#pragma unroll 1", f"for (int t0 = 0; t0 < {nt}; t0 += 32) {{", *indent([
                     "const int t = t0 + (int)threadIdx.x;", "bool keep = false, every = true;",
+                    *(["unsigned mine = 0;  // bit w: some row of warpgroup w sees a key of it"] if self.trim else []),
                     "#pragma unroll", f"for (int j = 0; j < {per}; ++j) {{",
                     f"    const unsigned flag = t * {per} + j < {chunks} ? cvl_chunks[t * {per} + j] : 2u;",
-                    "    keep = keep || (flag & 1u) != 0;", "    every = every && (flag & 2u) != 0;", "}",
+                    "    keep = keep || (flag & 1u) != 0;", "    every = every && (flag & 2u) != 0;",
+                    *(["    mine |= flag >> 2;"] if self.trim else []), "}",
                     "const unsigned kept = __ballot_sync(0xffffffffu, keep);",
-                    "if (keep) cvl_tiles[count + __popc(kept & ((1u << threadIdx.x) - 1u))] = "
-                    "(unsigned short)(t | (every ? 32768 : 0));  // the top bit: every element passes",
+                    "const int at = count + __popc(kept & ((1u << threadIdx.x) - 1u));  // its place in the list",
+                    "if (keep) cvl_tiles[at] = (unsigned short)(t | (every ? 32768 : 0));  // the top bit: every element passes",
+                    *(["#pragma unroll", f"for (int w = 0; w < {self.groups}; ++w)",
+                       "    last[w] = max(last[w], (int)__reduce_max_sync(0xffffffffu, (mine >> w) & 1u ? at + 1 : 0));"]
+                      if self.trim else []),
                     "count += __popc(kept);"]), "}",
-                "if (threadIdx.x == 0) cvl_count = count;"]), "}",
+                "if (threadIdx.x == 0) cvl_count = count;",
+                *(["if (threadIdx.x == 0) {", "#pragma unroll", f"    for (int w = 0; w < {self.groups}; ++w) cvl_mine[w] = last[w];",
+                   "}"] if self.trim else [])]),
+            "}",
             "__syncthreads();",
             "const int cvl_cnt = __shfl_sync(0xffffffffu, cvl_count, 0);  // the listed tiles: warp-uniform to ptxas",
         ]

@@ -265,11 +265,13 @@ def test_barrier_protocol_model_runs_the_listed_tiles(groups, monkeypatch):
     ("no verdict wait", "verdict read before"),
     ("last V kept", "deadlock"),
     ("second pass counted from 0", "deadlock|read from slot"),
+    ("trimmed tiles kept", "deadlock"),
 ])
 def test_barrier_protocol_model_checks_the_listed_passes(fault, message, monkeypatch):
     """The model fails a producer that reads the verdict without waiting for it, a first pass that keeps its last V
-    slot (the second pass's producer waits for it for ever) and a second pass whose uses of the slots count from 0
-    (its barriers' phases are not where the first pass left them)."""
+    slot (the second pass's producer waits for it for ever), a second pass whose uses of the slots count from 0
+    (its barriers' phases are not where the first pass left them) and, with "trim", a warpgroup that keeps the slots
+    of the listed tiles after its own last."""
     from ws_protocol import simulate
 
     from cuvil_dsl.codegen import cuda_attention
@@ -281,7 +283,10 @@ def test_barrier_protocol_model_checks_the_listed_passes(fault, message, monkeyp
     elif fault == "last V kept":
         overlapped = cls.overlapped_pass
         monkeypatch.setattr(cls, "overlapped_pass", lambda self, listed=False: [
-            ln for ln in overlapped(self, listed) if not (listed and ln == self.release("v", "cvl_cnt - 1"))])
+            ln for ln in overlapped(self, listed) if not (listed and ln == self.release("v", "cvl_own - 1"))])
+    elif fault == "trimmed tiles kept":  # (skip_slot: with "list", the trimmed tiles' alone)
+        monkeypatch.setattr(cls, "skip_slot", lambda self, which, tile: [
+            f"if (threadIdx.x % 128 == 0) {self.wait_full(which, tile)}"])
     else:
         listed_loop = cls.listed_loop
 
@@ -291,7 +296,7 @@ def test_barrier_protocol_model_checks_the_listed_passes(fault, message, monkeyp
             return lines[:i] + [ln.replace("cvl_cnt + ", "") for ln in lines[i:]]
 
         monkeypatch.setattr(cls, "listed_loop", from_zero)
-    k = _ws_kernel(monkeypatch, CAUSAL, {"skip": "list", "groups": 2}, {"B": 1, "M": 512, "N": 700})
+    k = _ws_kernel(monkeypatch, CAUSAL, {"skip": "list", "groups": 4}, {"B": 1, "M": 512, "N": 700})
     with pytest.raises(AssertionError, match=message):
         for seed in range(4 * MODEL_SEEDS):
             simulate(k, seed)

@@ -20,7 +20,8 @@ tile that was not loaded.
 With "skip": "list" the block's key tiles to compute (``cvl_tiles``, ``cvl_cnt`` of them) and the consumers' verdict
 (is every skip exact? if not, every tile again, the uses of the slots counted on) are data too: the model draws the
 list and the verdict at random, and fails when the producer reads the verdict before the consumers published it, or
-a consumer reads a slot not holding the tile of the sequence (the list, then with a second pass every tile).
+a consumer reads a slot not holding the tile of the sequence (the list, then with a second pass every tile). With
+"trim" each warpgroup computes the listed tiles up to its own last (drawn too) and releases the rest unread.
 
 Each consumer warpgroup runs as its 4 warps, each an actor of its own (``warps``): only warp 0 runs the lines
 of the warpgroup's releasing thread (``threadIdx.x % 128 == 0``), and the warps meet only where the GPU makes
@@ -50,7 +51,8 @@ _COPY = re.compile(r"cvl_tma_[23]d\((s[qkv])(?: \+ (.+?))?, tma_[qkv],")
 _READ = re.compile(r"desc_([kv]) \+ \(\(\((.+?)\) \* \d+ \+")
 _NAMED = re.compile(r'asm volatile\("bar\.(sync|arrive) (%0|\d+), 256;\\n"(?: :: "r"\((.+?)\))?')
 _EVENTS = ("cvl_mbar", "cvl_tma", "desc_k +", "desc_v +", "bar.sync", "bar.arrive", "cvl_pend", "cvl_skip =",
-           "cvl_vote", "cvl_plan", "cvl_gone", "cvl_redo", "cvl_again", "cvl_consumers_any", "tk =")
+           "cvl_vote", "cvl_plan", "cvl_gone", "cvl_redo", "cvl_again", "cvl_consumers_any", "tk =",
+           "cvl_own =")
 # "skip" (a masked tile's products left out): its flags, declared, set and branched on; the vote that sets cvl_vote
 # is data (the mask, the rows' maxima), so the model draws it at random
 _FLAG_DECL = re.compile(r"(?:bool|int|unsigned) (cvl_(?:skip|pend|vote|plan))(?: = (\w+))?;$")
@@ -63,8 +65,10 @@ _GONE = re.compile(r"const bool cvl_gone = \((.+?)\) && cvl_all_voted\(cvl_votes
 _IF_FLAG = re.compile(r"if \((cvl_(?:skip|pend|gone|again|redo))\) \{$")
 # "skip": "list": the key tile of a use of the slots; the consumers' verdict, taken together and published
 _TILE = re.compile(r"const int tk = (.+);$")
+_OWN = re.compile(r"const int cvl_own = (?:__shfl_sync\(0xffffffffu, (.+), 0\)|(.+));$")  # "trim": a warpgroup's own
+_UNREAD = "for (int t = cvl_own; t < cvl_cnt; ++t) {"  # "trim": the listed tiles after its own, released unread
 _AGAIN = re.compile(r"const bool cvl_again = cvl_consumers_any\(!cvl_ok, (\d+)u\);$")
-_IF_DATA = re.compile(r"if \((cvl_cnt > 0|wg == 0 && threadIdx\.x % 128 == 0)\) \{$")
+_IF_DATA = re.compile(r"if \((cvl_own > 0|wg == 0 && threadIdx\.x % 128 == 0)\) \{$")
 _BOOL = {"false": 0, "true": 1}
 
 
@@ -116,6 +120,7 @@ class Block:
         self.published: dict[tuple, tuple] = {}  # (ring entry, warpgroup) -> (tile counted over the block, vote)
         self.sequence = list(range(k.nt))  # the key tiles each work item's consumers read, in order
         self.tiles, self.redo, self.verdict = [], False, None  # "skip": "list": the list, the verdict, published?
+        self.mine: list[int] = []  # "trim": each warpgroup's listed tiles, up to its last
         if getattr(k, "listed", False):
             self.need[k.verdict] = 1  # the verdict's barrier: the first consumer thread's arrival
 
@@ -124,6 +129,7 @@ class Block:
         self.tiles = sorted(rng.sample(range(self.k.nt), rng.randint(0, self.k.nt)))
         self.redo = rng.random() < 0.5 or not self.tiles
         self.sequence = self.tiles + (list(range(self.k.nt)) if self.redo else [])
+        self.mine = [rng.randint(0, len(self.tiles)) for _ in range(self.k.groups)]
 
     def meet(self, group: str, warp: int, point: str, size: int | None = None):
         """A generator: warp ``warp`` of ``group`` at its next ``point`` (a wgmma, a vote), waiting for the
@@ -192,6 +198,9 @@ def _actor(block: Block, tree: list, env: dict, who: str, reads: dict, votes: ra
             if len(drawn) < mine:
                 drawn.append(int(votes.random() < 0.5))
             env["cvl_vote"] = drawn[mine - 1]
+            return
+        if (m := _OWN.match(ln)):
+            env["cvl_own"] = _c(m.group(1) or m.group(2), {**env, "cvl_mine": block.mine})
             return
         if (m := _TILE.match(ln)):
             env["tk"] = _c(m.group(1), env)
@@ -312,6 +321,9 @@ def _actor(block: Block, tree: list, env: dict, who: str, reads: dict, votes: ra
                 for t in range(_c(m.group(1), env), _c(m.group(2), env)):
                     env["t"] = t
                     yield from run(body)
+                    if head == _UNREAD:  # its K and V counted as read
+                        reads["k"] += 1
+                        reads["v"] += 1
                 flush()
             elif head == "{" or head.startswith("if (threadIdx.x == 0)"):
                 yield from run(body)
