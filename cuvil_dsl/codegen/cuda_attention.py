@@ -102,9 +102,18 @@ PAD = 8  # elements of padding a shared row (16 bytes)
 #           those rows holds a running maximum that puts 2^((f - max) log2 e) below f32's range: such a tile adds
 #           exactly 0 to every sum and output, so the results are the same bits (unless V holds an infinity or NaN
 #           under the masked keys, which 0 x inf would have made NaN; FlashAttention's causal kernels skip them
-#           alike). A warpgroup-wide vote decides, "stages" + 1 tiles ahead (a row's maximum only grows), and is
-#           published to the producer, which leaves a tile every warpgroup voted out unloaded. Default SKIP (off:
-#           see there).
+#           alike). True or "vote": a warpgroup-wide vote decides, "stages" + 1 tiles ahead (a row's maximum only
+#           grows), and is published to the producer, which leaves a tile every warpgroup voted out unloaded.
+#           "list" (with a separable mask, below, on a grid of one block a block of rows): before its loop each block
+#           lists the key tiles some row of it sees (from the mask's row side's extreme over its rows and every key:
+#           _WsAttention.listed_keys), and the producer and the consumers run the plain loop over those alone; each
+#           consumer then checks that every tile left out would have added exactly 0 (its rows' maxima where the tile
+#           would have come), and where one would not (a row masked whole) the block runs every tile again.
+#           Default SKIP (see there).
+#   "bare": with "list", a listed tile whose every element the mask passes (for ``<=``, its keys' largest value at
+#           most the rows' smallest) is computed without the where: no mask loads. Default True.
+#   "trim": with "list" and more than one consumer warpgroup, each computes the listed tiles up to the last one
+#           some row of its own sees and releases the rest unread. Default True.
 #   "separable": with "skip", a mask that compares a key's value with a row's (``kpos <= qpos``) is tested a key at a
 #           time against the warp's extreme row value (_WsAttention.separable_mask) instead of element by element.
 #           Default True (not yet measured: session 29 built it after its device time ran out).
@@ -1013,7 +1022,7 @@ class _WsAttention(_WgmmaAttention):
         self.blocks = k.sm_count if persistent is True else int(persistent)  # the persistent grid (tests: a few)
         # "skip": "list": the block's key tiles some row of it sees unmasked, listed before the loop (a separable mask
         # of at most LIST_MAX_KEYS keys, one block of rows a block); else the vote
-        self.listed = (skip == "list" and self.masked is not None and self.separable_mask is not None
+        self.listed = (skip == "list" and self.masked is not None and self.listed_terms is not None
                        and not self.persistent and self.N <= LIST_MAX_KEYS)
         # "bare": with "list", a tile whose every key passes the mask against every row of the block is listed as such
         # and computed without the where (its every element would take the where's value): no mask loads or compares
@@ -1203,15 +1212,20 @@ class _WsAttention(_WgmmaAttention):
         Then "some element of a tile is unmasked" needs no element-by-element test: for ``<`` and ``<=``, some key
         ``n`` has ``x[n] op max over the rows of y``; for ``>`` and ``>=`` the rows' minimum. A NaN compares false,
         as fmaxf and fminf leave it out, so the test is exact for floats too."""
-        op = self.masked
-        cmp = self.p.ops.get(op.args[0])
-        if not self.separable or cmp is None or cmp.op not in self.SEPARABLE or len(cmp.args) != 2:
+        if not self.separable:
+            return None
+        return self.separable_term(self.masked.args[0], self.where_maps(self.masked)[0])
+
+    def separable_term(self, name: str, cond_map):
+        """``(op, key side, row side)`` of comparison ``name`` (at map ``cond_map``), as :attr:`separable_mask`
+        describes, or None."""
+        cmp = self.p.ops.get(name)
+        if cmp is None or cmp.op not in self.SEPARABLE or len(cmp.args) != 2:
             return None
         types = {self.p.types[a].dtype for a in cmp.args}
         if len(types) != 1 or next(iter(types)) not in self.SEPARABLE_TYPES:
             return None
         rank = len(self.p.domain)
-        cond_map = self.where_maps(op)[0]
         sides = []
         for i, a in enumerate(cmp.args):
             m = tuple(operand_map(cmp, cond_map, i, self.p.types[a].shape, self.p.row_axis))
@@ -1223,6 +1237,26 @@ class _WsAttention(_WgmmaAttention):
         if not y_row and not x_key:
             return self.SEPARABLE[cmp.op][1], y, x
         return None
+
+    @functools.cached_property
+    def listed_terms(self) -> list | None:
+        """"skip": "list": the masking where's condition as separable terms (:meth:`separable_term`) it is the
+        conjunction of (``&``: a window ``(kpos <= qpos) & (kpos > qpos - 256)``), or None. An element passes only
+        if each key passes every term against the rows' extremes, so a tile no key of which does holds no unmasked
+        element; and it passes everywhere when each key passes every term against the other extremes."""
+        if not self.separable:
+            return None
+
+        def terms(name: str, cond_map) -> list | None:
+            op = self.p.ops.get(name)
+            if op is not None and op.op == "and" and len(op.args) == 2:
+                parts = [terms(a, tuple(operand_map(op, cond_map, i, self.p.types[a].shape, self.p.row_axis)))
+                         for i, a in enumerate(op.args)]
+                return None if None in parts else parts[0] + parts[1]
+            term = self.separable_term(name, cond_map)
+            return None if term is None else [term]
+
+        return terms(self.masked.args[0], self.where_maps(self.masked)[0])
 
     def mask_rows(self) -> list[str]:
         """"skip" with a separable mask (:attr:`separable_mask`): ``cvl_rows``, the row side's extreme over this
@@ -1524,60 +1558,74 @@ class _WsAttention(_WgmmaAttention):
                 "__shared__ volatile int cvl_redo;  // the consumers' verdict: some skip inexact, every tile again"]
 
     def listed_keys(self) -> list[str]:
-        """"skip": "list", every thread of the block: ``cvl_chunks[c]``, whether some key of the 32 from ``32 c``
-        passes the separable mask's comparison (:attr:`separable_mask`) with the extreme of the row side over the
-        block's rows within M (each warp takes the extreme itself: a load a lane for every 32 rows, no barrier)."""
-        op, (kvalue, kmap), (rvalue, rmap) = self.separable_mask
-        ctype, lowest, highest = self.SEPARABLE_TYPES[self.p.types[rvalue].dtype]
-        pick, start = ("max", lowest) if self.SEPARABLE[op][0] == "max" else ("min", highest)
-        combine = {"int": pick, "float": f"f{pick}f", "double": f"f{pick}"}[ctype]
-        symbol = {"lt": "<", "le": "<=", "gt": ">", "ge": ">="}[op]
-        row_lines: list[str] = []
-        row = self.k.walk(row_lines.append, self.coord, None, None).value(rvalue, rmap)
-        key_lines: list[str] = []
-        key = self.k.walk(key_lines.append, self.coord, None, None).value(kvalue, kmap)
+        """"skip": "list", every thread of the block: ``cvl_chunks[c]``, bit 0: whether some key of the 32 from ``32 c``
+        passes every term of the mask (:attr:`listed_terms`) against the extreme of its row side over the block's
+        rows within M (each warp takes the extremes itself: a load a lane for every 32 rows, no barrier); with "bare"
+        bit 1, whether every key does against the other extremes (so every row); with "trim" bit 2 + w, whether some
+        key does against warpgroup w's rows' extremes."""
+        g, k = self.groups, self.k
+        decl, row_lines, row_update, shuffle, key_lines, tests, every, mine = [], [], [], [], [], [], [], []
+        any_nan = []
+        for j, (op, (kvalue, kmap), (rvalue, rmap)) in enumerate(self.listed_terms):
+            ctype, lowest, highest = self.SEPARABLE_TYPES[self.p.types[rvalue].dtype]
+            pick, start = ("max", lowest) if self.SEPARABLE[op][0] == "max" else ("min", highest)
+            other, other_start = ("min", highest) if pick == "max" else ("max", lowest)
+            combine = {"int": pick, "float": f"f{pick}f", "double": f"f{pick}"}[ctype]
+            other_combine = {"int": other, "float": f"f{other}f", "double": f"f{other}"}[ctype]
+            symbol = {"lt": "<", "le": "<=", "gt": ">", "ge": ">="}[op]
+            nan = ctype != "int"  # a NaN row fails every comparison: no tile passes everywhere
+            row = k.walk(row_lines.append, self.coord, None, None).value(rvalue, rmap)
+            row_lines.append(f"const {ctype} r{j}_ = ({ctype})({row});")
+            key = k.walk(key_lines.append, self.coord, None, None).value(kvalue, kmap)
+            key_lines.append(f"const {ctype} k{j}_ = ({ctype})({key});")
+            if self.trim:  # rows 32 i to 32 i + 31 are warpgroup i / 2's
+                decl.append(f"{ctype} cvl_rows{j}[{g}] = {{{', '.join([start] * g)}}};  // term {j}'s row side, its "
+                            f"{pick} over each warpgroup's rows")
+                row_update.append(f"cvl_rows{j}[i / 2] = {combine}(cvl_rows{j}[i / 2], r{j}_);")
+                shuffle += [f"cvl_rows{j}[{w}] = {combine}(cvl_rows{j}[{w}], __shfl_xor_sync(0xffffffffu, "
+                            f"cvl_rows{j}[{w}], o));" for w in range(g)]
+                mine.append([f"k{j}_ {symbol} cvl_rows{j}[{w}]" for w in range(g)])
+            else:
+                decl.append(f"{ctype} cvl_rows{j} = {start};  // term {j}'s row side, its {pick} over the block's rows")
+                row_update.append(f"cvl_rows{j} = {combine}(cvl_rows{j}, r{j}_);")
+                shuffle.append(f"cvl_rows{j} = {combine}(cvl_rows{j}, __shfl_xor_sync(0xffffffffu, cvl_rows{j}, o));")
+                tests.append(f"k{j}_ {symbol} cvl_rows{j}")
+            if self.bare:
+                decl.append(f"{ctype} cvl_all{j} = {other_start};  // and its {other}")
+                row_update.append(f"cvl_all{j} = {other_combine}(cvl_all{j}, r{j}_);")
+                shuffle.append(f"cvl_all{j} = {other_combine}(cvl_all{j}, __shfl_xor_sync(0xffffffffu, cvl_all{j}, o));")
+                every.append(f"k{j}_ {symbol} cvl_all{j}")
+                if nan:
+                    any_nan.append(f"r{j}_ != r{j}_")
+        if self.bare and any_nan:
+            decl.append("bool cvl_nan = false;  // some row's value NaN")
+            row_update.append(f"cvl_nan = cvl_nan || {' || '.join(any_nan)};")
+            every.append("!cvl_nan")
+        if self.trim:
+            keys = [f"mine |= (unsigned)({' && '.join(m[w] for m in mine)}) << {w};" for w in range(g)]
+            keys.append("pass = mine != 0;")
+        else:
+            keys = [f"pass = {' && '.join(tests)};"]
+        if self.bare:
+            keys.append(f"every = {' && '.join(every)};")
         rows_in = f"if (m < {self.M}) " if self.M % self.bm else ""
         keys_in = f"if (n < {self.N}) " if self.N % 32 else ""
         warps, chunks = self.threads // 32, -(-self.N // 32)
-        other, other_start = ("min", highest) if pick == "max" else ("max", lowest)
-        other_combine = {"int": other, "float": f"f{other}f", "double": f"f{other}"}[ctype]
-        nan = ctype != "int"  # a NaN row fails every comparison: no tile passes everywhere
-        g = self.groups
-        if self.trim:  # each warpgroup's rows' extreme (rows 32 i to 32 i + 31 are warpgroup i / 2's), the block's theirs
-            rows = [f"cvl_wrows[i / 2] = {combine}(cvl_wrows[i / 2], r_);"]
-            keys = [f"mine |= (unsigned)(k_ {symbol} cvl_wrows[{w}]) << {w};" for w in range(g)] + ["pass = mine != 0;"]
-        else:
-            rows = [f"cvl_rows = {combine}(cvl_rows, r_);"]
-            keys = [f"pass = k_ {symbol} cvl_rows;"]
-        if self.bare:  # every key of a tile passes against every row: against the rows' other extreme
-            rows += [f"cvl_all = {other_combine}(cvl_all, r_);", *(["cvl_nan = cvl_nan || r_ != r_;"] if nan else [])]
-            keys += [f"every = k_ {symbol} cvl_all" + (" && !cvl_nan;" if nan else ";")]
-        shuffle = ([f"    cvl_wrows[{w}] = {combine}(cvl_wrows[{w}], __shfl_xor_sync(0xffffffffu, cvl_wrows[{w}], o));"
-                    for w in range(g)] if self.trim
-                   else [f"    cvl_rows = {combine}(cvl_rows, __shfl_xor_sync(0xffffffffu, cvl_rows, o));"])
-        if self.bare:
-            shuffle += [f"    cvl_all = {other_combine}(cvl_all, __shfl_xor_sync(0xffffffffu, cvl_all, o));"]
         flag = " | ".join(["__any_sync(0xffffffffu, pass)", *(["(__all_sync(0xffffffffu, every) << 1)"] if self.bare else []),
                            *[f"(__any_sync(0xffffffffu, (mine >> {w}) & 1u) << {2 + w})" for w in range(g) if self.trim]])
         return ["{  // \"skip\": \"list\": which keys some row of the block sees" + (", and every row" if self.bare else ""),
                 *indent([
-                    (f"{ctype} cvl_wrows[{g}] = {{{', '.join([start] * g)}}};  // the mask's row side, its {pick} over "
-                     "each warpgroup's rows" if self.trim
-                     else f"{ctype} cvl_rows = {start};  // the mask's row side, its {pick} over the block's rows"),
-                    *([f"{ctype} cvl_all = {other_start};  // and its {other}", *(["bool cvl_nan = false;"] if nan else [])]
-                      if self.bare else []),
+                    *decl,
                     "#pragma unroll", f"for (int i = 0; i < {self.bm // 32}; ++i) {{",
                     "    const int m = m0 + i * 32 + (int)(threadIdx.x % 32);", "    (void)m;",
-                    f"    {rows_in}{{", *indent(row_lines, 2), f"        const {ctype} r_ = ({ctype})({row});",
-                    *indent(rows, 2), "    }",
-                    "}", *(["cvl_nan = __any_sync(0xffffffffu, cvl_nan);"] if self.bare and nan else []),
-                    "#pragma unroll", "for (int o = 1; o < 32; o *= 2) {", *shuffle, "}",
+                    f"    {rows_in}{{", *indent([*row_lines, *row_update], 2), "    }", "}",
+                    *(["cvl_nan = __any_sync(0xffffffffu, cvl_nan);"] if self.bare and any_nan else []),
+                    "#pragma unroll", "for (int o = 1; o < 32; o *= 2) {", *indent(shuffle), "}",
                     "#pragma unroll 4", f"for (int c = threadIdx.x / 32; c < {chunks}; c += {warps}) {{",
-                    "    const int n = c * 32 + (int)(threadIdx.x % 32);", "    (void)n;",
-                    "    bool pass = false;", *(["    bool every = true;  // (keys past N pass everywhere)"] if self.bare else []),
+                    "    const int n = c * 32 + (int)(threadIdx.x % 32);", "    (void)n;", "    bool pass = false;",
+                    *(["    bool every = true;  // (keys past N pass everywhere)"] if self.bare else []),
                     *(["    unsigned mine = 0;  // bit w: some row of warpgroup w passes"] if self.trim else []),
-                    f"    {keys_in}{{", *indent(key_lines, 2), f"        const {ctype} k_ = ({ctype})({key});",
-                    *indent(keys, 2), "    }",
+                    f"    {keys_in}{{", *indent([*key_lines, *keys], 2), "    }",
                     f"    const unsigned char flag = (unsigned char)({flag});",
                     "    if (threadIdx.x % 32 == 0) cvl_chunks[c] = flag;",
                     "}"]), "}"]

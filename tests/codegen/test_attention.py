@@ -303,9 +303,9 @@ def test_barrier_protocol_model_checks_the_listed_passes(fault, message, monkeyp
 
 
 def test_listed_tiles_take_a_separable_mask_on_a_grid_of_blocks_of_rows(tmp_path, monkeypatch):
-    """"skip": "list" lists the key tiles before the loop where the mask compares a key's value with a row's (the
-    list needs the rows' extreme) and each block has one block of rows; elsewhere (a bool mask, a persistent grid)
-    the vote skips. Its source: the list in shared memory, one barrier of the consumers' verdict, no votes."""
+    """"skip": "list" lists the key tiles before the loop where the mask compares a key's value with a row's, or is
+    a conjunction of such comparisons (the list needs the rows' extremes), and each block has one block of rows;
+    elsewhere (a bool mask, a disjunction, a persistent grid) the vote skips. Its source: the list in shared memory, one barrier of the consumers' verdict, no votes."""
     k = _ws_kernel(monkeypatch, CAUSAL, {"skip": "list"}, {"B": 2, "M": 333, "N": 700})
     source = "\n".join(k.render("f").lines)
     assert k.listed and "cvl_tiles[" in source and "cvl_consumers_any(" in source and "cvl_votes" not in source
@@ -318,6 +318,14 @@ def test_listed_tiles_take_a_separable_mask_on_a_grid_of_blocks_of_rows(tmp_path
     (tmp_path / "m.yaml").write_text("pipeline: m.cuvil\nshapes: {B: 2, M: 333, N: 700, D: 64}\n")
     k = _ws_kernel(monkeypatch, tmp_path / "m.yaml", {"skip": "list"})
     assert not k.listed and k.masked is not None
+    for cond, listed in (("(kpos <= qpos) & (kpos > qpos - 256)", True), ("(kpos <= qpos) | (kpos > qpos - 256)", False)):
+        (tmp_path / "w.cuvil").write_text(
+            "pipeline w(q: f16[B, M, D], k: f16[B, N, D], v: f16[B, N, D], qpos: i32[M, 1], kpos: i32[1, N]) -> "
+            f"o: f16[B, M, D] {{\n    o = softmax(where({cond}, (q @ k.T) * 0.125, -30000.0)) @ v\n}}\n")
+        (tmp_path / "w.yaml").write_text("pipeline: w.cuvil\nshapes: {B: 2, M: 333, N: 700, D: 64}\n")
+        k = _ws_kernel(monkeypatch, tmp_path / "w.yaml", {"skip": "list"})
+        assert k.listed is listed and (k.listed_terms is not None) is listed, cond  # a sliding window: two terms
+        assert listed is False or [t[0] for t in k.listed_terms] == ["le", "gt"]
     with pytest.raises(ValueError, match="skip 'all'"):
         _ws_kernel(monkeypatch, CAUSAL, {"skip": "all"})
 

@@ -553,7 +553,7 @@ def _masked_bits(tmp_path, monkeypatch, M: int, N: int, signature: str, cond: st
 
 
 @pytest.mark.parametrize("groups", [1, 2, 4])
-@pytest.mark.parametrize("form", ["causal with holes", "window", "f32 positions", "causal"])
+@pytest.mark.parametrize("form", ["causal with holes", "window", "sliding window", "f32 positions", "causal"])
 def test_listed_key_tiles_give_the_same_bits(form, groups, tmp_path, monkeypatch):
     """ATTENTION_TUNING "skip": "list": each block lists the key tiles some row of it sees unmasked (a mask of
     positions, ``kpos <= qpos`` and the like) and computes those alone; where a skipped tile's numerators would not
@@ -561,7 +561,8 @@ def test_listed_key_tiles_give_the_same_bits(form, groups, tmp_path, monkeypatch
     outputs are bit for bit those of the kernel without skipping, and match the reference, on ragged M and N with
     fresh inputs: causal positions with rows masked whole and a block of keys moved past every row (tiles skipped
     in the middle, and the second pass); a window computed in the kernel (tiles skipped before the first computed);
-    f32 positions in descending order (``>``); plain causal (the first pass alone)."""
+    a causal sliding window (two terms, ``&``); f32 positions in descending order (``>``); plain causal (the first
+    pass alone)."""
     M, N = 333, 700
     qpos = np.arange(M, dtype=np.int32)[:, None] + 40
     kpos = np.arange(N, dtype=np.int32)[None, :].copy()
@@ -571,6 +572,8 @@ def test_listed_key_tiles_give_the_same_bits(form, groups, tmp_path, monkeypatch
         kpos[0, 256:384] = 10_000  # past every row: hidden from all of them
     elif form == "window":
         cond = "kpos > qpos - 200"
+    elif form == "sliding window":
+        cond = "(kpos <= qpos) & (kpos > qpos - 200)"
     elif form == "f32 positions":
         signature, cond = "qpos: f32[M, 1], kpos: f32[1, N]", "kpos > qpos"
         qpos, kpos = (N - qpos).astype(np.float32), (N - kpos).astype(np.float32)
