@@ -1497,7 +1497,7 @@ class _WsAttention(_WgmmaAttention):
             "    (void)m;", f"    cvl_ok = cvl_ok && {gone};", "}"]), "}"]
 
     def listed_loop(self) -> list[str]:
-        """"skip": "list": the overlapped loop over the block's listed key tiles (:meth:`listed_plan`), then the
+        """"skip": "list": the overlapped loop over the block's listed key tiles (:meth:`listed_tiles`), then the
         verdict of every consumer thread: were the skips exact (:meth:`listed_check`; a row masked whole, or whose
         logits come within 150 / log2 e of the fill, is not)? The first consumer thread publishes it to the producer
         (``cvl_redo``, then an arrival on the verdict barrier); if not, every consumer starts afresh and runs the
