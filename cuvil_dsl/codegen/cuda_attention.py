@@ -124,16 +124,13 @@ PAD = 8  # elements of padding a shared row (16 bytes)
 #   In the warp-specialised kernel "groups" (consumer warpgroups) defaults to the fastest by WS_BLOCK_US (4 for
 #   the benchmark at D 64, 2 at D 128, 1 for the small example), and "bn" to 128 with 2 or 3 consumers, else 64.
 ATTENTION_TUNING: dict = {}
-# "skip"'s default: off, as it is slower where it matters. Correct on the H100 since session 28 (no hang, the same
-# bits as without it at four shapes, the attention GPU tests). On the causal benchmark [32, 2048, 2048], with the
-# vote at the end of the tile (session 28's last build), it took 157.2 us against 115.7 without it with 4 consumers
-# (the default at D 64), and 117.9 against 124.2 with 2: a win, but still behind 4 consumers without it. The skipping
-# loop itself is heavier than the plain one (with the vote forced false it took 148.7 against 113.8 with 4
-# consumers, in an earlier build), so skipping wins back little more than its mask check. Faster on small ragged
-# grids ([2, 333, 700]: 32.2 against 49.5 us). Session 29 ordered its blocks of rows longest first ("order"): 131.7 us
-# with 4 consumers, 112.9 with 2, against 111.5-113.0 for the plain 4-consumer kernel (H100): level at best.
-# benchmarks/NOTES.md, attention_full_f16, sessions 24-29.
-SKIP = False
+# "skip"'s default: "list" (session 30). The vote (True, sessions 24-29) cost about what it saved: its loop (four
+# bodies, a warpgroup barrier a tile, the mask check) took 131.7 us with 4 consumers and 112.9 with 2 on the causal
+# benchmark [32, 2048, 2048], against 111.5-113.0 for the plain 4-consumer kernel (H100). The list runs the plain loop
+# over the block's tiles: 66.1 us against 112.8 (1.71x), PyTorch SDPA 61.0, Triton 95.1 (H100, session 30; the same
+# bits as without it in the GPU tests, 151 with SKIP "list"). Masks the list cannot take (not separable) keep the
+# plain loop: the vote does not pay. benchmarks/NOTES.md, attention_full_f16, sessions 24-30.
+SKIP = "list"
 # "skip"'s modes: off; True or "vote" (each consumer warpgroup votes on a tile stages + 1 ahead); "list" (the block's
 # tiles to compute, listed before its loop: _WsAttention.listed)
 SKIP_MODES = (False, True, "vote", "list")
@@ -1008,6 +1005,19 @@ class _WsAttention(_WgmmaAttention):
         self.mt = -(-self.M // self.bm)
         self.nt = -(-self.N // self.bn)
         self.items = self.batch * self.mt  # blocks of rows: one a block, or walked by a persistent grid
+        self.q_bytes = self.bm * self.depth * 2
+        self.k_bytes = self.bn * self.depth * 2
+        self.v_bytes = self.bn * self.dv * 2
+        self.threads = 128 * (groups + 1)
+        shared = self.shared_total()
+        # "skip": "list": the block's key tiles some row of it sees unmasked, listed before the loop (a separable mask
+        # of at most LIST_MAX_KEYS keys whose list fits in shared memory, one block of rows a block: not persistent);
+        # another mask keeps the plain loop (the vote, True, does not pay)
+        self.listed = (skip == "list" and self.masked is not None and self.listed_terms is not None
+                       and self.N <= LIST_MAX_KEYS and not tune.get("persistent", False)
+                       and shared + self.listed_bytes() <= configs.smem_limit(k.arch))
+        if skip == "list" and not self.listed:
+            self.masked = None
         # "order": a batch's blocks of rows in the grid, "ascending" (by first row) or "descending". With "skip" a
         # causal mask leaves a later block of rows more key tiles to compute, so "descending" (the default there)
         # starts the longest first, and the GPU's block scheduler, handing each multiprocessor the next block as
@@ -1020,10 +1030,6 @@ class _WsAttention(_WgmmaAttention):
         persistent = tune.get("persistent", self.items > k.sm_count and self.masked is None)
         self.persistent = bool(persistent)
         self.blocks = k.sm_count if persistent is True else int(persistent)  # the persistent grid (tests: a few)
-        # "skip": "list": the block's key tiles some row of it sees unmasked, listed before the loop (a separable mask
-        # of at most LIST_MAX_KEYS keys, one block of rows a block); else the vote
-        self.listed = (skip == "list" and self.masked is not None and self.listed_terms is not None
-                       and not self.persistent and self.N <= LIST_MAX_KEYS)
         # "bare": with "list", a tile whose every key passes the mask against every row of the block is listed as such
         # and computed without the where (its every element would take the where's value): no mask loads or compares
         self.bare = self.listed and bool(tune.get("bare", True))
@@ -1032,13 +1038,6 @@ class _WsAttention(_WgmmaAttention):
         self.trim = self.listed and groups > 1 and bool(tune.get("trim", True))
         self.base = "g" if self.persistent else None  # what a tile's use of the slots counts from (see use)
         self.verdict = 1 + 4 * self.stages  # "skip": "list": the barrier of the consumers' verdict (see listed_loop)
-        self.q_bytes = self.bm * self.depth * 2
-        self.k_bytes = self.bn * self.depth * 2
-        self.v_bytes = self.bn * self.dv * 2
-        self.threads = 128 * (groups + 1)
-        shared = self.shared_total()
-        if self.listed and shared + self.listed_bytes() > configs.smem_limit(k.arch):
-            self.listed = False  # (the vote keeps a few bytes)
         if shared > configs.smem_limit(k.arch):
             raise UserError([error("E509", f"kernel `{k.kernel.name}`: the attention tiles need {shared} bytes of "
                                    f"shared memory, more than {k.arch} has", k.kernel.span)])

@@ -219,6 +219,15 @@ template <int N> __device__ __forceinline__ void cvl_pin(unsigned (&r)[N][4]) {
         for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(r[i][e]) :: "memory");
 }
 
+// "skip": "list": true in every consumer thread when `c` is true in any of them (the `count` threads of named barrier
+// 1; barrier.red, not bar.red: a warp may arrive diverged), as a warp-uniform value (see cvl_wg_all)
+__device__ __forceinline__ bool cvl_consumers_any(bool c, unsigned count) {
+    unsigned r;
+    asm volatile("{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbarrier.red.or.pred q, 1, %2, p;\nselp.u32 %0, 1, 0, q;\n}\n"
+                 : "=r"(r) : "r"((unsigned)c), "r"(count) : "memory");
+    return __shfl_sync(0xffffffffu, r, 0) != 0;
+}
+
 extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
     const __half* __restrict__ b0,  // k: f16[B, N, D] input
     const __half* __restrict__ b1,  // q: f16[B, M, D] input
@@ -233,40 +242,115 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
     const __grid_constant__ cvl_tensor_map tma_v  // TMA descriptor of v: 128 x 64, box 64 x 64
 ) {
     extern __shared__ __align__(1024) unsigned char cvl_smem[];
-    __shared__ __align__(8) unsigned long long cvl_bars[9];
+    __shared__ __align__(8) unsigned long long cvl_bars[10];
+    __shared__ unsigned char cvl_chunks[4];  // "skip": "list": some key of these 32 passes the mask against the block's rows
+    __shared__ unsigned short cvl_tiles[2];  // the key tiles to compute, in order
+    __shared__ int cvl_count;  // how many
+    __shared__ volatile int cvl_redo;  // the consumers' verdict: some skip inexact, every tile again
     const unsigned sq = (cvl_smem_addr(cvl_smem) + 1023u) & ~1023u;  // the block's Q rows
     const unsigned sk = sq + 8192u;  // 2 slots of K
     const unsigned sv = sk + 16384u;  // 2 slots of V
-    const unsigned bars = cvl_smem_addr(cvl_bars);  // Q; K full [2]; V full; K empty; V empty
-    const int mt = blockIdx.x % 1;
-    const int bz = blockIdx.x / 1;
+    const unsigned bars = cvl_smem_addr(cvl_bars);  // Q; K full [2]; V full; K empty; V empty; the verdict
+    const int mt = 0 - blockIdx.x / 4;
+    const int bz = blockIdx.x % 4;
     const int c0 = (bz) % 4;
     (void)bz;
     const int m0 = mt * 64;
+    {  // "skip": "list": which keys some row of the block sees, and every row
+        int cvl_rows0 = (-2147483647 - 1);  // term 0's row side, its max over the block's rows
+        int cvl_all0 = 2147483647;  // and its min
+        #pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const int m = m0 + i * 32 + (int)(threadIdx.x % 32);
+            (void)m;
+            {
+                const int r0_ = (int)(b3[m]);
+                cvl_rows0 = max(cvl_rows0, r0_);
+                cvl_all0 = min(cvl_all0, r0_);
+            }
+        }
+        #pragma unroll
+        for (int o = 1; o < 32; o *= 2) {
+            cvl_rows0 = max(cvl_rows0, __shfl_xor_sync(0xffffffffu, cvl_rows0, o));
+            cvl_all0 = min(cvl_all0, __shfl_xor_sync(0xffffffffu, cvl_all0, o));
+        }
+        #pragma unroll 4
+        for (int c = threadIdx.x / 32; c < 4; c += 8) {
+            const int n = c * 32 + (int)(threadIdx.x % 32);
+            (void)n;
+            bool pass = false;
+            bool every = true;  // (keys past N pass everywhere)
+            {
+                const int k0_ = (int)(b2[n]);
+                pass = k0_ <= cvl_rows0;
+                every = k0_ <= cvl_all0;
+            }
+            const unsigned char flag = (unsigned char)(__any_sync(0xffffffffu, pass) | (__all_sync(0xffffffffu, every) << 1));
+            if (threadIdx.x % 32 == 0) cvl_chunks[c] = flag;
+        }
+    }
     if (threadIdx.x == 0) {
         cvl_tma_prefetch(tma_q);
         cvl_tma_prefetch(tma_k);
         cvl_tma_prefetch(tma_v);
         for (int i = 0; i < 5; ++i) cvl_mbar_init(bars + 8 * i, 1u);
         for (int i = 5; i < 9; ++i) cvl_mbar_init(bars + 8 * i, 1u);
+        cvl_mbar_init(bars + 8 * 9, 1u);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
+    if (threadIdx.x < 32) {  // "skip": "list": the key tiles to compute
+        int count = 0;
+        #pragma unroll 1
+        for (int t0 = 0; t0 < 2; t0 += 32) {
+            const int t = t0 + (int)threadIdx.x;
+            bool keep = false, every = true;
+            #pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                const unsigned flag = t * 2 + j < 4 ? cvl_chunks[t * 2 + j] : 2u;
+                keep = keep || (flag & 1u) != 0;
+                every = every && (flag & 2u) != 0;
+            }
+            const unsigned kept = __ballot_sync(0xffffffffu, keep);
+            const int at = count + __popc(kept & ((1u << threadIdx.x) - 1u));  // its place in the list
+            if (keep) cvl_tiles[at] = (unsigned short)(t | (every ? 32768 : 0));  // the top bit: every element passes
+            count += __popc(kept);
+        }
+        if (threadIdx.x == 0) cvl_count = count;
+    }
+    __syncthreads();
+    const int cvl_cnt = __shfl_sync(0xffffffffu, cvl_count, 0);  // the listed tiles: warp-uniform to ptxas
     if (threadIdx.x < 128) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
         if (threadIdx.x == 0) {
             cvl_mbar_expect_tx(bars, 8192u);
             cvl_tma_3d(sq + 0u, tma_q, 0, m0, (int)c0, bars);
             #pragma unroll 1
-            for (int t = 0; t < 2; ++t) {
+            for (int t = 0; t < cvl_cnt; ++t) {
+                const int tk = cvl_tiles[t] & 32767;  // the key tile
                 const unsigned stage = t % 2, use = t / 2;
-                const int n0 = t * 64;
+                const int n0 = tk * 64;
                 if (t >= 2) cvl_mbar_wait(bars + 8 * (1 + 4 + stage), (use - 1) & 1);  // K's slot free
                 cvl_mbar_expect_tx(bars + 8 * (1 + stage), 8192u);
                 cvl_tma_3d(sk + stage * 8192u + 0u, tma_k, 0, n0, (int)c0, bars + 8 * (1 + stage));
                 if (t >= 2) cvl_mbar_wait(bars + 8 * (1 + 6 + stage), (use - 1) & 1);  // V's slot free
                 cvl_mbar_expect_tx(bars + 8 * (1 + 2 + stage), 8192u);
                 cvl_tma_3d(sv + stage * 8192u + 0u, tma_v, 0, n0, (int)c0, bars + 8 * (1 + 2 + stage));
+            }
+            cvl_mbar_wait(bars + 8 * 9, 0);  // the consumers' verdict on the skipped tiles
+            if (cvl_redo) {
+                #pragma unroll 1
+                for (int t = cvl_cnt; t < cvl_cnt + 2; ++t) {
+                    const int tk = t - cvl_cnt;  // the key tile
+                    const unsigned stage = t % 2, use = t / 2;
+                    const int n0 = tk * 64;
+                    if (t >= 2) cvl_mbar_wait(bars + 8 * (1 + 4 + stage), (use - 1) & 1);  // K's slot free
+                    cvl_mbar_expect_tx(bars + 8 * (1 + stage), 8192u);
+                    cvl_tma_3d(sk + stage * 8192u + 0u, tma_k, 0, n0, (int)c0, bars + 8 * (1 + stage));
+                    if (t >= 2) cvl_mbar_wait(bars + 8 * (1 + 6 + stage), (use - 1) & 1);  // V's slot free
+                    cvl_mbar_expect_tx(bars + 8 * (1 + 2 + stage), 8192u);
+                    cvl_tma_3d(sv + stage * 8192u + 0u, tma_v, 0, n0, (int)c0, bars + 8 * (1 + 2 + stage));
+                }
             }
         }
     } else {
@@ -293,199 +377,480 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
         float s[1][8][4];
         unsigned pf[4][4];  // P's A fragments
         cvl_mbar_wait(bars, 0);  // Q
-        {
-            cvl_mbar_wait(bars + 8 * (1 + (0) % 2), ((0) / 2) & 1);
-            cvl_wgmma_fence();
-            cvl_wgmma_qk<0>(s[0], desc_q + (0 >> 4), desc_k + (((0) * 8192 + 0) >> 4));
-            cvl_wgmma_qk<1>(s[0], desc_q + (32 >> 4), desc_k + (((0) * 8192 + 32) >> 4));
-            cvl_wgmma_qk<1>(s[0], desc_q + (64 >> 4), desc_k + (((0) * 8192 + 64) >> 4));
-            cvl_wgmma_qk<1>(s[0], desc_q + (96 >> 4), desc_k + (((0) * 8192 + 96) >> 4));
-            cvl_wgmma_commit();
-            cvl_wgmma_wait<0>();
-            cvl_pin(s[0]);
-            if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (5 + (0) % 2));
-            float alpha[2];
-            const int n0 = (0) * 64;
-            (void)n0;
-            #pragma unroll
-            for (int mi = 0; mi < 1; ++mi)
-            #pragma unroll
-            for (int ni = 0; ni < 8; ++ni)
-            #pragma unroll
-            for (int h = 0; h < 2; ++h)
-            #pragma unroll
-            for (int q = 0; q < 2; ++q) {
-                const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
-                const int n = n0 + ni * 8 + lane % 4 * 2 + q;
-                (void)m; (void)n;
-                float& ACC = s[mi][ni][h * 2 + q];
-                const bool t1 = (b2[n] <= b3[m]);
-                const float t2 = ACC;
-                const float t3 = (t2 * u0);
-                const float t4 = (t1 ? t3 : u1);
-                ACC = t4;
-            }
-            float top[2];
-            float part[2][4];
-            #pragma unroll
-            for (int r = 0; r < 2; ++r)
-            #pragma unroll
-                for (int c = 0; c < 4; ++c) part[r][c] = (-__int_as_float(0x7f800000));
-            #pragma unroll
-            for (int mi = 0; mi < 1; ++mi)
-            #pragma unroll
-            for (int ni = 0; ni < 8; ++ni)
-            #pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    part[mi * 2 + e / 2][ni % 4] = fmaxf(part[mi * 2 + e / 2][ni % 4], s[mi][ni][e]);
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                top[r] = part[r][0];
-            #pragma unroll
-                for (int c = 1; c < 4; ++c) top[r] = fmaxf(top[r], part[r][c]);
-            }
-            float base[2];
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 1));
-                top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 2));
-                top[r] = fmaxf(top[r], row_max[r]);
-                const float bl = __fmul_rn(top[r], 1.4426950408889634f);
-                base[r] = top[r] == (-__int_as_float(0x7f800000)) ? 0.0f : bl;  // a row all -inf so far adds exp(-inf) = 0
-                alpha[r] = row_max[r] == top[r] ? 1.0f
-                         : row_max[r] == (-__int_as_float(0x7f800000)) ? 0.0f : cvl_ex2(row_base[r] - base[r]);  // nothing to scale yet
-                row_max[r] = top[r];
-                row_base[r] = base[r];
-                row_sum[r] *= alpha[r];
-            }
-            #pragma unroll
-            for (int mi = 0; mi < 1; ++mi)
-            #pragma unroll
-            for (int ni = 0; ni < 8; ++ni)
-            #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int r = mi * 2 + e / 2;
-                    s[mi][ni][e] = cvl_ex2(fmaf(s[mi][ni][e], 1.4426950408889634f, -base[r]));
-                    row_sum[r] += s[mi][ni][e];
+        const int cvl_own = cvl_cnt;  // the listed tiles
+        bool cvl_ok = true;  // the skipped tiles' numerators all 0 in this thread's rows
+        if (cvl_own > 0) {
+            {
+                const int tk = cvl_tiles[0] & 32767;  // the first listed key tile
+                const bool cvl_bare = cvl_tiles[0] > 32767;  // every element unmasked
+                cvl_mbar_wait(bars + 8 * (1 + (0) % 2), ((0) / 2) & 1);
+                cvl_wgmma_fence();
+                cvl_wgmma_qk<0>(s[0], desc_q + (0 >> 4), desc_k + (((0) * 8192 + 0) >> 4));
+                cvl_wgmma_qk<1>(s[0], desc_q + (32 >> 4), desc_k + (((0) * 8192 + 32) >> 4));
+                cvl_wgmma_qk<1>(s[0], desc_q + (64 >> 4), desc_k + (((0) * 8192 + 64) >> 4));
+                cvl_wgmma_qk<1>(s[0], desc_q + (96 >> 4), desc_k + (((0) * 8192 + 96) >> 4));
+                cvl_wgmma_commit();
+                cvl_wgmma_wait<0>();
+                cvl_pin(s[0]);
+                if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (5 + (0) % 2));
+                float alpha[2];
+                const int n0 = tk * 64;
+                (void)n0;
+                if (cvl_bare) {
+                    #pragma unroll
+                    for (int mi = 0; mi < 1; ++mi)
+                    #pragma unroll
+                    for (int ni = 0; ni < 8; ++ni)
+                    #pragma unroll
+                    for (int h = 0; h < 2; ++h)
+                    #pragma unroll
+                    for (int q = 0; q < 2; ++q) {
+                        const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
+                        const int n = n0 + ni * 8 + lane % 4 * 2 + q;
+                        (void)m; (void)n;
+                        float& ACC = s[mi][ni][h * 2 + q];
+                        const float t1 = ACC;
+                        const float t2 = (t1 * u0);
+                        ACC = t2;
+                    }
+                } else {
+                    #pragma unroll
+                    for (int mi = 0; mi < 1; ++mi)
+                    #pragma unroll
+                    for (int ni = 0; ni < 8; ++ni)
+                    #pragma unroll
+                    for (int h = 0; h < 2; ++h)
+                    #pragma unroll
+                    for (int q = 0; q < 2; ++q) {
+                        const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
+                        const int n = n0 + ni * 8 + lane % 4 * 2 + q;
+                        (void)m; (void)n;
+                        float& ACC = s[mi][ni][h * 2 + q];
+                        const bool t4 = (b2[n] <= b3[m]);
+                        const float t5 = ACC;
+                        const float t6 = (t5 * u0);
+                        const float t7 = (t4 ? t6 : u1);
+                        ACC = t7;
+                    }
                 }
-            (void)alpha;  // o is still 0
-            #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                pf[j][0] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][0], s[0][2 * j][1]));
-                pf[j][1] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][2], s[0][2 * j][3]));
-                pf[j][2] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][0], s[0][2 * j + 1][1]));
-                pf[j][3] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][2], s[0][2 * j + 1][3]));
-            }
-        }
-        #pragma unroll 1
-        for (int t = 1; t < 2; ++t) {
-            cvl_mbar_wait(bars + 8 * (1 + (t) % 2), ((t) / 2) & 1);
-            cvl_mbar_wait(bars + 8 * (3 + (t - 1) % 2), ((t - 1) / 2) & 1);
-            cvl_wgmma_fence();
-            cvl_wgmma_qk<0>(s[0], desc_q + (0 >> 4), desc_k + (((((t) % 2)) * 8192 + 0) >> 4));
-            cvl_wgmma_qk<1>(s[0], desc_q + (32 >> 4), desc_k + (((((t) % 2)) * 8192 + 32) >> 4));
-            cvl_wgmma_qk<1>(s[0], desc_q + (64 >> 4), desc_k + (((((t) % 2)) * 8192 + 64) >> 4));
-            cvl_wgmma_qk<1>(s[0], desc_q + (96 >> 4), desc_k + (((((t) % 2)) * 8192 + 96) >> 4));
-            cvl_wgmma_commit();
-            cvl_wgmma_pv(o[0], pf[0], desc_v + (((((t - 1) % 2)) * 8192 + 0) >> 4));
-            cvl_wgmma_pv(o[0], pf[1], desc_v + (((((t - 1) % 2)) * 8192 + 2048) >> 4));
-            cvl_wgmma_pv(o[0], pf[2], desc_v + (((((t - 1) % 2)) * 8192 + 4096) >> 4));
-            cvl_wgmma_pv(o[0], pf[3], desc_v + (((((t - 1) % 2)) * 8192 + 6144) >> 4));
-            cvl_wgmma_commit();
-            cvl_wgmma_wait<1>();  // S of tile t (O += P V of tile t - 1 may still run)
-            cvl_pin(s[0]);
-            if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (5 + (t) % 2));
-            float alpha[2];
-            const int n0 = (t) * 64;
-            (void)n0;
-            #pragma unroll
-            for (int mi = 0; mi < 1; ++mi)
-            #pragma unroll
-            for (int ni = 0; ni < 8; ++ni)
-            #pragma unroll
-            for (int h = 0; h < 2; ++h)
-            #pragma unroll
-            for (int q = 0; q < 2; ++q) {
-                const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
-                const int n = n0 + ni * 8 + lane % 4 * 2 + q;
-                (void)m; (void)n;
-                float& ACC = s[mi][ni][h * 2 + q];
-                const bool t8 = (b2[n] <= b3[m]);
-                const float t9 = ACC;
-                const float t10 = (t9 * u0);
-                const float t11 = (t8 ? t10 : u1);
-                ACC = t11;
-            }
-            float top[2];
-            float part[2][4];
-            #pragma unroll
-            for (int r = 0; r < 2; ++r)
-            #pragma unroll
-                for (int c = 0; c < 4; ++c) part[r][c] = (-__int_as_float(0x7f800000));
-            #pragma unroll
-            for (int mi = 0; mi < 1; ++mi)
-            #pragma unroll
-            for (int ni = 0; ni < 8; ++ni)
-            #pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    part[mi * 2 + e / 2][ni % 4] = fmaxf(part[mi * 2 + e / 2][ni % 4], s[mi][ni][e]);
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                top[r] = part[r][0];
-            #pragma unroll
-                for (int c = 1; c < 4; ++c) top[r] = fmaxf(top[r], part[r][c]);
-            }
-            float base[2];
-            #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 1));
-                top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 2));
-                top[r] = fmaxf(top[r], row_max[r]);
-                const float bl = __fmul_rn(top[r], 1.4426950408889634f);
-                base[r] = top[r] == (-__int_as_float(0x7f800000)) ? 0.0f : bl;  // a row all -inf so far adds exp(-inf) = 0
-                alpha[r] = row_max[r] == top[r] ? 1.0f
-                         : row_max[r] == (-__int_as_float(0x7f800000)) ? 0.0f : cvl_ex2(row_base[r] - base[r]);  // nothing to scale yet
-                row_max[r] = top[r];
-                row_base[r] = base[r];
-                row_sum[r] *= alpha[r];
-            }
-            #pragma unroll
-            for (int mi = 0; mi < 1; ++mi)
-            #pragma unroll
-            for (int ni = 0; ni < 8; ++ni)
-            #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int r = mi * 2 + e / 2;
-                    s[mi][ni][e] = cvl_ex2(fmaf(s[mi][ni][e], 1.4426950408889634f, -base[r]));
-                    row_sum[r] += s[mi][ni][e];
+                float top[2];
+                float part[2][4];
+                #pragma unroll
+                for (int r = 0; r < 2; ++r)
+                #pragma unroll
+                    for (int c = 0; c < 4; ++c) part[r][c] = (-__int_as_float(0x7f800000));
+                #pragma unroll
+                for (int mi = 0; mi < 1; ++mi)
+                #pragma unroll
+                for (int ni = 0; ni < 8; ++ni)
+                #pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        part[mi * 2 + e / 2][ni % 4] = fmaxf(part[mi * 2 + e / 2][ni % 4], s[mi][ni][e]);
+                #pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    top[r] = part[r][0];
+                #pragma unroll
+                    for (int c = 1; c < 4; ++c) top[r] = fmaxf(top[r], part[r][c]);
                 }
+                float base[2];
+                #pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 1));
+                    top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 2));
+                    top[r] = fmaxf(top[r], row_max[r]);
+                    const float bl = __fmul_rn(top[r], 1.4426950408889634f);
+                    base[r] = top[r] == (-__int_as_float(0x7f800000)) ? 0.0f : bl;  // a row all -inf so far adds exp(-inf) = 0
+                    alpha[r] = row_max[r] == top[r] ? 1.0f
+                             : row_max[r] == (-__int_as_float(0x7f800000)) ? 0.0f : cvl_ex2(row_base[r] - base[r]);  // nothing to scale yet
+                    row_max[r] = top[r];
+                    row_base[r] = base[r];
+                    row_sum[r] *= alpha[r];
+                }
+                #pragma unroll
+                for (int mi = 0; mi < 1; ++mi)
+                #pragma unroll
+                for (int ni = 0; ni < 8; ++ni)
+                #pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int r = mi * 2 + e / 2;
+                        s[mi][ni][e] = cvl_ex2(fmaf(s[mi][ni][e], 1.4426950408889634f, -base[r]));
+                        row_sum[r] += s[mi][ni][e];
+                    }
+                (void)alpha;  // o is still 0
+                if (tk != 0) {  // tiles skipped before it: this tile's maxima must zero their numerators
+                    #pragma unroll
+                    for (int r = 0; r < 2; ++r) {
+                        const int m = m0 + wm + lane / 4 + r * 8;
+                        (void)m;
+                        cvl_ok = cvl_ok && ((row_max[r] > (float)(u1) && fmaf((float)(u1), 1.4426950408889634f, -row_base[r]) < -150.0f));
+                    }
+                }
+                #pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    pf[j][0] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][0], s[0][2 * j][1]));
+                    pf[j][1] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][2], s[0][2 * j][3]));
+                    pf[j][2] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][0], s[0][2 * j + 1][1]));
+                    pf[j][3] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][2], s[0][2 * j + 1][3]));
+                }
+            }
+            #pragma unroll 1
+            for (int t = 1; t < cvl_own; ++t) {
+                const int tk = cvl_tiles[t] & 32767;  // the key tile
+                const bool cvl_bare = cvl_tiles[t] > 32767;  // every element unmasked
+                if (tk != (cvl_tiles[t - 1] & 32767) + 1) {  // tiles skipped since the last
+                    #pragma unroll
+                    for (int r = 0; r < 2; ++r) {
+                        const int m = m0 + wm + lane / 4 + r * 8;
+                        (void)m;
+                        cvl_ok = cvl_ok && ((row_max[r] > (float)(u1) && fmaf((float)(u1), 1.4426950408889634f, -row_base[r]) < -150.0f));
+                    }
+                }
+                cvl_mbar_wait(bars + 8 * (1 + (t) % 2), ((t) / 2) & 1);
+                cvl_mbar_wait(bars + 8 * (3 + (t - 1) % 2), ((t - 1) / 2) & 1);
+                cvl_wgmma_fence();
+                cvl_wgmma_qk<0>(s[0], desc_q + (0 >> 4), desc_k + (((((t) % 2)) * 8192 + 0) >> 4));
+                cvl_wgmma_qk<1>(s[0], desc_q + (32 >> 4), desc_k + (((((t) % 2)) * 8192 + 32) >> 4));
+                cvl_wgmma_qk<1>(s[0], desc_q + (64 >> 4), desc_k + (((((t) % 2)) * 8192 + 64) >> 4));
+                cvl_wgmma_qk<1>(s[0], desc_q + (96 >> 4), desc_k + (((((t) % 2)) * 8192 + 96) >> 4));
+                cvl_wgmma_commit();
+                cvl_wgmma_pv(o[0], pf[0], desc_v + (((((t - 1) % 2)) * 8192 + 0) >> 4));
+                cvl_wgmma_pv(o[0], pf[1], desc_v + (((((t - 1) % 2)) * 8192 + 2048) >> 4));
+                cvl_wgmma_pv(o[0], pf[2], desc_v + (((((t - 1) % 2)) * 8192 + 4096) >> 4));
+                cvl_wgmma_pv(o[0], pf[3], desc_v + (((((t - 1) % 2)) * 8192 + 6144) >> 4));
+                cvl_wgmma_commit();
+                cvl_wgmma_wait<1>();  // S of tile t (O += P V of tile t - 1 may still run)
+                cvl_pin(s[0]);
+                if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (5 + (t) % 2));
+                float alpha[2];
+                const int n0 = tk * 64;
+                (void)n0;
+                if (cvl_bare) {
+                    #pragma unroll
+                    for (int mi = 0; mi < 1; ++mi)
+                    #pragma unroll
+                    for (int ni = 0; ni < 8; ++ni)
+                    #pragma unroll
+                    for (int h = 0; h < 2; ++h)
+                    #pragma unroll
+                    for (int q = 0; q < 2; ++q) {
+                        const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
+                        const int n = n0 + ni * 8 + lane % 4 * 2 + q;
+                        (void)m; (void)n;
+                        float& ACC = s[mi][ni][h * 2 + q];
+                        const float t11 = ACC;
+                        const float t12 = (t11 * u0);
+                        ACC = t12;
+                    }
+                } else {
+                    #pragma unroll
+                    for (int mi = 0; mi < 1; ++mi)
+                    #pragma unroll
+                    for (int ni = 0; ni < 8; ++ni)
+                    #pragma unroll
+                    for (int h = 0; h < 2; ++h)
+                    #pragma unroll
+                    for (int q = 0; q < 2; ++q) {
+                        const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
+                        const int n = n0 + ni * 8 + lane % 4 * 2 + q;
+                        (void)m; (void)n;
+                        float& ACC = s[mi][ni][h * 2 + q];
+                        const bool t14 = (b2[n] <= b3[m]);
+                        const float t15 = ACC;
+                        const float t16 = (t15 * u0);
+                        const float t17 = (t14 ? t16 : u1);
+                        ACC = t17;
+                    }
+                }
+                float top[2];
+                float part[2][4];
+                #pragma unroll
+                for (int r = 0; r < 2; ++r)
+                #pragma unroll
+                    for (int c = 0; c < 4; ++c) part[r][c] = (-__int_as_float(0x7f800000));
+                #pragma unroll
+                for (int mi = 0; mi < 1; ++mi)
+                #pragma unroll
+                for (int ni = 0; ni < 8; ++ni)
+                #pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        part[mi * 2 + e / 2][ni % 4] = fmaxf(part[mi * 2 + e / 2][ni % 4], s[mi][ni][e]);
+                #pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    top[r] = part[r][0];
+                #pragma unroll
+                    for (int c = 1; c < 4; ++c) top[r] = fmaxf(top[r], part[r][c]);
+                }
+                float base[2];
+                #pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 1));
+                    top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 2));
+                    top[r] = fmaxf(top[r], row_max[r]);
+                    const float bl = __fmul_rn(top[r], 1.4426950408889634f);
+                    base[r] = top[r] == (-__int_as_float(0x7f800000)) ? 0.0f : bl;  // a row all -inf so far adds exp(-inf) = 0
+                    alpha[r] = row_max[r] == top[r] ? 1.0f
+                             : row_max[r] == (-__int_as_float(0x7f800000)) ? 0.0f : cvl_ex2(row_base[r] - base[r]);  // nothing to scale yet
+                    row_max[r] = top[r];
+                    row_base[r] = base[r];
+                    row_sum[r] *= alpha[r];
+                }
+                #pragma unroll
+                for (int mi = 0; mi < 1; ++mi)
+                #pragma unroll
+                for (int ni = 0; ni < 8; ++ni)
+                #pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int r = mi * 2 + e / 2;
+                        s[mi][ni][e] = cvl_ex2(fmaf(s[mi][ni][e], 1.4426950408889634f, -base[r]));
+                        row_sum[r] += s[mi][ni][e];
+                    }
+                cvl_wgmma_wait<0>();
+                cvl_pin(o[0]);
+                cvl_pin(pf);
+                if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (7 + (t - 1) % 2));
+                #pragma unroll
+                for (int mi = 0; mi < 1; ++mi)
+                #pragma unroll
+                for (int nd = 0; nd < 8; ++nd)
+                #pragma unroll
+                    for (int e = 0; e < 4; ++e) o[mi][nd][e] *= alpha[mi * 2 + e / 2];
+                #pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    pf[j][0] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][0], s[0][2 * j][1]));
+                    pf[j][1] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][2], s[0][2 * j][3]));
+                    pf[j][2] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][0], s[0][2 * j + 1][1]));
+                    pf[j][3] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][2], s[0][2 * j + 1][3]));
+                }
+            }
+            cvl_mbar_wait(bars + 8 * (3 + (cvl_own - 1) % 2), ((cvl_own - 1) / 2) & 1);
+            cvl_wgmma_fence();
+            cvl_wgmma_pv(o[0], pf[0], desc_v + (((((cvl_own - 1) % 2)) * 8192 + 0) >> 4));
+            cvl_wgmma_pv(o[0], pf[1], desc_v + (((((cvl_own - 1) % 2)) * 8192 + 2048) >> 4));
+            cvl_wgmma_pv(o[0], pf[2], desc_v + (((((cvl_own - 1) % 2)) * 8192 + 4096) >> 4));
+            cvl_wgmma_pv(o[0], pf[3], desc_v + (((((cvl_own - 1) % 2)) * 8192 + 6144) >> 4));
+            cvl_wgmma_commit();
             cvl_wgmma_wait<0>();
             cvl_pin(o[0]);
-            cvl_pin(pf);
-            if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (7 + (t - 1) % 2));
+            if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (7 + (cvl_own - 1) % 2));
+        }
+        if (cvl_own == 0 || (cvl_tiles[cvl_own - 1] & 32767) != 1) {  // tiles skipped after the last
             #pragma unroll
-            for (int mi = 0; mi < 1; ++mi)
+            for (int r = 0; r < 2; ++r) {
+                const int m = m0 + wm + lane / 4 + r * 8;
+                (void)m;
+                cvl_ok = cvl_ok && ((row_max[r] > (float)(u1) && fmaf((float)(u1), 1.4426950408889634f, -row_base[r]) < -150.0f));
+            }
+        }
+        const bool cvl_again = cvl_consumers_any(!cvl_ok, 128u);  // some skip inexact
+        if (wg == 0 && threadIdx.x % 128 == 0) {
+            cvl_redo = cvl_again;
+            cvl_mbar_arrive(bars + 8 * 9);  // the producer's: load every tile again, or stop
+        }
+        if (cvl_again) {  // every key tile, as without the skip
             #pragma unroll
             for (int nd = 0; nd < 8; ++nd)
             #pragma unroll
-                for (int e = 0; e < 4; ++e) o[mi][nd][e] *= alpha[mi * 2 + e / 2];
+                for (int e = 0; e < 4; ++e) o[0][nd][e] = 0.0f;
             #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                pf[j][0] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][0], s[0][2 * j][1]));
-                pf[j][1] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][2], s[0][2 * j][3]));
-                pf[j][2] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][0], s[0][2 * j + 1][1]));
-                pf[j][3] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][2], s[0][2 * j + 1][3]));
+            for (int r = 0; r < 2; ++r) {
+                row_max[r] = (-__int_as_float(0x7f800000));
+                row_base[r] = 0.0f;
+                row_sum[r] = 0.0f;
             }
+            {
+                cvl_mbar_wait(bars + 8 * (1 + (cvl_cnt + 0) % 2), ((cvl_cnt + 0) / 2) & 1);
+                cvl_wgmma_fence();
+                cvl_wgmma_qk<0>(s[0], desc_q + (0 >> 4), desc_k + (((((cvl_cnt + 0) % 2)) * 8192 + 0) >> 4));
+                cvl_wgmma_qk<1>(s[0], desc_q + (32 >> 4), desc_k + (((((cvl_cnt + 0) % 2)) * 8192 + 32) >> 4));
+                cvl_wgmma_qk<1>(s[0], desc_q + (64 >> 4), desc_k + (((((cvl_cnt + 0) % 2)) * 8192 + 64) >> 4));
+                cvl_wgmma_qk<1>(s[0], desc_q + (96 >> 4), desc_k + (((((cvl_cnt + 0) % 2)) * 8192 + 96) >> 4));
+                cvl_wgmma_commit();
+                cvl_wgmma_wait<0>();
+                cvl_pin(s[0]);
+                if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (5 + (cvl_cnt + 0) % 2));
+                float alpha[2];
+                const int n0 = (0) * 64;
+                (void)n0;
+                #pragma unroll
+                for (int mi = 0; mi < 1; ++mi)
+                #pragma unroll
+                for (int ni = 0; ni < 8; ++ni)
+                #pragma unroll
+                for (int h = 0; h < 2; ++h)
+                #pragma unroll
+                for (int q = 0; q < 2; ++q) {
+                    const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
+                    const int n = n0 + ni * 8 + lane % 4 * 2 + q;
+                    (void)m; (void)n;
+                    float& ACC = s[mi][ni][h * 2 + q];
+                    const bool t21 = (b2[n] <= b3[m]);
+                    const float t22 = ACC;
+                    const float t23 = (t22 * u0);
+                    const float t24 = (t21 ? t23 : u1);
+                    ACC = t24;
+                }
+                float top[2];
+                float part[2][4];
+                #pragma unroll
+                for (int r = 0; r < 2; ++r)
+                #pragma unroll
+                    for (int c = 0; c < 4; ++c) part[r][c] = (-__int_as_float(0x7f800000));
+                #pragma unroll
+                for (int mi = 0; mi < 1; ++mi)
+                #pragma unroll
+                for (int ni = 0; ni < 8; ++ni)
+                #pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        part[mi * 2 + e / 2][ni % 4] = fmaxf(part[mi * 2 + e / 2][ni % 4], s[mi][ni][e]);
+                #pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    top[r] = part[r][0];
+                #pragma unroll
+                    for (int c = 1; c < 4; ++c) top[r] = fmaxf(top[r], part[r][c]);
+                }
+                float base[2];
+                #pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 1));
+                    top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 2));
+                    top[r] = fmaxf(top[r], row_max[r]);
+                    const float bl = __fmul_rn(top[r], 1.4426950408889634f);
+                    base[r] = top[r] == (-__int_as_float(0x7f800000)) ? 0.0f : bl;  // a row all -inf so far adds exp(-inf) = 0
+                    alpha[r] = row_max[r] == top[r] ? 1.0f
+                             : row_max[r] == (-__int_as_float(0x7f800000)) ? 0.0f : cvl_ex2(row_base[r] - base[r]);  // nothing to scale yet
+                    row_max[r] = top[r];
+                    row_base[r] = base[r];
+                    row_sum[r] *= alpha[r];
+                }
+                #pragma unroll
+                for (int mi = 0; mi < 1; ++mi)
+                #pragma unroll
+                for (int ni = 0; ni < 8; ++ni)
+                #pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int r = mi * 2 + e / 2;
+                        s[mi][ni][e] = cvl_ex2(fmaf(s[mi][ni][e], 1.4426950408889634f, -base[r]));
+                        row_sum[r] += s[mi][ni][e];
+                    }
+                (void)alpha;  // o is still 0
+                #pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    pf[j][0] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][0], s[0][2 * j][1]));
+                    pf[j][1] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][2], s[0][2 * j][3]));
+                    pf[j][2] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][0], s[0][2 * j + 1][1]));
+                    pf[j][3] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][2], s[0][2 * j + 1][3]));
+                }
+            }
+            #pragma unroll 1
+            for (int t = 1; t < 2; ++t) {
+                cvl_mbar_wait(bars + 8 * (1 + (cvl_cnt + t) % 2), ((cvl_cnt + t) / 2) & 1);
+                cvl_mbar_wait(bars + 8 * (3 + (cvl_cnt + t - 1) % 2), ((cvl_cnt + t - 1) / 2) & 1);
+                cvl_wgmma_fence();
+                cvl_wgmma_qk<0>(s[0], desc_q + (0 >> 4), desc_k + (((((cvl_cnt + t) % 2)) * 8192 + 0) >> 4));
+                cvl_wgmma_qk<1>(s[0], desc_q + (32 >> 4), desc_k + (((((cvl_cnt + t) % 2)) * 8192 + 32) >> 4));
+                cvl_wgmma_qk<1>(s[0], desc_q + (64 >> 4), desc_k + (((((cvl_cnt + t) % 2)) * 8192 + 64) >> 4));
+                cvl_wgmma_qk<1>(s[0], desc_q + (96 >> 4), desc_k + (((((cvl_cnt + t) % 2)) * 8192 + 96) >> 4));
+                cvl_wgmma_commit();
+                cvl_wgmma_pv(o[0], pf[0], desc_v + (((((cvl_cnt + t - 1) % 2)) * 8192 + 0) >> 4));
+                cvl_wgmma_pv(o[0], pf[1], desc_v + (((((cvl_cnt + t - 1) % 2)) * 8192 + 2048) >> 4));
+                cvl_wgmma_pv(o[0], pf[2], desc_v + (((((cvl_cnt + t - 1) % 2)) * 8192 + 4096) >> 4));
+                cvl_wgmma_pv(o[0], pf[3], desc_v + (((((cvl_cnt + t - 1) % 2)) * 8192 + 6144) >> 4));
+                cvl_wgmma_commit();
+                cvl_wgmma_wait<1>();  // S of tile t (O += P V of tile t - 1 may still run)
+                cvl_pin(s[0]);
+                if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (5 + (cvl_cnt + t) % 2));
+                float alpha[2];
+                const int n0 = (t) * 64;
+                (void)n0;
+                #pragma unroll
+                for (int mi = 0; mi < 1; ++mi)
+                #pragma unroll
+                for (int ni = 0; ni < 8; ++ni)
+                #pragma unroll
+                for (int h = 0; h < 2; ++h)
+                #pragma unroll
+                for (int q = 0; q < 2; ++q) {
+                    const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
+                    const int n = n0 + ni * 8 + lane % 4 * 2 + q;
+                    (void)m; (void)n;
+                    float& ACC = s[mi][ni][h * 2 + q];
+                    const bool t28 = (b2[n] <= b3[m]);
+                    const float t29 = ACC;
+                    const float t30 = (t29 * u0);
+                    const float t31 = (t28 ? t30 : u1);
+                    ACC = t31;
+                }
+                float top[2];
+                float part[2][4];
+                #pragma unroll
+                for (int r = 0; r < 2; ++r)
+                #pragma unroll
+                    for (int c = 0; c < 4; ++c) part[r][c] = (-__int_as_float(0x7f800000));
+                #pragma unroll
+                for (int mi = 0; mi < 1; ++mi)
+                #pragma unroll
+                for (int ni = 0; ni < 8; ++ni)
+                #pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        part[mi * 2 + e / 2][ni % 4] = fmaxf(part[mi * 2 + e / 2][ni % 4], s[mi][ni][e]);
+                #pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    top[r] = part[r][0];
+                #pragma unroll
+                    for (int c = 1; c < 4; ++c) top[r] = fmaxf(top[r], part[r][c]);
+                }
+                float base[2];
+                #pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 1));
+                    top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 2));
+                    top[r] = fmaxf(top[r], row_max[r]);
+                    const float bl = __fmul_rn(top[r], 1.4426950408889634f);
+                    base[r] = top[r] == (-__int_as_float(0x7f800000)) ? 0.0f : bl;  // a row all -inf so far adds exp(-inf) = 0
+                    alpha[r] = row_max[r] == top[r] ? 1.0f
+                             : row_max[r] == (-__int_as_float(0x7f800000)) ? 0.0f : cvl_ex2(row_base[r] - base[r]);  // nothing to scale yet
+                    row_max[r] = top[r];
+                    row_base[r] = base[r];
+                    row_sum[r] *= alpha[r];
+                }
+                #pragma unroll
+                for (int mi = 0; mi < 1; ++mi)
+                #pragma unroll
+                for (int ni = 0; ni < 8; ++ni)
+                #pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int r = mi * 2 + e / 2;
+                        s[mi][ni][e] = cvl_ex2(fmaf(s[mi][ni][e], 1.4426950408889634f, -base[r]));
+                        row_sum[r] += s[mi][ni][e];
+                    }
+                cvl_wgmma_wait<0>();
+                cvl_pin(o[0]);
+                cvl_pin(pf);
+                if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (7 + (cvl_cnt + t - 1) % 2));
+                #pragma unroll
+                for (int mi = 0; mi < 1; ++mi)
+                #pragma unroll
+                for (int nd = 0; nd < 8; ++nd)
+                #pragma unroll
+                    for (int e = 0; e < 4; ++e) o[mi][nd][e] *= alpha[mi * 2 + e / 2];
+                #pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    pf[j][0] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][0], s[0][2 * j][1]));
+                    pf[j][1] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][2], s[0][2 * j][3]));
+                    pf[j][2] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][0], s[0][2 * j + 1][1]));
+                    pf[j][3] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][2], s[0][2 * j + 1][3]));
+                }
+            }
+            cvl_mbar_wait(bars + 8 * (3 + (cvl_cnt + 1) % 2), ((cvl_cnt + 1) / 2) & 1);
+            cvl_wgmma_fence();
+            cvl_wgmma_pv(o[0], pf[0], desc_v + (((((cvl_cnt + 1) % 2)) * 8192 + 0) >> 4));
+            cvl_wgmma_pv(o[0], pf[1], desc_v + (((((cvl_cnt + 1) % 2)) * 8192 + 2048) >> 4));
+            cvl_wgmma_pv(o[0], pf[2], desc_v + (((((cvl_cnt + 1) % 2)) * 8192 + 4096) >> 4));
+            cvl_wgmma_pv(o[0], pf[3], desc_v + (((((cvl_cnt + 1) % 2)) * 8192 + 6144) >> 4));
+            cvl_wgmma_commit();
+            cvl_wgmma_wait<0>();
+            cvl_pin(o[0]);
         }
-        cvl_mbar_wait(bars + 8 * (3 + (1) % 2), ((1) / 2) & 1);
-        cvl_wgmma_fence();
-        cvl_wgmma_pv(o[0], pf[0], desc_v + (((((1) % 2)) * 8192 + 0) >> 4));
-        cvl_wgmma_pv(o[0], pf[1], desc_v + (((((1) % 2)) * 8192 + 2048) >> 4));
-        cvl_wgmma_pv(o[0], pf[2], desc_v + (((((1) % 2)) * 8192 + 4096) >> 4));
-        cvl_wgmma_pv(o[0], pf[3], desc_v + (((((1) % 2)) * 8192 + 6144) >> 4));
-        cvl_wgmma_commit();
-        cvl_wgmma_wait<0>();
-        cvl_pin(o[0]);
         #pragma unroll
         for (int r = 0; r < 2; ++r) {
             row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
