@@ -20,7 +20,7 @@
 #           flushed samples' extra microseconds come from address translation?
 #   skipprobe  benchmarks/skip_probe.py on PROBE_SHAPES with PROBE_VARIANTS (defaults: the shapes where 4 consumers hung,
 #           off,on,never), PROBE_RUNS launches each (default 200)
-#   skiptests  the GPU tests of TESTS_K (default: attention) with SKIP=SKIP (default True)
+#   skiptests  the GPU tests of TESTS_K (default: attention) with SKIP=SKIP (default "'list'", as in the code; True: the vote; False: every tile)
 #   skiprecord  `record` with SKIP=SKIP (every cuda case replayed under it: the same results, bits and snapshots
 #           required) into $OUT/rerecorded-skip.tar.gz
 #   skipsan  `cuvil-dsl run --sanitize TOOL` for each of SAN_TOOLS (default: synccheck memcheck) on the causal pipeline
@@ -72,11 +72,11 @@ for step in ${STEPS:-tests}; do
             --variants ${PROBE_VARIANTS:-off,on,never} --runs ${PROBE_RUNS:-200} \
             --timeout 40 2>&1 | tee "$OUT/skip_probe.txt" | tail -60 ;;
     skiptests)
-        timeout 400 python3 benchmarks/bench_mode.py cuda_attention.SKIP=${SKIP:-True} -- \
+        timeout 400 python3 benchmarks/bench_mode.py cuda_attention.SKIP=${SKIP:-"'list'"} -- \
             -m pytest -p cuvil_dsl.testing.plugin -m gpu -q -p no:cacheprovider tests/gpu/test_codegen_gpu.py \
             -k "${TESTS_K:-attention}" 2>&1 | tail -25 | tee "$OUT/gpu-tests-skip.log" ;;
     skiprecord)
-        timeout 300 python3 benchmarks/bench_mode.py cuda_attention.SKIP=${SKIP:-True} -- \
+        timeout 300 python3 benchmarks/bench_mode.py cuda_attention.SKIP=${SKIP:-"'list'"} -- \
             regression/update_code.py --backend cuda ${RECORD_FLAGS:-} --archive "$OUT/rerecorded-skip.tar.gz" 2>&1 | tail -8 ;;
     skipsan)
         mkdir -p /tmp/skipsan && cp benchmarks/shapes/pipelines.cuvil /tmp/skipsan/p.cuvil
@@ -93,7 +93,7 @@ for step in ${STEPS:-tests}; do
         timeout 300 python3 benchmarks/ab_attention_full.py \
             --only default --only skip --case benchmarks/shapes/attention_full_f16-causal.yaml --rounds ${ROUNDS:-2} 2>&1 | tail -30 ;;
     skipbench)
-        timeout 300 python3 benchmarks/bench_mode.py cuda_attention.SKIP=${SKIP:-True} -- bench \
+        timeout 300 python3 benchmarks/bench_mode.py cuda_attention.SKIP=${SKIP:-"'list'"} -- bench \
             benchmarks/shapes/attention_full_f16-causal.yaml --quick --baselines torch,torch_compile,triton \
             --plot "$OUT/bench-causal.png" 2>&1 | tee "$OUT/bench-causal.md" | tail -30 ;;
     bench)
