@@ -1257,6 +1257,17 @@ class _WsAttention(_WgmmaAttention):
 
         return terms(self.masked.args[0], self.where_maps(self.masked)[0])
 
+    SYMBOL = {"lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+    def extremes(self, op: str, value: str):
+        """For a separable comparison ``op`` whose row side is ``value``: the C type, and for the extreme the
+        comparison is decided by (for ``<`` and ``<=`` the rows' largest) and for the other one (their smallest: every
+        row passes when a key passes against it) each ``(name, identity, C function)``."""
+        ctype, lowest, highest = self.SEPARABLE_TYPES[self.p.types[value].dtype]
+        c_fn = {"int": "{}", "float": "f{}f", "double": "f{}"}[ctype]
+        largest, smallest = ("max", lowest, c_fn.format("max")), ("min", highest, c_fn.format("min"))
+        return (ctype, largest, smallest) if self.SEPARABLE[op][0] == "max" else (ctype, smallest, largest)
+
     def mask_rows(self) -> list[str]:
         """"skip" with a separable mask (:attr:`separable_mask`): ``cvl_rows``, the row side's extreme over this
         warp's 16 rows within M (every lane holds it), once a block of rows."""
@@ -1264,9 +1275,7 @@ class _WsAttention(_WgmmaAttention):
         if sep is None:
             return []
         op, _, (value, m) = sep
-        ctype, lowest, highest = self.SEPARABLE_TYPES[self.p.types[value].dtype]
-        pick, start = ("max", lowest) if self.SEPARABLE[op][0] == "max" else ("min", highest)
-        combine = {"int": pick, "float": f"f{pick}f", "double": f"f{pick}"}[ctype]
+        ctype, (pick, start, combine), _ = self.extremes(op, value)
         lines: list[str] = []
         expr = self.k.walk(lines.append, self.coord, None, None).value(value, m)
         inside = f"if (m < {self.M}) " if self.M % self.bm else ""
@@ -1289,7 +1298,7 @@ class _WsAttention(_WgmmaAttention):
             ctype = self.SEPARABLE_TYPES[self.p.types[value].dtype][0]
             lines: list[str] = []
             expr = k.walk(lines.append, self.coord, None, None).value(value, m)
-            symbol = {"lt": "<", "le": "<=", "gt": ">", "ge": ">="}[cmp]
+            symbol = self.SYMBOL[cmp]
             inside = f"if (n < {self.N}) " if self.N % self.bn else ""
             return ["cvl_any = false;  // some key of the next tile passes the mask's test against this warp's rows",
                     f"if ({tile} < {self.nt}) {{  // (no tile past the last: its mask would be read past the buffer)",
@@ -1566,12 +1575,8 @@ class _WsAttention(_WgmmaAttention):
         decl, row_lines, row_update, shuffle, key_lines, tests, every, mine = [], [], [], [], [], [], [], []
         any_nan = []
         for j, (op, (kvalue, kmap), (rvalue, rmap)) in enumerate(self.listed_terms):
-            ctype, lowest, highest = self.SEPARABLE_TYPES[self.p.types[rvalue].dtype]
-            pick, start = ("max", lowest) if self.SEPARABLE[op][0] == "max" else ("min", highest)
-            other, other_start = ("min", highest) if pick == "max" else ("max", lowest)
-            combine = {"int": pick, "float": f"f{pick}f", "double": f"f{pick}"}[ctype]
-            other_combine = {"int": other, "float": f"f{other}f", "double": f"f{other}"}[ctype]
-            symbol = {"lt": "<", "le": "<=", "gt": ">", "ge": ">="}[op]
+            ctype, (pick, start, combine), (other, other_start, other_combine) = self.extremes(op, rvalue)
+            symbol = self.SYMBOL[op]
             nan = ctype != "int"  # a NaN row fails every comparison: no tile passes everywhere
             row = k.walk(row_lines.append, self.coord, None, None).value(rvalue, rmap)
             row_lines.append(f"const {ctype} r{j}_ = ({ctype})({row});")
