@@ -96,6 +96,13 @@ VARIANTS = [
     ("skip: list, untrimmed", None, {"skip": "list", "trim": False}),
     ("skip: list, untrimmed, every tile masked", None, {"skip": "list", "trim": False, "bare": False}),
     ("skip: list, 2 consumers, every tile masked", None, {"ws": True, "groups": 2, "skip": "list", "bare": False}),
+    # Session 31: where the causal kernel's time goes. On benchmarks/shapes/attention_full_f16-allpass.yaml (every key
+    # passes) "skip: list" against "skip: off, not persistent" is what listing costs a block
+    ("skip: off", None, {"skip": False}),
+    ("skip: off, not persistent", None, {"skip": False, "persistent": False}),
+    ("skip: list, ascending", None, {"skip": "list", "order": "ascending"}),
+    ("skip: list, 3 stages", None, {"skip": "list", "stages": 3}),
+    ("skip: list, 2 consumers, 64-key tiles", None, {"groups": 2, "bn": 64, "skip": "list"}),
     # (Session 23, measured and removed, commit 15c36eb: "slack" S, a row keeping its exponent base while its maximum
     # passes it by at most S log2 units, the outputs rescaled only when some row's base moves: D 64 88.8 us at S 8 and
     # 89.0 at S 4 against 87.7; D 128 68.4 / 68.1 against 68.5; the example 13.3 / 13.4 against 13.2.)
