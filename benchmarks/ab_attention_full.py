@@ -103,6 +103,12 @@ VARIANTS = [
     ("skip: list, ascending", None, {"skip": "list", "order": "ascending"}),
     ("skip: list, 3 stages", None, {"skip": "list", "stages": 3}),
     ("skip: list, 2 consumers, 64-key tiles", None, {"groups": 2, "bn": 64, "skip": "list"}),
+    # Session 31: a "bare" tile computed from its raw accumulators ("fold"), and three K and V slots with "list" (both
+    # the default now): these variants turn them off. (Measured and removed: "bare" judged per consumer warpgroup's
+    # rows, "own": 64.1 against 63.9 us without it.)
+    ("skip: list, unfolded", None, {"skip": "list", "fold": False}),
+    ("skip: list, 2 stages", None, {"skip": "list", "stages": 2}),
+    ("skip: list, unfolded, 2 stages (session 30)", None, {"skip": "list", "fold": False, "stages": 2}),
     # (Session 23, measured and removed, commit 15c36eb: "slack" S, a row keeping its exponent base while its maximum
     # passes it by at most S log2 units, the outputs rescaled only when some row's base moves: D 64 88.8 us at S 8 and
     # 89.0 at S 4 against 87.7; D 128 68.4 / 68.1 against 68.5; the example 13.3 / 13.4 against 13.2.)

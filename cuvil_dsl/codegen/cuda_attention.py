@@ -83,7 +83,8 @@ PAD = 8  # elements of padding a shared row (16 bytes)
 #   "ws": on sm_90, where every operand loads by TMA (tma_operands) and no block size was asked for, the
 #           warp-specialised kernel (_WsAttention). Default True (D 64: 88.9 against 102.0 us; D 128: 69.2
 #           against 91.0; benchmarks/NOTES.md, session 22).
-#   "stages": K and V slots of the warp-specialised kernel. Default 2 (3 or 4 measured no faster).
+#   "stages": K and V slots of the warp-specialised kernel. Default 2 (3 or 4 measured no faster); 3 with "skip":
+#           "list" (2-3.5% faster on the causal benchmark).
 #   "pingpong": the warp-specialised kernel's two consumer warpgroups take turns issuing their products
 #           (FlashAttention-3's schedule). Default False: measured slower (99.5 against 95.7 us at D 64, 70.1
 #           against 68.9 at D 128).
@@ -111,7 +112,9 @@ PAD = 8  # elements of padding a shared row (16 bytes)
 #           would have come), and where one would not (a row masked whole) the block runs every tile again.
 #           Default SKIP (see there).
 #   "bare": with "list", a listed tile whose every element the mask passes (for ``<=``, its keys' largest value at
-#           most the rows' smallest) is computed without the where: no mask loads. Default True.
+#           most the rows' smallest) is computed without the where: no mask loads. Default True. Where the where's
+#           value is the GEMM value times a uniform, such a tile is also "fold"ed (see "fold"; _WsAttention.bare_fold:
+#           causal [32, 2048, 2048], H100: 63.4 against 66.5 us, 63.9 against 65.5 in another call).
 #   "trim": with "list" and more than one consumer warpgroup, each computes the listed tiles up to the last one
 #           some row of its own sees and releases the rest unread. Default True.
 #   "separable": with "skip", a mask that compares a key's value with a row's (``kpos <= qpos``) is tested a key at a
@@ -202,6 +205,7 @@ def plan_tiles(threads: int, rows: int, depth: int, dv: int, k_major: bool, arch
 
 class _Attention:
     order = "ascending"  # a batch's blocks of rows in the grid (see _WsAttention's "order")
+    tile_factors: tuple[str, str] | None = None  # softmax_parts: run-time (maximum scale, exponent factor) names
 
     def __init__(self, k: CudaKernel):
         p = k.p
@@ -345,15 +349,15 @@ class _Attention:
         rank = len(self.p.domain)
         return "m" if d == rank - 2 else "n" if d == rank - 1 else f"c{d}"
 
-    def folded_scale(self) -> str | None:
-        """"fold" (see ATTENTION_TUNING): the uniform ``u`` when the softmax's argument is ``GEMM * u`` ("" for
-        the GEMM value itself), neither rounded, and no key is masked; else None."""
+    def folded_scale(self, arg: str | None = None) -> str | None:
+        """"fold" (see ATTENTION_TUNING): the uniform ``u`` when the softmax's argument (or value ``arg``) is
+        ``GEMM * u`` ("" for the GEMM value itself), neither rounded, and no key is masked; else None."""
         if self.N % self.bn:
             return None
         ops = self.p.ops
         if rounds(self.first):
             return None
-        arg = self.softmax.args[0]
+        arg = self.softmax.args[0] if arg is None else arg
         if arg == self.first.out:
             return ""
         op = ops.get(arg)
@@ -463,8 +467,12 @@ class _Attention:
             rescale = ["if (__any_sync(0xffffffffu, alpha[0] != 1.0f"
                        + "".join(f" || alpha[{r}] != 1.0f" for r in range(1, slots)) + ")) {", *indent(rescale), "}"]
         scale = "fold_c" if self.fold is not None else LOG2E
+        factors = self.tile_factors  # _WsAttention.listed_scores: a tile's own (maximum scale, exponent factor)
+        if factors is not None:
+            scale = factors[1]
         stats = [
             *self.tile_max(),
+            *(["#pragma unroll", f"for (int r = 0; r < {slots}; ++r) top[r] *= {factors[0]};"] if factors else []),
             f"float base[{slots}];",
             "#pragma unroll", f"for (int r = 0; r < {slots}; ++r) {{",
             "    top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 1));",
@@ -583,11 +591,13 @@ class _Attention:
             inner *= batch_shape[d]
         return out + ["(void)bz;"]
 
-    def fold_constants(self) -> list[str]:
-        """With "fold": the exponent's factor ``u log2 e``, ``|u|`` and the sign test (see tile_max)."""
-        if self.fold is None:
+    def fold_constants(self, fold: str | None = None) -> list[str]:
+        """With "fold" (or the uniform ``fold``, "" for 1): the exponent's factor ``u log2 e``, ``|u|`` and the sign
+        test (see tile_max)."""
+        fold = self.fold if fold is None else fold
+        if fold is None:
             return []
-        u = self.fold or "1.0f"
+        u = fold or "1.0f"
         return [f"const float fold_c = {u} * {LOG2E};  // exp(acc * u) = 2^(acc * fold_c)",
                 f"const float fold_abs = fabsf({u});", f"const bool fold_flip = {u} < 0.0f;"]
 
@@ -1018,6 +1028,14 @@ class _WsAttention(_WgmmaAttention):
                        and shared + self.listed_bytes() <= configs.smem_limit(k.arch))
         if skip == "list" and not self.listed:
             self.masked = None
+        # with "list" three K and V slots by default (causal [32, 2048, 2048], H100: 62.0 against 64.1 us and 60.4
+        # against 62.2; the all-pass probe 98.4 against 100.9): a block computes fewer tiles, its pipeline's fill
+        # weighs more. The unmasked kernel measured level with three (90.0 against 89.4).
+        if self.listed and "stages" not in tune and self.q_bytes + 3 * (self.k_bytes + self.v_bytes) + 1024 \
+                + self.listed_bytes() <= configs.smem_limit(k.arch):
+            self.stages = 3
+            self.vote_ahead, self.vote_ring = self.stages + 1, self.stages + 2
+            shared = self.shared_total()
         # "order": a batch's blocks of rows in the grid, "ascending" (by first row) or "descending". With "skip" a
         # causal mask leaves a later block of rows more key tiles to compute, so "descending" (the default there)
         # starts the longest first, and the GPU's block scheduler, handing each multiprocessor the next block as
@@ -1483,14 +1501,32 @@ class _WsAttention(_WgmmaAttention):
 
     def listed_scores(self) -> list[str]:
         """:meth:`scores_ready` for listed tile ``tk``; with "bare", a tile every element of which passes the mask
-        takes the where's value without the where (the same bits, no loads of the mask)."""
+        takes the where's value without the where (no loads of the mask). Where that value is ``GEMM * u``
+        (:attr:`bare_fold`) and ``u`` is not negative, a bare tile is "fold"ed: no pass over its elements at all, its
+        maximum taken over the raw accumulators and scaled once, its exponent ``acc * (u log2 e) - base``; the tile's
+        maximum scale and exponent factor (``cvl_fs``, ``cvl_fc``) are chosen at run time. The same bits as scaling
+        each element first when ``u`` is a power of two (then ``acc * u`` and ``u log2 e`` are exact); else each
+        exponent's argument may differ by a rounding of the product."""
         if not self.bare:
             return self.scores_ready("tk")
-        stats, _ = self.softmax_parts()
         op = self.masked
         bare = self.s_elements(self.logit(op.args[1], self.where_maps(op)[1]))
-        return [f"const int n0 = tk * {self.bn};", "(void)n0;", "if (cvl_bare) {", *indent(bare), "} else {",
-                *indent(self.s_elements(self.logit())), "}", *stats]
+        where = self.s_elements(self.logit())
+        if self.bare_fold is None:
+            stats, _ = self.softmax_parts()
+            return [f"const int n0 = tk * {self.bn};", "(void)n0;", "if (cvl_bare) {", *indent(bare), "} else {",
+                    *indent(where), "}", *stats]
+        self.tile_factors = ("cvl_fs", "cvl_fc")
+        try:
+            stats, _ = self.softmax_parts()
+        finally:
+            self.tile_factors = None
+        return [f"const int n0 = tk * {self.bn};", "(void)n0;",
+                "const bool cvl_fold = cvl_bare && !fold_flip;  // the raw accumulators, scaled by the factors",
+                "if (!cvl_fold) {", *indent(["if (cvl_bare) {", *indent(bare), "} else {", *indent(where), "}"]), "}",
+                "const float cvl_fs = cvl_fold ? fold_abs : 1.0f;  // the maximum's scale",
+                f"const float cvl_fc = cvl_fold ? fold_c : {LOG2E};  // the exponent's factor",
+                *stats]
 
     def listed_check(self, gap: str, what: str) -> list[str]:
         """"skip": "list": when ``gap`` (tiles were skipped just before this point), ``cvl_ok`` false unless every
@@ -1536,8 +1572,16 @@ class _WsAttention(_WgmmaAttention):
             "if (cvl_again) {  // every key tile, as without the skip", *indent(again), "}",
         ]
 
+    @functools.cached_property
+    def bare_fold(self) -> str | None:
+        """"bare" with "fold": the uniform ``u`` when the masking where's value is ``GEMM * u`` ("" for the GEMM
+        value), unrounded, and no key is past N (:meth:`folded_scale`); else None."""
+        if not self.bare or not ATTENTION_TUNING.get("fold", True):
+            return None
+        return self.folded_scale(self.masked.args[1])
+
     def consumer(self) -> list[str]:
-        work = [*self.warpgroup_state("wg"), *self.fold_constants(),
+        work = [*self.warpgroup_state("wg"), *self.fold_constants(self.bare_fold if self.fold is None else None),
                 f"float s[1][{self.ni}][4];", f"unsigned pf[{self.ni // 2}][4];  // P's A fragments",
                 f"cvl_mbar_wait(bars, {'i & 1' if self.persistent else '0'});  // Q",
                 *self.consumer_loop(), *self.finish()]

@@ -527,7 +527,8 @@ def test_listed_kernels_compile_within_their_resources(cond, tuning, tmp_path, m
     with no wgmma serialised (ptxas warns when a branch it cannot prove uniform holds one: the list's count is a
     shuffle of lane 0's for that), and with two named barriers (the block's, and the consumers' verdict). Spills:
     none with up to 3 consumers; with 4, at setmaxnreg's share, the plain kernel spills 96 bytes and the list up to
-    184 here (a ragged sliding window; 96 at the causal benchmark's shape), a bound this keeps."""
+    222 here (a ragged sliding window with the list's three K and V slots: 184 with two; 64 at the causal
+    benchmark's shape), a bound this keeps."""
     from cuvil_dsl.codegen import cuda_attention
     from cuvil_dsl.compile import CompileUnit, compile_units
 
@@ -545,7 +546,7 @@ def test_listed_kernels_compile_within_their_resources(cond, tuning, tmp_path, m
     (unit,) = compile_units([CompileUnit(k.entry, k.source, (k.entry,), k.options)], "sm_90")
     r = unit.resources[k.entry]
     assert "serializ" not in unit.log.lower(), unit.log
-    assert r.spill_bytes <= (192 if seen.groups == 4 else 0), (tuning, r)
+    assert r.spill_bytes <= (256 if seen.groups == 4 else 0), (tuning, r)
     assert "used 2 barriers" in unit.log, unit.log
 
 

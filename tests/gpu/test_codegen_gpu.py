@@ -553,7 +553,8 @@ def _masked_bits(tmp_path, monkeypatch, M: int, N: int, signature: str, cond: st
 
 
 @pytest.mark.parametrize("groups", [1, 2, 4])
-@pytest.mark.parametrize("form", ["causal with holes", "window", "sliding window", "f32 positions", "causal"])
+@pytest.mark.parametrize("form", ["causal with holes", "window", "sliding window", "f32 positions", "causal",
+                                  "causal, whole tiles"])
 def test_listed_key_tiles_give_the_same_bits(form, groups, tmp_path, monkeypatch):
     """ATTENTION_TUNING "skip": "list": each block lists the key tiles some row of it sees unmasked (a mask of
     positions, ``kpos <= qpos`` and the like) and computes those alone; where a skipped tile's numerators would not
@@ -562,8 +563,9 @@ def test_listed_key_tiles_give_the_same_bits(form, groups, tmp_path, monkeypatch
     fresh inputs: causal positions with rows masked whole and a block of keys moved past every row (tiles skipped
     in the middle, and the second pass); a window computed in the kernel (tiles skipped before the first computed);
     a causal sliding window (two terms, ``&``); f32 positions in descending order (``>``); plain causal (the first
-    pass alone)."""
-    M, N = 333, 700
+    pass alone); plain causal over keys that fill their tiles, where a tile every element of which passes is "fold"ed
+    (its raw accumulators scaled once: the same bits at this power-of-two scale)."""
+    M, N = 333, (768 if form == "causal, whole tiles" else 700)
     qpos = np.arange(M, dtype=np.int32)[:, None] + 40
     kpos = np.arange(N, dtype=np.int32)[None, :].copy()
     signature, cond = "qpos: i32[M, 1], kpos: i32[1, N]", "kpos <= qpos"
