@@ -1024,7 +1024,7 @@ class _WsAttention(_WgmmaAttention):
         # of at most LIST_MAX_KEYS keys whose list fits in shared memory, one block of rows a block: not persistent);
         # another mask keeps the plain loop (the vote, True, does not pay)
         self.listed = (skip == "list" and self.masked is not None and self.listed_terms is not None
-                       and self.N <= LIST_MAX_KEYS and not tune.get("persistent", False)
+                       and self.N <= LIST_MAX_KEYS and self.nt < 16384 and not tune.get("persistent", False)
                        and shared + self.listed_bytes() <= configs.smem_limit(k.arch))
         if skip == "list" and not self.listed:
             self.masked = None
@@ -1121,7 +1121,7 @@ class _WsAttention(_WgmmaAttention):
                     f"if (t >= {s}) cvl_mbar_wait(bars + 8 * (1 + {3 * s} + stage), (use - 1) & 1);  // V's slot free",
                     *load_v]), "}"]
 
-            work = [f"cvl_mbar_expect_tx(bars, {self.q_bytes}u);", *q, *tiles("0", "cvl_cnt", "cvl_tiles[t] & 32767"),
+            work = [f"cvl_mbar_expect_tx(bars, {self.q_bytes}u);", *q, *tiles("0", "cvl_cnt", "cvl_tiles[t] & 16383"),
                     f"cvl_mbar_wait(bars + 8 * {self.verdict}, 0);  // the consumers' verdict on the skipped tiles",
                     "if (cvl_redo) {", *indent(tiles("cvl_cnt", f"cvl_cnt + {self.nt}", "t - cvl_cnt")), "}"]
         else:
@@ -1462,7 +1462,7 @@ class _WsAttention(_WgmmaAttention):
         turn = ["asm volatile(\"bar.sync %0, 256;\\n\" :: \"r\"(1 + wg) : \"memory\");"] if self.pingpong else []
         done = ["asm volatile(\"bar.arrive %0, 256;\\n\" :: \"r\"(2 - wg) : \"memory\");"] if self.pingpong else []
         first = ["{", *indent([
-            *(["const int tk = cvl_tiles[0] & 32767;  // the first listed key tile", *self.bare_flag("0")]
+            *(["const int tk = cvl_tiles[0] & 16383;  // the first listed key tile", *self.bare_flag("0")]
               if listed else []),
             self.wait_full("k", "0"), *turn, "cvl_wgmma_fence();",
             *self.issue_scores(self.slot("0") if self.base else "0"), "cvl_wgmma_commit();",
@@ -1473,8 +1473,9 @@ class _WsAttention(_WgmmaAttention):
               if listed else []),
             *self.pack()]), "}"]
         loop = [
-            *(["const int tk = cvl_tiles[t] & 32767;  // the key tile", *self.bare_flag("t"),
-               *self.listed_check("tk != (cvl_tiles[t - 1] & 32767) + 1", "tiles skipped since the last")]
+            *(["const unsigned cvl_entry = cvl_tiles[t];", "const int tk = cvl_entry & 16383;  // the key tile",
+               *self.bare_flag("t", "cvl_entry"),
+               *self.listed_check("(cvl_entry & 16384u) != 0u", "tiles skipped since the last (bit 14)")]
               if listed else []),
             self.wait_full("k", "t"), self.wait_full("v", "t - 1"), *turn,
             "cvl_wgmma_fence();", *self.issue_scores(self.slot("t")), "cvl_wgmma_commit();",
@@ -1495,9 +1496,11 @@ class _WsAttention(_WgmmaAttention):
             last += ["if (wg == 0) asm volatile(\"bar.sync 1, 256;\\n\" ::: \"memory\");"]
         return [*first, "#pragma unroll 1", f"for (int t = 1; t < {count}; ++t) {{", *indent(loop), "}", *last]
 
-    def bare_flag(self, use: str) -> list[str]:
-        """"bare": ``cvl_bare``, whether listed tile ``use`` passes the mask everywhere (its entry's top bit)."""
-        return [f"const bool cvl_bare = cvl_tiles[{use}] > 32767;  // every element unmasked"] if self.bare else []
+    def bare_flag(self, use: str, entry: str | None = None) -> list[str]:
+        """"bare": ``cvl_bare``, whether listed tile ``use`` (its entry, or ``entry``) passes the mask everywhere
+        (the entry's top bit)."""
+        entry = entry or f"cvl_tiles[{use}]"
+        return [f"const bool cvl_bare = {entry} > 32767u;  // every element unmasked"] if self.bare else []
 
     def listed_scores(self) -> list[str]:
         """:meth:`scores_ready` for listed tile ``tk``; with "bare", a tile every element of which passes the mask
@@ -1563,7 +1566,7 @@ class _WsAttention(_WgmmaAttention):
         return [
             own, "bool cvl_ok = true;  // the skipped tiles' numerators all 0 in this thread's rows",
             "if (cvl_own > 0) {", *indent(first_pass), "}",
-            *self.listed_check(f"cvl_own == 0 || (cvl_tiles[cvl_own - 1] & 32767) != {nt - 1}",
+            *self.listed_check(f"cvl_own == 0 || (cvl_tiles[cvl_own - 1] & 16383) != {nt - 1}",
                                "tiles skipped after the last"),
             *unread,
             f"const bool cvl_again = cvl_consumers_any(!cvl_ok, {128 * self.groups}u);  // some skip inexact",
@@ -1603,7 +1606,7 @@ class _WsAttention(_WgmmaAttention):
         chunks, nt = -(-self.N // 32), self.nt
         return [f"__shared__ unsigned char cvl_chunks[{chunks}];  // \"skip\": \"list\": some key of these 32 passes "
                 "the mask against the block's rows",
-                f"__shared__ unsigned short cvl_tiles[{nt}];  // the key tiles to compute, in order",
+                f"__shared__ unsigned short cvl_tiles[{nt}];  // the key tiles to compute, in order (see listed_tiles)",
                 "__shared__ int cvl_count;  // how many",
                 *([f"__shared__ int cvl_mine[{self.groups}];  // \"trim\": each warpgroup's, up to its last"]
                   if self.trim else []),
@@ -1680,12 +1683,15 @@ class _WsAttention(_WgmmaAttention):
 
     def listed_tiles(self) -> list[str]:
         """"skip": "list", after the barrier that follows :meth:`listed_keys`: warp 0 lists the key tiles with a
-        key that passes, in order (a ballot a 32 tiles), into ``cvl_tiles``; then ``cvl_cnt``, their count,
-        warp-uniform (a shuffle of lane 0's: ptxas serialises a wgmma under a branch it cannot prove uniform)."""
+        key that passes, in order (a ballot a 32 tiles), into ``cvl_tiles``: the tile in bits 0-13, bit 14 set where
+        tiles were left out just before it (not before the first: see listed_loop), bit 15 ("bare") where every
+        element passes; then ``cvl_cnt``, their count, warp-uniform (a shuffle of lane 0's: ptxas serialises a wgmma
+        under a branch it cannot prove uniform)."""
         per, chunks, nt = self.bn // 32, -(-self.N // 32), self.nt
         return [
             "if (threadIdx.x < 32) {  // \"skip\": \"list\": the key tiles to compute", *indent([
-                "int count = 0;", *([f"int last[{self.groups}] = {{{', '.join(['0'] * self.groups)}}};  // \"trim\": "
+                "int count = 0;", "bool before = false;  // whether the tile before this round's first is listed",
+                *([f"int last[{self.groups}] = {{{', '.join(['0'] * self.groups)}}};  // \"trim\": "
                                      "each warpgroup's listed tiles, up to its last"] if self.trim else []),
                 "#pragma unroll 1", f"for (int t0 = 0; t0 < {nt}; t0 += 32) {{", *indent([
                     "const int t = t0 + (int)threadIdx.x;", "bool keep = false, every = true;",
@@ -1696,7 +1702,9 @@ class _WsAttention(_WgmmaAttention):
                     *(["    mine |= flag >> 2;"] if self.trim else []), "}",
                     "const unsigned kept = __ballot_sync(0xffffffffu, keep);",
                     "const int at = count + __popc(kept & ((1u << threadIdx.x) - 1u));  // its place in the list",
-                    "if (keep) cvl_tiles[at] = (unsigned short)(t | (every ? 32768 : 0));  // the top bit: every element passes",
+                    "const bool gap = at > 0 && !(threadIdx.x > 0 ? (kept >> (threadIdx.x - 1)) & 1u : before);",
+                    "before = kept >> 31;  // (whether tile t0 + 31 is listed)",
+                    "if (keep) cvl_tiles[at] = (unsigned short)(t | (gap ? 16384 : 0) | (every ? 32768 : 0));",
                     *(["#pragma unroll", f"for (int w = 0; w < {self.groups}; ++w)",
                        "    last[w] = max(last[w], (int)__reduce_max_sync(0xffffffffu, (mine >> w) & 1u ? at + 1 : 0));"]
                       if self.trim else []),
