@@ -1473,9 +1473,8 @@ class _WsAttention(_WgmmaAttention):
               if listed else []),
             *self.pack()]), "}"]
         loop = [
-            *(["const unsigned cvl_entry = cvl_tiles[t];", "const int tk = cvl_entry & 16383;  // the key tile",
-               *self.bare_flag("t", "cvl_entry"),
-               *self.listed_check("(cvl_entry & 16384u) != 0u", "tiles skipped since the last (bit 14)")]
+            *(["const int tk = cvl_tiles[t] & 16383;  // the key tile", *self.bare_flag("t"),
+               *self.listed_check("(cvl_tiles[t] & 16384u) != 0u", "tiles skipped since the last (bit 14)")]
               if listed else []),
             self.wait_full("k", "t"), self.wait_full("v", "t - 1"), *turn,
             "cvl_wgmma_fence();", *self.issue_scores(self.slot("t")), "cvl_wgmma_commit();",
@@ -1496,11 +1495,9 @@ class _WsAttention(_WgmmaAttention):
             last += ["if (wg == 0) asm volatile(\"bar.sync 1, 256;\\n\" ::: \"memory\");"]
         return [*first, "#pragma unroll 1", f"for (int t = 1; t < {count}; ++t) {{", *indent(loop), "}", *last]
 
-    def bare_flag(self, use: str, entry: str | None = None) -> list[str]:
-        """"bare": ``cvl_bare``, whether listed tile ``use`` (its entry, or ``entry``) passes the mask everywhere
-        (the entry's top bit)."""
-        entry = entry or f"cvl_tiles[{use}]"
-        return [f"const bool cvl_bare = {entry} > 32767u;  // every element unmasked"] if self.bare else []
+    def bare_flag(self, use: str) -> list[str]:
+        """"bare": ``cvl_bare``, whether listed tile ``use`` passes the mask everywhere (its entry's top bit)."""
+        return [f"const bool cvl_bare = cvl_tiles[{use}] > 32767u;  // every element unmasked"] if self.bare else []
 
     def listed_scores(self) -> list[str]:
         """:meth:`scores_ready` for listed tile ``tk``; with "bare", a tile every element of which passes the mask
