@@ -242,15 +242,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
     const __grid_constant__ cvl_tensor_map tma_v  // TMA descriptor of v: 128 x 64, box 64 x 64
 ) {
     extern __shared__ __align__(1024) unsigned char cvl_smem[];
-    __shared__ __align__(8) unsigned long long cvl_bars[10];
+    __shared__ __align__(8) unsigned long long cvl_bars[14];
     __shared__ unsigned char cvl_chunks[4];  // "skip": "list": some key of these 32 passes the mask against the block's rows
-    __shared__ unsigned short cvl_tiles[2];  // the key tiles to compute, in order
+    __shared__ unsigned short cvl_tiles[2];  // the key tiles to compute, in order (see listed_tiles)
     __shared__ int cvl_count;  // how many
     __shared__ volatile int cvl_redo;  // the consumers' verdict: some skip inexact, every tile again
     const unsigned sq = (cvl_smem_addr(cvl_smem) + 1023u) & ~1023u;  // the block's Q rows
-    const unsigned sk = sq + 8192u;  // 2 slots of K
-    const unsigned sv = sk + 16384u;  // 2 slots of V
-    const unsigned bars = cvl_smem_addr(cvl_bars);  // Q; K full [2]; V full; K empty; V empty; the verdict
+    const unsigned sk = sq + 8192u;  // 3 slots of K
+    const unsigned sv = sk + 24576u;  // 3 slots of V
+    const unsigned bars = cvl_smem_addr(cvl_bars);  // Q; K full [3]; V full; K empty; V empty; the verdict
     const int mt = 0 - blockIdx.x / 4;
     const int bz = blockIdx.x % 4;
     const int c0 = (bz) % 4;
@@ -293,14 +293,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
         cvl_tma_prefetch(tma_q);
         cvl_tma_prefetch(tma_k);
         cvl_tma_prefetch(tma_v);
-        for (int i = 0; i < 5; ++i) cvl_mbar_init(bars + 8 * i, 1u);
-        for (int i = 5; i < 9; ++i) cvl_mbar_init(bars + 8 * i, 1u);
-        cvl_mbar_init(bars + 8 * 9, 1u);
+        for (int i = 0; i < 7; ++i) cvl_mbar_init(bars + 8 * i, 1u);
+        for (int i = 7; i < 13; ++i) cvl_mbar_init(bars + 8 * i, 1u);
+        cvl_mbar_init(bars + 8 * 13, 1u);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
     if (threadIdx.x < 32) {  // "skip": "list": the key tiles to compute
         int count = 0;
+        bool before = false;  // whether the tile before this round's first is listed
         #pragma unroll 1
         for (int t0 = 0; t0 < 2; t0 += 32) {
             const int t = t0 + (int)threadIdx.x;
@@ -313,7 +314,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
             }
             const unsigned kept = __ballot_sync(0xffffffffu, keep);
             const int at = count + __popc(kept & ((1u << threadIdx.x) - 1u));  // its place in the list
-            if (keep) cvl_tiles[at] = (unsigned short)(t | (every ? 32768 : 0));  // the top bit: every element passes
+            const bool gap = at > 0 && !(threadIdx.x > 0 ? (kept >> (threadIdx.x - 1)) & 1u : before);
+            before = kept >> 31;  // (whether tile t0 + 31 is listed)
+            if (keep) cvl_tiles[at] = (unsigned short)(t | (gap ? 16384 : 0) | (every ? 32768 : 0));
             count += __popc(kept);
         }
         if (threadIdx.x == 0) cvl_count = count;
@@ -327,29 +330,29 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
             cvl_tma_3d(sq + 0u, tma_q, 0, m0, (int)c0, bars);
             #pragma unroll 1
             for (int t = 0; t < cvl_cnt; ++t) {
-                const int tk = cvl_tiles[t] & 32767;  // the key tile
-                const unsigned stage = t % 2, use = t / 2;
+                const int tk = cvl_tiles[t] & 16383;  // the key tile
+                const unsigned stage = t % 3, use = t / 3;
                 const int n0 = tk * 64;
-                if (t >= 2) cvl_mbar_wait(bars + 8 * (1 + 4 + stage), (use - 1) & 1);  // K's slot free
+                if (t >= 3) cvl_mbar_wait(bars + 8 * (1 + 6 + stage), (use - 1) & 1);  // K's slot free
                 cvl_mbar_expect_tx(bars + 8 * (1 + stage), 8192u);
                 cvl_tma_3d(sk + stage * 8192u + 0u, tma_k, 0, n0, (int)c0, bars + 8 * (1 + stage));
-                if (t >= 2) cvl_mbar_wait(bars + 8 * (1 + 6 + stage), (use - 1) & 1);  // V's slot free
-                cvl_mbar_expect_tx(bars + 8 * (1 + 2 + stage), 8192u);
-                cvl_tma_3d(sv + stage * 8192u + 0u, tma_v, 0, n0, (int)c0, bars + 8 * (1 + 2 + stage));
+                if (t >= 3) cvl_mbar_wait(bars + 8 * (1 + 9 + stage), (use - 1) & 1);  // V's slot free
+                cvl_mbar_expect_tx(bars + 8 * (1 + 3 + stage), 8192u);
+                cvl_tma_3d(sv + stage * 8192u + 0u, tma_v, 0, n0, (int)c0, bars + 8 * (1 + 3 + stage));
             }
-            cvl_mbar_wait(bars + 8 * 9, 0);  // the consumers' verdict on the skipped tiles
+            cvl_mbar_wait(bars + 8 * 13, 0);  // the consumers' verdict on the skipped tiles
             if (cvl_redo) {
                 #pragma unroll 1
                 for (int t = cvl_cnt; t < cvl_cnt + 2; ++t) {
                     const int tk = t - cvl_cnt;  // the key tile
-                    const unsigned stage = t % 2, use = t / 2;
+                    const unsigned stage = t % 3, use = t / 3;
                     const int n0 = tk * 64;
-                    if (t >= 2) cvl_mbar_wait(bars + 8 * (1 + 4 + stage), (use - 1) & 1);  // K's slot free
+                    if (t >= 3) cvl_mbar_wait(bars + 8 * (1 + 6 + stage), (use - 1) & 1);  // K's slot free
                     cvl_mbar_expect_tx(bars + 8 * (1 + stage), 8192u);
                     cvl_tma_3d(sk + stage * 8192u + 0u, tma_k, 0, n0, (int)c0, bars + 8 * (1 + stage));
-                    if (t >= 2) cvl_mbar_wait(bars + 8 * (1 + 6 + stage), (use - 1) & 1);  // V's slot free
-                    cvl_mbar_expect_tx(bars + 8 * (1 + 2 + stage), 8192u);
-                    cvl_tma_3d(sv + stage * 8192u + 0u, tma_v, 0, n0, (int)c0, bars + 8 * (1 + 2 + stage));
+                    if (t >= 3) cvl_mbar_wait(bars + 8 * (1 + 9 + stage), (use - 1) & 1);  // V's slot free
+                    cvl_mbar_expect_tx(bars + 8 * (1 + 3 + stage), 8192u);
+                    cvl_tma_3d(sv + stage * 8192u + 0u, tma_v, 0, n0, (int)c0, bars + 8 * (1 + 3 + stage));
                 }
             }
         }
@@ -374,6 +377,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
             row_base[r] = 0.0f;
             row_sum[r] = 0.0f;
         }
+        const float fold_c = u0 * 1.4426950408889634f;  // exp(acc * u) = 2^(acc * fold_c)
+        const float fold_abs = fabsf(u0);
+        const bool fold_flip = u0 < 0.0f;
         float s[1][8][4];
         unsigned pf[4][4];  // P's A fragments
         cvl_mbar_wait(bars, 0);  // Q
@@ -381,9 +387,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
         bool cvl_ok = true;  // the skipped tiles' numerators all 0 in this thread's rows
         if (cvl_own > 0) {
             {
-                const int tk = cvl_tiles[0] & 32767;  // the first listed key tile
-                const bool cvl_bare = cvl_tiles[0] > 32767;  // every element unmasked
-                cvl_mbar_wait(bars + 8 * (1 + (0) % 2), ((0) / 2) & 1);
+                const int tk = cvl_tiles[0] & 16383;  // the first listed key tile
+                const bool cvl_bare = cvl_tiles[0] > 32767u;  // every element unmasked
+                cvl_mbar_wait(bars + 8 * (1 + (0) % 3), ((0) / 3) & 1);
                 cvl_wgmma_fence();
                 cvl_wgmma_qk<0>(s[0], desc_q + (0 >> 4), desc_k + (((0) * 8192 + 0) >> 4));
                 cvl_wgmma_qk<1>(s[0], desc_q + (32 >> 4), desc_k + (((0) * 8192 + 32) >> 4));
@@ -392,47 +398,52 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
                 cvl_wgmma_commit();
                 cvl_wgmma_wait<0>();
                 cvl_pin(s[0]);
-                if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (5 + (0) % 2));
+                if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (7 + (0) % 3));
                 float alpha[2];
                 const int n0 = tk * 64;
                 (void)n0;
-                if (cvl_bare) {
-                    #pragma unroll
-                    for (int mi = 0; mi < 1; ++mi)
-                    #pragma unroll
-                    for (int ni = 0; ni < 8; ++ni)
-                    #pragma unroll
-                    for (int h = 0; h < 2; ++h)
-                    #pragma unroll
-                    for (int q = 0; q < 2; ++q) {
-                        const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
-                        const int n = n0 + ni * 8 + lane % 4 * 2 + q;
-                        (void)m; (void)n;
-                        float& ACC = s[mi][ni][h * 2 + q];
-                        const float t1 = ACC;
-                        const float t2 = (t1 * u0);
-                        ACC = t2;
-                    }
-                } else {
-                    #pragma unroll
-                    for (int mi = 0; mi < 1; ++mi)
-                    #pragma unroll
-                    for (int ni = 0; ni < 8; ++ni)
-                    #pragma unroll
-                    for (int h = 0; h < 2; ++h)
-                    #pragma unroll
-                    for (int q = 0; q < 2; ++q) {
-                        const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
-                        const int n = n0 + ni * 8 + lane % 4 * 2 + q;
-                        (void)m; (void)n;
-                        float& ACC = s[mi][ni][h * 2 + q];
-                        const bool t4 = (b2[n] <= b3[m]);
-                        const float t5 = ACC;
-                        const float t6 = (t5 * u0);
-                        const float t7 = (t4 ? t6 : u1);
-                        ACC = t7;
+                const bool cvl_fold = cvl_bare && !fold_flip;  // the raw accumulators, scaled by the factors
+                if (!cvl_fold) {
+                    if (cvl_bare) {
+                        #pragma unroll
+                        for (int mi = 0; mi < 1; ++mi)
+                        #pragma unroll
+                        for (int ni = 0; ni < 8; ++ni)
+                        #pragma unroll
+                        for (int h = 0; h < 2; ++h)
+                        #pragma unroll
+                        for (int q = 0; q < 2; ++q) {
+                            const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
+                            const int n = n0 + ni * 8 + lane % 4 * 2 + q;
+                            (void)m; (void)n;
+                            float& ACC = s[mi][ni][h * 2 + q];
+                            const float t1 = ACC;
+                            const float t2 = (t1 * u0);
+                            ACC = t2;
+                        }
+                    } else {
+                        #pragma unroll
+                        for (int mi = 0; mi < 1; ++mi)
+                        #pragma unroll
+                        for (int ni = 0; ni < 8; ++ni)
+                        #pragma unroll
+                        for (int h = 0; h < 2; ++h)
+                        #pragma unroll
+                        for (int q = 0; q < 2; ++q) {
+                            const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
+                            const int n = n0 + ni * 8 + lane % 4 * 2 + q;
+                            (void)m; (void)n;
+                            float& ACC = s[mi][ni][h * 2 + q];
+                            const bool t4 = (b2[n] <= b3[m]);
+                            const float t5 = ACC;
+                            const float t6 = (t5 * u0);
+                            const float t7 = (t4 ? t6 : u1);
+                            ACC = t7;
+                        }
                     }
                 }
+                const float cvl_fs = cvl_fold ? fold_abs : 1.0f;  // the maximum's scale
+                const float cvl_fc = cvl_fold ? fold_c : 1.4426950408889634f;  // the exponent's factor
                 float top[2];
                 float part[2][4];
                 #pragma unroll
@@ -452,6 +463,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
                 #pragma unroll
                     for (int c = 1; c < 4; ++c) top[r] = fmaxf(top[r], part[r][c]);
                 }
+                #pragma unroll
+                for (int r = 0; r < 2; ++r) top[r] *= cvl_fs;
                 float base[2];
                 #pragma unroll
                 for (int r = 0; r < 2; ++r) {
@@ -473,7 +486,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
                 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const int r = mi * 2 + e / 2;
-                        s[mi][ni][e] = cvl_ex2(fmaf(s[mi][ni][e], 1.4426950408889634f, -base[r]));
+                        s[mi][ni][e] = cvl_ex2(fmaf(s[mi][ni][e], cvl_fc, -base[r]));
                         row_sum[r] += s[mi][ni][e];
                     }
                 (void)alpha;  // o is still 0
@@ -495,9 +508,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
             }
             #pragma unroll 1
             for (int t = 1; t < cvl_own; ++t) {
-                const int tk = cvl_tiles[t] & 32767;  // the key tile
-                const bool cvl_bare = cvl_tiles[t] > 32767;  // every element unmasked
-                if (tk != (cvl_tiles[t - 1] & 32767) + 1) {  // tiles skipped since the last
+                const int tk = cvl_tiles[t] & 16383;  // the key tile
+                const bool cvl_bare = cvl_tiles[t] > 32767u;  // every element unmasked
+                if ((cvl_tiles[t] & 16384u) != 0u) {  // tiles skipped since the last (bit 14)
                     #pragma unroll
                     for (int r = 0; r < 2; ++r) {
                         const int m = m0 + wm + lane / 4 + r * 8;
@@ -505,62 +518,67 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
                         cvl_ok = cvl_ok && ((row_max[r] > (float)(u1) && fmaf((float)(u1), 1.4426950408889634f, -row_base[r]) < -150.0f));
                     }
                 }
-                cvl_mbar_wait(bars + 8 * (1 + (t) % 2), ((t) / 2) & 1);
-                cvl_mbar_wait(bars + 8 * (3 + (t - 1) % 2), ((t - 1) / 2) & 1);
+                cvl_mbar_wait(bars + 8 * (1 + (t) % 3), ((t) / 3) & 1);
+                cvl_mbar_wait(bars + 8 * (4 + (t - 1) % 3), ((t - 1) / 3) & 1);
                 cvl_wgmma_fence();
-                cvl_wgmma_qk<0>(s[0], desc_q + (0 >> 4), desc_k + (((((t) % 2)) * 8192 + 0) >> 4));
-                cvl_wgmma_qk<1>(s[0], desc_q + (32 >> 4), desc_k + (((((t) % 2)) * 8192 + 32) >> 4));
-                cvl_wgmma_qk<1>(s[0], desc_q + (64 >> 4), desc_k + (((((t) % 2)) * 8192 + 64) >> 4));
-                cvl_wgmma_qk<1>(s[0], desc_q + (96 >> 4), desc_k + (((((t) % 2)) * 8192 + 96) >> 4));
+                cvl_wgmma_qk<0>(s[0], desc_q + (0 >> 4), desc_k + (((((t) % 3)) * 8192 + 0) >> 4));
+                cvl_wgmma_qk<1>(s[0], desc_q + (32 >> 4), desc_k + (((((t) % 3)) * 8192 + 32) >> 4));
+                cvl_wgmma_qk<1>(s[0], desc_q + (64 >> 4), desc_k + (((((t) % 3)) * 8192 + 64) >> 4));
+                cvl_wgmma_qk<1>(s[0], desc_q + (96 >> 4), desc_k + (((((t) % 3)) * 8192 + 96) >> 4));
                 cvl_wgmma_commit();
-                cvl_wgmma_pv(o[0], pf[0], desc_v + (((((t - 1) % 2)) * 8192 + 0) >> 4));
-                cvl_wgmma_pv(o[0], pf[1], desc_v + (((((t - 1) % 2)) * 8192 + 2048) >> 4));
-                cvl_wgmma_pv(o[0], pf[2], desc_v + (((((t - 1) % 2)) * 8192 + 4096) >> 4));
-                cvl_wgmma_pv(o[0], pf[3], desc_v + (((((t - 1) % 2)) * 8192 + 6144) >> 4));
+                cvl_wgmma_pv(o[0], pf[0], desc_v + (((((t - 1) % 3)) * 8192 + 0) >> 4));
+                cvl_wgmma_pv(o[0], pf[1], desc_v + (((((t - 1) % 3)) * 8192 + 2048) >> 4));
+                cvl_wgmma_pv(o[0], pf[2], desc_v + (((((t - 1) % 3)) * 8192 + 4096) >> 4));
+                cvl_wgmma_pv(o[0], pf[3], desc_v + (((((t - 1) % 3)) * 8192 + 6144) >> 4));
                 cvl_wgmma_commit();
                 cvl_wgmma_wait<1>();  // S of tile t (O += P V of tile t - 1 may still run)
                 cvl_pin(s[0]);
-                if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (5 + (t) % 2));
+                if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (7 + (t) % 3));
                 float alpha[2];
                 const int n0 = tk * 64;
                 (void)n0;
-                if (cvl_bare) {
-                    #pragma unroll
-                    for (int mi = 0; mi < 1; ++mi)
-                    #pragma unroll
-                    for (int ni = 0; ni < 8; ++ni)
-                    #pragma unroll
-                    for (int h = 0; h < 2; ++h)
-                    #pragma unroll
-                    for (int q = 0; q < 2; ++q) {
-                        const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
-                        const int n = n0 + ni * 8 + lane % 4 * 2 + q;
-                        (void)m; (void)n;
-                        float& ACC = s[mi][ni][h * 2 + q];
-                        const float t11 = ACC;
-                        const float t12 = (t11 * u0);
-                        ACC = t12;
-                    }
-                } else {
-                    #pragma unroll
-                    for (int mi = 0; mi < 1; ++mi)
-                    #pragma unroll
-                    for (int ni = 0; ni < 8; ++ni)
-                    #pragma unroll
-                    for (int h = 0; h < 2; ++h)
-                    #pragma unroll
-                    for (int q = 0; q < 2; ++q) {
-                        const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
-                        const int n = n0 + ni * 8 + lane % 4 * 2 + q;
-                        (void)m; (void)n;
-                        float& ACC = s[mi][ni][h * 2 + q];
-                        const bool t14 = (b2[n] <= b3[m]);
-                        const float t15 = ACC;
-                        const float t16 = (t15 * u0);
-                        const float t17 = (t14 ? t16 : u1);
-                        ACC = t17;
+                const bool cvl_fold = cvl_bare && !fold_flip;  // the raw accumulators, scaled by the factors
+                if (!cvl_fold) {
+                    if (cvl_bare) {
+                        #pragma unroll
+                        for (int mi = 0; mi < 1; ++mi)
+                        #pragma unroll
+                        for (int ni = 0; ni < 8; ++ni)
+                        #pragma unroll
+                        for (int h = 0; h < 2; ++h)
+                        #pragma unroll
+                        for (int q = 0; q < 2; ++q) {
+                            const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
+                            const int n = n0 + ni * 8 + lane % 4 * 2 + q;
+                            (void)m; (void)n;
+                            float& ACC = s[mi][ni][h * 2 + q];
+                            const float t11 = ACC;
+                            const float t12 = (t11 * u0);
+                            ACC = t12;
+                        }
+                    } else {
+                        #pragma unroll
+                        for (int mi = 0; mi < 1; ++mi)
+                        #pragma unroll
+                        for (int ni = 0; ni < 8; ++ni)
+                        #pragma unroll
+                        for (int h = 0; h < 2; ++h)
+                        #pragma unroll
+                        for (int q = 0; q < 2; ++q) {
+                            const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
+                            const int n = n0 + ni * 8 + lane % 4 * 2 + q;
+                            (void)m; (void)n;
+                            float& ACC = s[mi][ni][h * 2 + q];
+                            const bool t14 = (b2[n] <= b3[m]);
+                            const float t15 = ACC;
+                            const float t16 = (t15 * u0);
+                            const float t17 = (t14 ? t16 : u1);
+                            ACC = t17;
+                        }
                     }
                 }
+                const float cvl_fs = cvl_fold ? fold_abs : 1.0f;  // the maximum's scale
+                const float cvl_fc = cvl_fold ? fold_c : 1.4426950408889634f;  // the exponent's factor
                 float top[2];
                 float part[2][4];
                 #pragma unroll
@@ -580,6 +598,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
                 #pragma unroll
                     for (int c = 1; c < 4; ++c) top[r] = fmaxf(top[r], part[r][c]);
                 }
+                #pragma unroll
+                for (int r = 0; r < 2; ++r) top[r] *= cvl_fs;
                 float base[2];
                 #pragma unroll
                 for (int r = 0; r < 2; ++r) {
@@ -601,13 +621,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
                 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const int r = mi * 2 + e / 2;
-                        s[mi][ni][e] = cvl_ex2(fmaf(s[mi][ni][e], 1.4426950408889634f, -base[r]));
+                        s[mi][ni][e] = cvl_ex2(fmaf(s[mi][ni][e], cvl_fc, -base[r]));
                         row_sum[r] += s[mi][ni][e];
                     }
                 cvl_wgmma_wait<0>();
                 cvl_pin(o[0]);
                 cvl_pin(pf);
-                if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (7 + (t - 1) % 2));
+                if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (10 + (t - 1) % 3));
                 #pragma unroll
                 for (int mi = 0; mi < 1; ++mi)
                 #pragma unroll
@@ -622,18 +642,18 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
                     pf[j][3] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][2], s[0][2 * j + 1][3]));
                 }
             }
-            cvl_mbar_wait(bars + 8 * (3 + (cvl_own - 1) % 2), ((cvl_own - 1) / 2) & 1);
+            cvl_mbar_wait(bars + 8 * (4 + (cvl_own - 1) % 3), ((cvl_own - 1) / 3) & 1);
             cvl_wgmma_fence();
-            cvl_wgmma_pv(o[0], pf[0], desc_v + (((((cvl_own - 1) % 2)) * 8192 + 0) >> 4));
-            cvl_wgmma_pv(o[0], pf[1], desc_v + (((((cvl_own - 1) % 2)) * 8192 + 2048) >> 4));
-            cvl_wgmma_pv(o[0], pf[2], desc_v + (((((cvl_own - 1) % 2)) * 8192 + 4096) >> 4));
-            cvl_wgmma_pv(o[0], pf[3], desc_v + (((((cvl_own - 1) % 2)) * 8192 + 6144) >> 4));
+            cvl_wgmma_pv(o[0], pf[0], desc_v + (((((cvl_own - 1) % 3)) * 8192 + 0) >> 4));
+            cvl_wgmma_pv(o[0], pf[1], desc_v + (((((cvl_own - 1) % 3)) * 8192 + 2048) >> 4));
+            cvl_wgmma_pv(o[0], pf[2], desc_v + (((((cvl_own - 1) % 3)) * 8192 + 4096) >> 4));
+            cvl_wgmma_pv(o[0], pf[3], desc_v + (((((cvl_own - 1) % 3)) * 8192 + 6144) >> 4));
             cvl_wgmma_commit();
             cvl_wgmma_wait<0>();
             cvl_pin(o[0]);
-            if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (7 + (cvl_own - 1) % 2));
+            if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (10 + (cvl_own - 1) % 3));
         }
-        if (cvl_own == 0 || (cvl_tiles[cvl_own - 1] & 32767) != 1) {  // tiles skipped after the last
+        if (cvl_own == 0 || (cvl_tiles[cvl_own - 1] & 16383) != 1) {  // tiles skipped after the last
             #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const int m = m0 + wm + lane / 4 + r * 8;
@@ -644,7 +664,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
         const bool cvl_again = cvl_consumers_any(!cvl_ok, 128u);  // some skip inexact
         if (wg == 0 && threadIdx.x % 128 == 0) {
             cvl_redo = cvl_again;
-            cvl_mbar_arrive(bars + 8 * 9);  // the producer's: load every tile again, or stop
+            cvl_mbar_arrive(bars + 8 * 13);  // the producer's: load every tile again, or stop
         }
         if (cvl_again) {  // every key tile, as without the skip
             #pragma unroll
@@ -658,16 +678,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
                 row_sum[r] = 0.0f;
             }
             {
-                cvl_mbar_wait(bars + 8 * (1 + (cvl_cnt + 0) % 2), ((cvl_cnt + 0) / 2) & 1);
+                cvl_mbar_wait(bars + 8 * (1 + (cvl_cnt + 0) % 3), ((cvl_cnt + 0) / 3) & 1);
                 cvl_wgmma_fence();
-                cvl_wgmma_qk<0>(s[0], desc_q + (0 >> 4), desc_k + (((((cvl_cnt + 0) % 2)) * 8192 + 0) >> 4));
-                cvl_wgmma_qk<1>(s[0], desc_q + (32 >> 4), desc_k + (((((cvl_cnt + 0) % 2)) * 8192 + 32) >> 4));
-                cvl_wgmma_qk<1>(s[0], desc_q + (64 >> 4), desc_k + (((((cvl_cnt + 0) % 2)) * 8192 + 64) >> 4));
-                cvl_wgmma_qk<1>(s[0], desc_q + (96 >> 4), desc_k + (((((cvl_cnt + 0) % 2)) * 8192 + 96) >> 4));
+                cvl_wgmma_qk<0>(s[0], desc_q + (0 >> 4), desc_k + (((((cvl_cnt + 0) % 3)) * 8192 + 0) >> 4));
+                cvl_wgmma_qk<1>(s[0], desc_q + (32 >> 4), desc_k + (((((cvl_cnt + 0) % 3)) * 8192 + 32) >> 4));
+                cvl_wgmma_qk<1>(s[0], desc_q + (64 >> 4), desc_k + (((((cvl_cnt + 0) % 3)) * 8192 + 64) >> 4));
+                cvl_wgmma_qk<1>(s[0], desc_q + (96 >> 4), desc_k + (((((cvl_cnt + 0) % 3)) * 8192 + 96) >> 4));
                 cvl_wgmma_commit();
                 cvl_wgmma_wait<0>();
                 cvl_pin(s[0]);
-                if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (5 + (cvl_cnt + 0) % 2));
+                if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (7 + (cvl_cnt + 0) % 3));
                 float alpha[2];
                 const int n0 = (0) * 64;
                 (void)n0;
@@ -743,22 +763,22 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
             }
             #pragma unroll 1
             for (int t = 1; t < 2; ++t) {
-                cvl_mbar_wait(bars + 8 * (1 + (cvl_cnt + t) % 2), ((cvl_cnt + t) / 2) & 1);
-                cvl_mbar_wait(bars + 8 * (3 + (cvl_cnt + t - 1) % 2), ((cvl_cnt + t - 1) / 2) & 1);
+                cvl_mbar_wait(bars + 8 * (1 + (cvl_cnt + t) % 3), ((cvl_cnt + t) / 3) & 1);
+                cvl_mbar_wait(bars + 8 * (4 + (cvl_cnt + t - 1) % 3), ((cvl_cnt + t - 1) / 3) & 1);
                 cvl_wgmma_fence();
-                cvl_wgmma_qk<0>(s[0], desc_q + (0 >> 4), desc_k + (((((cvl_cnt + t) % 2)) * 8192 + 0) >> 4));
-                cvl_wgmma_qk<1>(s[0], desc_q + (32 >> 4), desc_k + (((((cvl_cnt + t) % 2)) * 8192 + 32) >> 4));
-                cvl_wgmma_qk<1>(s[0], desc_q + (64 >> 4), desc_k + (((((cvl_cnt + t) % 2)) * 8192 + 64) >> 4));
-                cvl_wgmma_qk<1>(s[0], desc_q + (96 >> 4), desc_k + (((((cvl_cnt + t) % 2)) * 8192 + 96) >> 4));
+                cvl_wgmma_qk<0>(s[0], desc_q + (0 >> 4), desc_k + (((((cvl_cnt + t) % 3)) * 8192 + 0) >> 4));
+                cvl_wgmma_qk<1>(s[0], desc_q + (32 >> 4), desc_k + (((((cvl_cnt + t) % 3)) * 8192 + 32) >> 4));
+                cvl_wgmma_qk<1>(s[0], desc_q + (64 >> 4), desc_k + (((((cvl_cnt + t) % 3)) * 8192 + 64) >> 4));
+                cvl_wgmma_qk<1>(s[0], desc_q + (96 >> 4), desc_k + (((((cvl_cnt + t) % 3)) * 8192 + 96) >> 4));
                 cvl_wgmma_commit();
-                cvl_wgmma_pv(o[0], pf[0], desc_v + (((((cvl_cnt + t - 1) % 2)) * 8192 + 0) >> 4));
-                cvl_wgmma_pv(o[0], pf[1], desc_v + (((((cvl_cnt + t - 1) % 2)) * 8192 + 2048) >> 4));
-                cvl_wgmma_pv(o[0], pf[2], desc_v + (((((cvl_cnt + t - 1) % 2)) * 8192 + 4096) >> 4));
-                cvl_wgmma_pv(o[0], pf[3], desc_v + (((((cvl_cnt + t - 1) % 2)) * 8192 + 6144) >> 4));
+                cvl_wgmma_pv(o[0], pf[0], desc_v + (((((cvl_cnt + t - 1) % 3)) * 8192 + 0) >> 4));
+                cvl_wgmma_pv(o[0], pf[1], desc_v + (((((cvl_cnt + t - 1) % 3)) * 8192 + 2048) >> 4));
+                cvl_wgmma_pv(o[0], pf[2], desc_v + (((((cvl_cnt + t - 1) % 3)) * 8192 + 4096) >> 4));
+                cvl_wgmma_pv(o[0], pf[3], desc_v + (((((cvl_cnt + t - 1) % 3)) * 8192 + 6144) >> 4));
                 cvl_wgmma_commit();
                 cvl_wgmma_wait<1>();  // S of tile t (O += P V of tile t - 1 may still run)
                 cvl_pin(s[0]);
-                if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (5 + (cvl_cnt + t) % 2));
+                if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (7 + (cvl_cnt + t) % 3));
                 float alpha[2];
                 const int n0 = (t) * 64;
                 (void)n0;
@@ -826,7 +846,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
                 cvl_wgmma_wait<0>();
                 cvl_pin(o[0]);
                 cvl_pin(pf);
-                if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (7 + (cvl_cnt + t - 1) % 2));
+                if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (10 + (cvl_cnt + t - 1) % 3));
                 #pragma unroll
                 for (int mi = 0; mi < 1; ++mi)
                 #pragma unroll
@@ -841,12 +861,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
                     pf[j][3] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][2], s[0][2 * j + 1][3]));
                 }
             }
-            cvl_mbar_wait(bars + 8 * (3 + (cvl_cnt + 1) % 2), ((cvl_cnt + 1) / 2) & 1);
+            cvl_mbar_wait(bars + 8 * (4 + (cvl_cnt + 1) % 3), ((cvl_cnt + 1) / 3) & 1);
             cvl_wgmma_fence();
-            cvl_wgmma_pv(o[0], pf[0], desc_v + (((((cvl_cnt + 1) % 2)) * 8192 + 0) >> 4));
-            cvl_wgmma_pv(o[0], pf[1], desc_v + (((((cvl_cnt + 1) % 2)) * 8192 + 2048) >> 4));
-            cvl_wgmma_pv(o[0], pf[2], desc_v + (((((cvl_cnt + 1) % 2)) * 8192 + 4096) >> 4));
-            cvl_wgmma_pv(o[0], pf[3], desc_v + (((((cvl_cnt + 1) % 2)) * 8192 + 6144) >> 4));
+            cvl_wgmma_pv(o[0], pf[0], desc_v + (((((cvl_cnt + 1) % 3)) * 8192 + 0) >> 4));
+            cvl_wgmma_pv(o[0], pf[1], desc_v + (((((cvl_cnt + 1) % 3)) * 8192 + 2048) >> 4));
+            cvl_wgmma_pv(o[0], pf[2], desc_v + (((((cvl_cnt + 1) % 3)) * 8192 + 4096) >> 4));
+            cvl_wgmma_pv(o[0], pf[3], desc_v + (((((cvl_cnt + 1) % 3)) * 8192 + 6144) >> 4));
             cvl_wgmma_commit();
             cvl_wgmma_wait<0>();
             cvl_pin(o[0]);
