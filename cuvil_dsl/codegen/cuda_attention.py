@@ -1034,7 +1034,6 @@ class _WsAttention(_WgmmaAttention):
         if self.listed and "stages" not in tune and self.q_bytes + 3 * (self.k_bytes + self.v_bytes) + 1024 \
                 + self.listed_bytes() <= configs.smem_limit(k.arch):
             self.stages = 3
-            self.vote_ahead, self.vote_ring = self.stages + 1, self.stages + 2
             shared = self.shared_total()
         # "order": a batch's blocks of rows in the grid, "ascending" (by first row) or "descending". With "skip" a
         # causal mask leaves a later block of rows more key tiles to compute, so "descending" (the default there)
@@ -1051,6 +1050,9 @@ class _WsAttention(_WgmmaAttention):
         # "bare": with "list", a tile whose every key passes the mask against every row of the block is listed as such
         # and computed without the where (its every element would take the where's value): no mask loads or compares
         self.bare = self.listed and bool(tune.get("bare", True))
+        # "bare" with "fold": the uniform u when the where's value is GEMM * u ("" for the GEMM value), unrounded, and
+        # no key is past N (folded_scale): a bare tile then folds u into its exponent (listed_scores)
+        self.bare_fold = self.folded_scale(self.masked.args[1]) if self.bare and tune.get("fold", True) else None
         # "trim": with "list" and more than one consumer warpgroup, each computes the listed tiles up to the last that
         # some row of its own sees, and releases the rest unread
         self.trim = self.listed and groups > 1 and bool(tune.get("trim", True))
@@ -1571,14 +1573,6 @@ class _WsAttention(_WgmmaAttention):
             f"    cvl_mbar_arrive(bars + 8 * {self.verdict});  // the producer's: load every tile again, or stop", "}",
             "if (cvl_again) {  // every key tile, as without the skip", *indent(again), "}",
         ]
-
-    @functools.cached_property
-    def bare_fold(self) -> str | None:
-        """"bare" with "fold": the uniform ``u`` when the masking where's value is ``GEMM * u`` ("" for the GEMM
-        value), unrounded, and no key is past N (:meth:`folded_scale`); else None."""
-        if not self.bare or not ATTENTION_TUNING.get("fold", True):
-            return None
-        return self.folded_scale(self.masked.args[1])
 
     def consumer(self) -> list[str]:
         work = [*self.warpgroup_state("wg"), *self.fold_constants(self.bare_fold if self.fold is None else None),

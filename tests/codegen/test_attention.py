@@ -302,6 +302,24 @@ def test_barrier_protocol_model_checks_the_listed_passes(fault, message, monkeyp
             simulate(k, seed)
 
 
+def test_listed_bare_tiles_fold_the_scale_where_keys_fill_their_tiles(monkeypatch):
+    """With the list, a "bare" tile (every element passes the mask) of ``where(c, GEMM * u, f)`` skips its pass over
+    the elements where ``u`` is not negative: its maximum over the raw accumulators scaled once, its exponent
+    ``acc * (u log2 e) - base`` (the factors chosen per tile at run time; a tile with the where keeps 1 and log2 e).
+    Only where no key is past N (keys past it must read -inf, which the pass writes), and not with "fold" off. The
+    list takes three K and V slots unless asked otherwise; the unmasked kernel keeps two."""
+    k = _ws_kernel(monkeypatch, CAUSAL, {}, {"B": 2, "M": 333, "N": 768})
+    source = "\n".join(k.render("f").lines)
+    assert k.listed and k.bare_fold == "u0" and k.stages == 3
+    assert "const bool cvl_fold = cvl_bare && !fold_flip;" in source and "fmaf(s[mi][ni][e], cvl_fc, -base[r])" in source
+    assert "top[r] *= cvl_fs;" in source and "const float fold_c = u0 * " in source
+    k = _ws_kernel(monkeypatch, CAUSAL, {}, {"B": 2, "M": 333, "N": 700})  # a ragged last tile
+    assert k.listed and k.bare_fold is None and "cvl_fold" not in "\n".join(k.render("f").lines)
+    k = _ws_kernel(monkeypatch, CAUSAL, {"fold": False, "stages": 2}, {"B": 2, "M": 333, "N": 768})
+    assert k.listed and k.bare_fold is None and k.stages == 2
+    assert _ws_kernel(monkeypatch, BENCH).stages == 2
+
+
 def test_listed_tiles_take_a_separable_mask_on_a_grid_of_blocks_of_rows(tmp_path, monkeypatch):
     """"skip": "list" (the default) lists the key tiles before the loop where the mask compares a key's value with a
     row's, or is a conjunction of such comparisons (the list needs the rows' extremes), and each block has one block
