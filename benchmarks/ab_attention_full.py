@@ -108,6 +108,7 @@ VARIANTS = [
     # rows, "own": 64.1 against 63.9 us without it.)
     ("skip: list, unfolded", None, {"skip": "list", "fold": False}),
     ("skip: list, 2 stages", None, {"skip": "list", "stages": 2}),
+    ("skip: list, 4 stages", None, {"skip": "list", "stages": 4}),
     ("skip: list, unfolded, 2 stages (session 30)", None, {"skip": "list", "fold": False, "stages": 2}),
     # (Session 23, measured and removed, commit 15c36eb: "slack" S, a row keeping its exponent base while its maximum
     # passes it by at most S log2 units, the outputs rescaled only when some row's base moves: D 64 88.8 us at S 8 and

@@ -139,6 +139,8 @@ SKIP = "list"
 SKIP_MODES = (False, True, "vote", "list")
 # "skip": "list" keeps a byte for every 32 keys and two for every key tile in shared memory
 LIST_MAX_KEYS = 65536
+# "skip": "list": K and V slots by default (see _WsAttention: a listed block computes fewer tiles)
+LIST_STAGES = 3
 # below this exponent a numerator is 0 (ex2.approx.ftz flushes 2^-126 and smaller): the skip's margin
 SKIP_EXPONENT = -150.0
 WG_ALL_HELPER = r"""
@@ -1031,9 +1033,9 @@ class _WsAttention(_WgmmaAttention):
         # with "list" three K and V slots by default (causal [32, 2048, 2048], H100: 62.0 against 64.1 us and 60.4
         # against 62.2; the all-pass probe 98.4 against 100.9): a block computes fewer tiles, its pipeline's fill
         # weighs more. The unmasked kernel measured level with three (90.0 against 89.4).
-        if self.listed and "stages" not in tune and self.q_bytes + 3 * (self.k_bytes + self.v_bytes) + 1024 \
+        if self.listed and "stages" not in tune and self.q_bytes + LIST_STAGES * (self.k_bytes + self.v_bytes) + 1024 \
                 + self.listed_bytes() <= configs.smem_limit(k.arch):
-            self.stages = 3
+            self.stages = LIST_STAGES
             shared = self.shared_total()
         # "order": a batch's blocks of rows in the grid, "ascending" (by first row) or "descending". With "skip" a
         # causal mask leaves a later block of rows more key tiles to compute, so "descending" (the default there)
