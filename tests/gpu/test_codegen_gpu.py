@@ -515,11 +515,11 @@ def test_skipped_masked_tiles_give_the_same_bits(tuning, form, tmp_path, monkeyp
 
 
 def _masked_bits(tmp_path, monkeypatch, M: int, N: int, signature: str, cond: str, extra: dict, tunings: list[dict],
-                 expect) -> list:
-    """Masked attention ``softmax(where(cond, q k^T / 8, -30000)) @ v`` (q, k, v f16 [2, M|N, 64], fresh normal;
+                 expect, scale: str = "0.125", same_bits: bool = True) -> list:
+    """Masked attention ``softmax(where(cond, q k^T * scale, -30000)) @ v`` (q, k, v f16 [2, M|N, 64], fresh normal;
     ``extra`` the mask's inputs, name -> (array, dtype)) run under each of ``tunings`` (ATTENTION_TUNING; ``expect``
-    (source, tuning) must hold of the kernel's source): every run's outputs the same bits as the first's, and
-    matching the reference. Returns the outputs."""
+    (source, tuning) must hold of the kernel's source): every run's outputs the same bits as the first's (unless not
+    ``same_bits``: then each run matching the reference), and matching the reference. Returns the outputs."""
     import os
 
     from cuvil_dsl.codegen import cuda_attention
@@ -527,7 +527,7 @@ def _masked_bits(tmp_path, monkeypatch, M: int, N: int, signature: str, cond: st
 
     (tmp_path / "m.cuvil").write_text(
         f"pipeline m(q: f16[B, M, D], k: f16[B, N, D], v: f16[B, N, D], {signature}) -> o: f16[B, M, D] {{\n"
-        f"    o = softmax(where({cond}, (q @ k.T) * 0.125, -30000.0)) @ v\n}}\n")
+        f"    o = softmax(where({cond}, (q @ k.T) * {scale}, -30000.0)) @ v\n}}\n")
     (tmp_path / "m.yaml").write_text(
         f"pipeline: m.cuvil\nshapes: {{B: 2, M: {M}, N: {N}, D: 64}}\ncheck: {{rtol: 4.0e-3, atol: 4.0e-3}}\n")
     seed = int.from_bytes(os.urandom(4), "little")
@@ -544,12 +544,30 @@ def _masked_bits(tmp_path, monkeypatch, M: int, N: int, signature: str, cond: st
         assert expect(prepared.launches[-1].kernel.source, tuning), tuning
         prepared.run()
         outs.append(prepared.results()["o"])
-        np.testing.assert_array_equal(outs[0].view(np.uint16), outs[-1].view(np.uint16),
-                                      err_msg=f"{tuning} against {tunings[0]}, inputs of seed {seed}")
+        if same_bits:
+            np.testing.assert_array_equal(outs[0].view(np.uint16), outs[-1].view(np.uint16),
+                                          err_msg=f"{tuning} against {tunings[0]}, inputs of seed {seed}")
     want = execute(case.pipeline, prepared.host, case.binding.params)
     rtol, atol = case.loaded.spec.check.tolerances(DType.F16, False)
-    assert_matches(outs[-1], want["o"], DType.F16, rtol, atol)
+    for out in outs if not same_bits else outs[-1:]:
+        assert_matches(out, want["o"], DType.F16, rtol, atol)
     return outs
+
+
+@pytest.mark.parametrize("groups", [1, 4])
+@pytest.mark.parametrize("scale", ["0.1", "(-0.1)"])
+def test_listed_bare_tiles_match_the_reference_at_any_scale(scale, groups, tmp_path, monkeypatch):
+    """The list's "bare" tiles fold the where's scale into the exponent where it is not negative (the same bits at a
+    power of two: test_listed_key_tiles_give_the_same_bits), and scale each element first where it is (the maximum
+    is then a minimum): at 0.1 and -0.1, causal over keys that fill their tiles, the kernel with the list and the one
+    without both match the float64 reference on fresh inputs."""
+    M, N = 333, 768
+    qpos = np.arange(M, dtype=np.int32)[:, None] + 40
+    kpos = np.arange(N, dtype=np.int32)[None, :].copy()
+    extra = {"qpos": (qpos, DType.I32), "kpos": (kpos, DType.I32)}
+    tunings = [{"groups": groups, "skip": False}, {"groups": groups, "skip": "list"}]
+    _masked_bits(tmp_path, monkeypatch, M, N, "qpos: i32[M, 1], kpos: i32[1, N]", "kpos <= qpos", extra, tunings,
+                 lambda source, t: ("cvl_fold" in source) is (t.get("skip") == "list"), scale=scale, same_bits=False)
 
 
 @pytest.mark.parametrize("groups", [1, 2, 4])
