@@ -207,7 +207,6 @@ def plan_tiles(threads: int, rows: int, depth: int, dv: int, k_major: bool, arch
 
 class _Attention:
     order = "ascending"  # a batch's blocks of rows in the grid (see _WsAttention's "order")
-    tile_factors: tuple[str, str] | None = None  # softmax_parts: run-time (maximum scale, exponent factor) names
 
     def __init__(self, k: CudaKernel):
         p = k.p
@@ -457,9 +456,11 @@ class _Attention:
         stats, rescale = self.softmax_parts()
         return [f"float alpha[{2 * self.mi}];", *stats, *rescale]
 
-    def softmax_parts(self) -> tuple[list[str], list[str]]:
+    def softmax_parts(self, factors: tuple[str, str] | None = None) -> tuple[list[str], list[str]]:
         """(the statistics and numerators: ``alpha[r]``, declared by the caller, set to each row slot's
-        rescale factor; the rescale of ``o`` by it), apart so a wgmma in flight on ``o`` can overlap the first."""
+        rescale factor; the rescale of ``o`` by it), apart so a wgmma in flight on ``o`` can overlap the first.
+        With ``factors`` (the names of a tile's maximum scale and exponent factor), the tile maximum is scaled by the
+        first and each exponent's argument is ``s * second - base``."""
         neg_inf = self.k.lang.literal(-math.inf, DType.F32)
         slots = 2 * self.mi
         rescale = ["#pragma unroll", f"for (int mi = 0; mi < {self.mi}; ++mi)",
@@ -469,8 +470,7 @@ class _Attention:
             rescale = ["if (__any_sync(0xffffffffu, alpha[0] != 1.0f"
                        + "".join(f" || alpha[{r}] != 1.0f" for r in range(1, slots)) + ")) {", *indent(rescale), "}"]
         scale = "fold_c" if self.fold is not None else LOG2E
-        factors = self.tile_factors  # _WsAttention.listed_scores: a tile's own (maximum scale, exponent factor)
-        if factors is not None:
+        if factors is not None:  # a tile's own (maximum scale, exponent factor), chosen at run time (listed_scores)
             scale = factors[1]
         stats = [
             *self.tile_max(),
@@ -918,21 +918,26 @@ template <int N> __device__ __forceinline__ void cvl_pin(unsigned (&r)[N][4]) {{
     def warpgroup_state(self, wg: str) -> list[str]:
         """The wgmma descriptors of warpgroup ``wg`` (the C expression of its index), its output accumulators
         (zero) and its rows' running statistics."""
-        zero = self.zero_state()
         return [
             # descriptors: Q K-major (this warpgroup's 64 rows), K K-major, V MN-major (LBO: one 64-wide atom of Dv)
             f"const unsigned long long desc_q = cvl_wgmma_desc(sq + {wg} * 8192u, 16u, 1024u);",
             "const unsigned long long desc_k = cvl_wgmma_desc(sk, 16u, 1024u);",
             f"const unsigned long long desc_v = cvl_wgmma_desc(sv, {self.bn * 128}u, 1024u);",
-            f"float o[1][{self.nd}][4];", *zero[:4], "float row_max[2], row_base[2], row_sum[2];", *zero[4:],
+            f"float o[1][{self.nd}][4];", *self.zero_outputs(), "float row_max[2], row_base[2], row_sum[2];",
+            *self.zero_rows(),
         ]
 
     def zero_state(self) -> list[str]:
         """The output accumulators to zero, the rows' running statistics to their start (see warpgroup_state)."""
+        return [*self.zero_outputs(), *self.zero_rows()]
+
+    def zero_outputs(self) -> list[str]:
+        return ["#pragma unroll", f"for (int nd = 0; nd < {self.nd}; ++nd)",
+                "#pragma unroll", "    for (int e = 0; e < 4; ++e) o[0][nd][e] = 0.0f;"]
+
+    def zero_rows(self) -> list[str]:
         neg_inf = self.k.lang.literal(-math.inf, DType.F32)
         return [
-            "#pragma unroll", f"for (int nd = 0; nd < {self.nd}; ++nd)",
-            "#pragma unroll", "    for (int e = 0; e < 4; ++e) o[0][nd][e] = 0.0f;",
             "#pragma unroll", "for (int r = 0; r < 2; ++r) {",
             f"    row_max[r] = {neg_inf};", "    row_base[r] = 0.0f;", "    row_sum[r] = 0.0f;", "}",
         ]
@@ -1033,9 +1038,10 @@ class _WsAttention(_WgmmaAttention):
         # with "list" three K and V slots by default (causal [32, 2048, 2048], H100: 62.0 against 64.1 us and 60.4
         # against 62.2; the all-pass probe 98.4 against 100.9): a block computes fewer tiles, its pipeline's fill
         # weighs more. The unmasked kernel measured level with three (90.0 against 89.4).
-        if self.listed and "stages" not in tune and self.q_bytes + LIST_STAGES * (self.k_bytes + self.v_bytes) + 1024 \
-                + self.listed_bytes() <= configs.smem_limit(k.arch):
+        if self.listed and "stages" not in tune:
             self.stages = LIST_STAGES
+            if self.shared_total() + self.listed_bytes() > configs.smem_limit(k.arch):
+                self.stages = 2
             shared = self.shared_total()
         # "order": a batch's blocks of rows in the grid, "ascending" (by first row) or "descending". With "skip" a
         # causal mask leaves a later block of rows more key tiles to compute, so "descending" (the default there)
@@ -1520,11 +1526,7 @@ class _WsAttention(_WgmmaAttention):
             stats, _ = self.softmax_parts()
             return [f"const int n0 = tk * {self.bn};", "(void)n0;", "if (cvl_bare) {", *indent(bare), "} else {",
                     *indent(where), "}", *stats]
-        self.tile_factors = ("cvl_fs", "cvl_fc")
-        try:
-            stats, _ = self.softmax_parts()
-        finally:
-            self.tile_factors = None
+        stats, _ = self.softmax_parts(("cvl_fs", "cvl_fc"))
         return [f"const int n0 = tk * {self.bn};", "(void)n0;",
                 "const bool cvl_fold = cvl_bare && !fold_flip;  // the raw accumulators, scaled by the factors",
                 "if (!cvl_fold) {", *indent(["if (cvl_bare) {", *indent(bare), "} else {", *indent(where), "}"]), "}",
