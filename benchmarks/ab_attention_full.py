@@ -110,6 +110,12 @@ VARIANTS = [
     ("skip: list, 2 stages", None, {"skip": "list", "stages": 2}),
     ("skip: list, 4 stages", None, {"skip": "list", "stages": 4}),
     ("skip: list, unfolded, 2 stages (session 30)", None, {"skip": "list", "fold": False, "stages": 2}),
+    # Session 32: the overlapped loop unrolled by the slot count ("unroll": constant slots and barrier addresses, one
+    # division a round; not with "list") and the warpgroup's index known uniform ("uniform": Q's descriptors in uniform
+    # registers), both the default: these variants turn them off
+    ("unroll: off", None, {"unroll": False}),
+    ("uniform: off", None, {"uniform": False}),
+    ("unroll and uniform: off (session 31)", None, {"unroll": False, "uniform": False}),
     # (Session 23, measured and removed, commit 15c36eb: "slack" S, a row keeping its exponent base while its maximum
     # passes it by at most S log2 units, the outputs rescaled only when some row's base moves: D 64 88.8 us at S 8 and
     # 89.0 at S 4 against 87.7; D 128 68.4 / 68.1 against 68.5; the example 13.3 / 13.4 against 13.2.)

@@ -1064,7 +1064,19 @@ class _WsAttention(_WgmmaAttention):
         # "trim": with "list" and more than one consumer warpgroup, each computes the listed tiles up to the last that
         # some row of its own sees, and releases the rest unread
         self.trim = self.listed and groups > 1 and bool(tune.get("trim", True))
-        self.base = "g" if self.persistent else None  # what a tile's use of the slots counts from (see use)
+        # what a tile's use of the slots counts from (see use): with "persistent", the tiles of the block's earlier work
+        # items (g), unless each item's tiles are a multiple of 2 x stages, so every item starts at slot 0, phase 0 (not
+        # with "skip"'s vote: its ring of votes, of stages + 2 entries, counts on over the items)
+        self.base = "g" if self.persistent and (self.nt % (2 * self.stages) or self.masked is not None) else None
+        # "unroll": the overlapped loop over a work item's tiles unrolled by the slot count (overlapped_pass), so each copy
+        # of its body reads constant slots and barrier addresses, and one division a round gives the barriers' phase
+        # (benchmark, D 64: 298 SASS instructions a tile and warp against 342). Not with "list": its copies of the body
+        # (the entry's flags, the bare and folded branches) spill 2.7-3 KB a thread at 4 consumers
+        self.unroll = bool(tune.get("unroll", True)) and self.stages >= 2 and not self.listed
+        # "uniform": the consumer warpgroup's index taken from lane 0 (__shfl_sync), so the compiler knows it uniform and
+        # keeps Q's wgmma descriptors in uniform registers instead of moving them there (R2UR) before every product
+        self.uniform = bool(tune.get("uniform", True))
+        self.fixed: dict[str, tuple[str, str]] = {}  # a tile expression -> its constant slot and phase (overlapped_pass)
         self.verdict = 1 + 4 * self.stages  # "skip": "list": the barrier of the consumers' verdict (see listed_loop)
         if shared > configs.smem_limit(k.arch):
             raise UserError([error("E509", f"kernel `{k.kernel.name}`: the attention tiles need {shared} bytes of "
@@ -1182,14 +1194,22 @@ class _WsAttention(_WgmmaAttention):
         picks its slot and barrier phase."""
         return f"{self.base} + {tile}" if self.base else tile
 
+    def at(self, tile: str) -> tuple[str, str]:
+        """Tile ``tile``'s slot and the phase of its slot's barriers that it uses: constants and the round's phase in a
+        copy of the unrolled loop's body (:attr:`fixed`), else computed from its :meth:`use`."""
+        if tile in self.fixed:
+            return self.fixed[tile]
+        g = self.use(tile)
+        return f"({g}) % {self.stages}", f"(({g}) / {self.stages}) & 1"
+
     def wait_full(self, which: str, tile: str) -> str:
         base = 1 if which == "k" else 1 + self.stages
-        g = self.use(tile)
-        return f"cvl_mbar_wait(bars + 8 * ({base} + ({g}) % {self.stages}), (({g}) / {self.stages}) & 1);"
+        slot, phase = self.at(tile)
+        return f"cvl_mbar_wait(bars + 8 * ({base} + {slot}), {phase});"
 
     def release(self, which: str, tile: str) -> str:
         base = 1 + 2 * self.stages if which == "k" else 1 + 3 * self.stages
-        return f"if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * ({base} + ({self.use(tile)}) % {self.stages}));"
+        return f"if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * ({base} + {self.at(tile)[0]}));"
 
     def skip_slot(self, which: str, tile: str) -> list[str]:
         """"skip": tile ``tile``'s ``which`` slot, skipped: waited for (so no copy into it is still landing) and
@@ -1197,7 +1217,7 @@ class _WsAttention(_WgmmaAttention):
         return [f"if (threadIdx.x % 128 == 0) {self.wait_full(which, tile)}", self.release(which, tile)]
 
     def slot(self, tile: str) -> str:
-        return f"(({self.use(tile)}) % {self.stages})"
+        return f"({self.at(tile)[0]})"
 
     def free_q(self) -> list[str]:
         """With "persistent": each consumer warpgroup's arrival once its last product reading Q retired, after which
@@ -1482,19 +1502,21 @@ class _WsAttention(_WgmmaAttention):
             *(self.listed_check("tk != 0", "tiles skipped before it: this tile's maxima must zero their numerators")
               if listed else []),
             *self.pack()]), "}"]
-        loop = [
-            *(["const int tk = cvl_tiles[t] & 16383;  // the key tile", *self.bare_flag("t"),
-               *self.listed_check("(cvl_tiles[t] & 16384u) != 0u", "tiles skipped since the last (bit 14)")]
-              if listed else []),
-            self.wait_full("k", "t"), self.wait_full("v", "t - 1"), *turn,
-            "cvl_wgmma_fence();", *self.issue_scores(self.slot("t")), "cvl_wgmma_commit();",
-            *self.issue_pv(self.slot("t - 1")), "cvl_wgmma_commit();", *done,
-            "cvl_wgmma_wait<1>();  // S of tile t (O += P V of tile t - 1 may still run)", "cvl_pin(s[0]);",
-            self.release("k", "t"),
-            "float alpha[2];", *(self.listed_scores() if listed else self.scores_ready("t")),
-            "cvl_wgmma_wait<0>();", "cvl_pin(o[0]);", "cvl_pin(pf);", self.release("v", "t - 1"),
-            *rescale, *self.pack(),
-        ]
+        def step(t: str) -> list[str]:  # the loop's body for tile t
+            return [
+                *([f"const int tk = cvl_tiles[{t}] & 16383;  // the key tile", *self.bare_flag(t),
+                   *self.listed_check(f"(cvl_tiles[{t}] & 16384u) != 0u", "tiles skipped since the last (bit 14)")]
+                  if listed else []),
+                self.wait_full("k", t), self.wait_full("v", f"{t} - 1"), *turn,
+                "cvl_wgmma_fence();", *self.issue_scores(self.slot(t)), "cvl_wgmma_commit();",
+                *self.issue_pv(self.slot(f"{t} - 1")), "cvl_wgmma_commit();", *done,
+                f"cvl_wgmma_wait<1>();  // S of tile {t} (O += P V of the tile before may still run)", "cvl_pin(s[0]);",
+                self.release("k", t),
+                "float alpha[2];", *(self.listed_scores() if listed else self.scores_ready(t)),
+                "cvl_wgmma_wait<0>();", "cvl_pin(o[0]);", "cvl_pin(pf);", self.release("v", f"{t} - 1"),
+                *rescale, *self.pack(),
+            ]
+
         # with "persistent" the next work item's tiles reuse the last V slot, with "list" the second pass's
         last = [*self.free_q(), self.wait_full("v", last_use), *turn, "cvl_wgmma_fence();",
                 *self.issue_pv(self.slot(last_use)),
@@ -1503,7 +1525,36 @@ class _WsAttention(_WgmmaAttention):
         if self.pingpong:  # warpgroup 1 lets warpgroup 0 go first; warpgroup 0 takes that extra arrival at the end
             first = ["if (wg == 1) asm volatile(\"bar.arrive 1, 256;\\n\" ::: \"memory\");", *first]
             last += ["if (wg == 0) asm volatile(\"bar.sync 1, 256;\\n\" ::: \"memory\");"]
-        return [*first, "#pragma unroll 1", f"for (int t = 1; t < {count}; ++t) {{", *indent(loop), "}", *last]
+        if self.unroll and not self.base:
+            loop = self.rounds(step, count)
+        else:
+            loop = ["#pragma unroll 1", f"for (int t = 1; t < {count}; ++t) {{", *indent(step("t")), "}"]
+        return [*first, *loop, *last]
+
+    def rounds(self, step, count: str) -> list[str]:
+        """"unroll": the overlapped loop over tiles 1 .. ``count`` - 1 in rounds of S (the slot count), each round's
+        tile t + j (t = 1 + S r) in slot (1 + j) % S, the slot of its K and V use r + (1 + j) / S (phase ``cvl_ph``, of
+        the round, or the next for j = S - 1), the tile before in slot j with the round's phase: constant slots and
+        barrier addresses (``step`` renders each copy of the body), one division a round. A work item's first use is
+        slot 0, phase 0 (:attr:`base` is None). The tiles after the last whole round take the plain loop."""
+        s = self.stages
+        end = str(1 + (int(count) - 1) // s * s) if count.isdigit() else f"1 + ({count} - 1) / {s} * {s}"
+        body = []
+        for j in range(s):
+            t = f"t + {j}" if j else "t"
+            self.fixed = {t: (str((1 + j) % s), "cvl_ph ^ 1" if j == s - 1 else "cvl_ph"), f"{t} - 1": (str(j), "cvl_ph")}
+            try:
+                body += ["{", *indent(step(t)), "}"]
+            finally:
+                self.fixed = {}
+        lines = []
+        if end != "1":
+            lines += ["#pragma unroll 1", f"for (int t = 1; t < {end}; t += {s}) {{",
+                      *indent([f"const unsigned cvl_ph = (t / {s}) & 1;  // the round's phase of the slots' barriers",
+                               *body]), "}"]
+        if end != count:
+            lines += ["#pragma unroll 1", f"for (int t = {end}; t < {count}; ++t) {{", *indent(step("t")), "}"]
+        return lines
 
     def bare_flag(self, use: str) -> list[str]:
         """"bare": ``cvl_bare``, whether listed tile ``use`` passes the mask everywhere (its entry's top bit)."""
@@ -1586,7 +1637,8 @@ class _WsAttention(_WgmmaAttention):
         return [
             f"asm volatile(\"setmaxnreg.inc.sync.aligned.u32 {self.regs[1]};\\n\" ::: \"memory\");",
             "const int lane = threadIdx.x % 32;",
-            "const int wg = (int)(threadIdx.x / 128) - 1;  // consumer warpgroup",
+            ("const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128) - 1, 0);  // consumer warpgroup (uniform)"
+             if self.uniform else "const int wg = (int)(threadIdx.x / 128) - 1;  // consumer warpgroup"),
             "const int wm = wg * 64 + (threadIdx.x / 32) % 4 * 16;  // this warp's rows of the block",
             "const int d0 = 0;",
             *self.work_items(work),

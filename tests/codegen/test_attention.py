@@ -143,8 +143,9 @@ def test_benchmark_kernel_resources(arch, tmp_path, monkeypatch):
     """The benchmark's kernel: no spills within its launch bounds' registers. A warp's work per 64-key
     tile: on sm_80 mma.sync, 4 x 8 for the scores and 4 x 8 for the product, one exp an element plus two a
     row; on sm_90 the warp-specialised kernel's 64-key tiles, 4 m64n64k16 for the scores and 4 for the
-    product, written out for the first tile, the loop and the last tile's product (16), 32 exps a thread and
-    tile plus two a row, and setmaxnreg moving registers to the consumers."""
+    product, written out for the first tile, the loop unrolled by its two K and V slots ("unroll": two copies of the
+    body), the tile left after the last whole round and the last tile's product (32), 32 exps a thread and tile plus
+    two a row, and setmaxnreg moving registers to the consumers."""
     from cuvil_dsl.compile import CompileUnit, SassUnavailable, compile_units, count_instructions, disassemble
 
     monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
@@ -166,8 +167,8 @@ def test_benchmark_kernel_resources(arch, tmp_path, monkeypatch):
         assert count_instructions(sass, r"LDSM\.16\.MT88\.4") == 16  # V's fragments, transposed
         assert 34 <= count_instructions(sass, r"MUFU\.EX2") <= 40
     else:
-        assert count_instructions(sass, "HGMMA") == 16
-        assert 2 * 32 <= count_instructions(sass, r"MUFU\.EX2") <= 2 * 32 + 8  # the first tile rescales nothing
+        assert count_instructions(sass, "HGMMA") == 4 + 2 * 8 + 8 + 4
+        assert 4 * 32 <= count_instructions(sass, r"MUFU\.EX2") <= 4 * 32 + 8  # the first tile rescales nothing
         assert count_instructions(sass, r"USETMAXREG\.DEALLOC") == 1 and count_instructions(sass, r"USETMAXREG\.TRY_ALLOC") == 1
         assert count_instructions(sass, "UTMALDG") == 3  # Q, K and V: one box each (D 64)
 
@@ -625,6 +626,14 @@ PROTOCOL_CASES = [
     ("skip, 4 consumers", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml",
      {"persistent": 3, "groups": 4, "skip": True}, {"M": 700, "N": 1000}),
     ("skip, causal benchmark", ROOT / "benchmarks" / "shapes" / "attention_full_f16-causal.yaml", {"skip": True}, None),
+    # "unroll" (the benchmark and d128 above, persistent, 2 slots): rounds of 3 tiles, with and without a tile left
+    # after them, on a grid of one block an item and on a persistent one (each item from slot 0, phase 0)
+    ("rounds of 3", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml",
+     {"persistent": False, "stages": 3, "groups": 2, "bn": 64, "skip": False}, {"N": 7 * 64}),
+    ("rounds of 3 and a tile", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml",
+     {"persistent": False, "stages": 3, "groups": 2, "bn": 64, "skip": False}, {"N": 8 * 64 - 5}),
+    ("rounds of 3, persistent", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml",
+     {"persistent": 2, "stages": 3, "groups": 2, "bn": 64, "skip": False}, {"N": 12 * 64}),
 ]
 
 
@@ -641,6 +650,38 @@ def test_warp_specialised_barrier_protocol(label, path, tuning, sizes, monkeypat
     for seed in range(3):
         for block in sorted({0, grid - 1}):
             assert simulate(k, seed, block) > 0
+
+
+@pytest.mark.parametrize("fault", ["phase", "slot"])
+def test_barrier_protocol_model_checks_the_unrolled_rounds(fault, monkeypatch):
+    """"unroll": the model runs the rounds' constant slots and phase, and fails when the last copy of a round waits
+    for its K slot in the round's phase instead of the next (a wait that passes on the slot's last phase: the tile
+    before's K), or when a copy reads its K from the slot the tile before used."""
+    from ws_protocol import simulate
+
+    from cuvil_dsl.codegen import cuda_attention
+
+    path = ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml"
+    tuning = {"persistent": 2, "stages": 3, "groups": 2, "bn": 64, "skip": False}
+    k = _ws_kernel(monkeypatch, path, tuning, {"N": 12 * 64})
+    assert k.unroll and k.base is None and "cvl_ph ^ 1" in "\n".join(k.consumer())
+    assert simulate(k, 0) > 0
+    rounds = cuda_attention._WsAttention.rounds
+
+    def faulty(self, step, count):
+        original = step
+
+        def broken(t):
+            if t == "t + 2":
+                slot, phase = self.fixed[t]
+                self.fixed[t] = (slot, "cvl_ph") if fault == "phase" else ("1", phase)
+            return original(t)
+        return rounds(self, broken, count)
+
+    monkeypatch.setattr(cuda_attention._WsAttention, "rounds", faulty)
+    with pytest.raises(AssertionError, match="read from slot|deadlock"):
+        for seed in range(3):
+            simulate(k, seed)
 
 
 def test_barrier_protocol_model_finds_the_mistakes_it_is_for(monkeypatch):

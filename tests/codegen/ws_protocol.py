@@ -40,7 +40,8 @@ from __future__ import annotations
 import random
 import re
 
-_FOR_T = re.compile(r"for \(int t = (.+?); t < (.+?); \+\+t\) \{$")
+_FOR_T = re.compile(r"for \(int t = (.+?); t < (.+?); (?:\+\+t|t \+= (\d+))\) \{$")  # "unroll": rounds of S tiles
+_PHASE = re.compile(r"const unsigned cvl_ph = (.+);$")  # "unroll": the round's phase of the slots' barriers
 _FOR_ITEMS = re.compile(r"for \(int i = 0, it = blockIdx\.x, g = 0; it < (\d+); \+\+i, it \+= gridDim\.x, g \+= (\d+)\) \{$")
 _IF_LINE = re.compile(r"if \((.+?)\) ((?:cvl_|asm ).*)$")
 _STAGE = re.compile(r"const unsigned stage = (.+) % (\d+), use = (.+) / (\d+);$")
@@ -52,7 +53,7 @@ _READ = re.compile(r"desc_([kv]) \+ \(\(\((.+?)\) \* \d+ \+")
 _NAMED = re.compile(r'asm volatile\("bar\.(sync|arrive) (%0|\d+), 256;\\n"(?: :: "r"\((.+?)\))?')
 _EVENTS = ("cvl_mbar", "cvl_tma", "desc_k +", "desc_v +", "bar.sync", "bar.arrive", "cvl_pend", "cvl_skip =",
            "cvl_vote", "cvl_plan", "cvl_gone", "cvl_redo", "cvl_again", "cvl_consumers_any", "tk =",
-           "cvl_own =")
+           "cvl_own =", "cvl_ph =")
 # "skip" (a masked tile's products left out): its flags, declared, set and branched on; the vote that sets cvl_vote
 # is data (the mask, the rows' maxima), so the model draws it at random
 _FLAG_DECL = re.compile(r"(?:bool|int|unsigned) (cvl_(?:skip|pend|vote|plan))(?: = (\w+))?;$")
@@ -202,6 +203,9 @@ def _actor(block: Block, tree: list, env: dict, who: str, reads: dict, votes: ra
         if (m := _OWN.match(ln)):
             env["cvl_own"] = _c(m.group(1) or m.group(2), {**env, "cvl_mine": block.mine})
             return
+        if (m := _PHASE.match(ln)):
+            env["cvl_ph"] = _c(m.group(1), env)
+            return
         if (m := _TILE.match(ln)):
             env["tk"] = _c(m.group(1), env)
             return
@@ -318,7 +322,7 @@ def _actor(block: Block, tree: list, env: dict, who: str, reads: dict, votes: ra
                     reads["k"] = reads["v"] = 0
                     yield from run(body)
             elif (m := _FOR_T.match(head)):
-                for t in range(_c(m.group(1), env), _c(m.group(2), env)):
+                for t in range(_c(m.group(1), env), _c(m.group(2), env), int(m.group(3) or 1)):
                     env["t"] = t
                     yield from run(body)
                     if head == _UNREAD:  # its K and V counted as read

@@ -554,6 +554,27 @@ def _masked_bits(tmp_path, monkeypatch, M: int, N: int, signature: str, cond: st
     return outs
 
 
+@pytest.mark.parametrize("N, tuning", [
+    (7 * 64, {"stages": 3, "groups": 2, "bn": 64, "persistent": False}),  # two rounds of 3 tiles, none left
+    (8 * 64 - 5, {"stages": 3, "groups": 2, "bn": 64, "persistent": False}),  # ragged: a tile left after the rounds
+    (12 * 64, {"stages": 3, "groups": 2, "bn": 64, "persistent": 2}),  # each work item from slot 0, phase 0
+    (1000, {"persistent": 2}),  # 16 tiles of 64 keys, 2 slots, 4 consumers, a ragged last tile
+    (1000, {"groups": 2, "bn": 128, "persistent": False}),  # 8 tiles of 128 keys
+], ids=str)
+def test_unrolled_loop_gives_the_same_bits(N, tuning, tmp_path, monkeypatch):
+    """ATTENTION_TUNING "unroll" (the overlapped loop in rounds of one tile a K and V slot, each copy of its body with
+    constant slots and the round's barrier phase) and "uniform" (the warpgroup's index from lane 0) change no
+    arithmetic: bit for bit the rolled kernel's outputs, on ragged shapes with fresh inputs, rounds with and without
+    tiles left after them, persistent grids walking several work items, and matching the reference."""
+    M = 333
+    qpos = np.arange(M, dtype=np.int32)[:, None] + 40
+    kpos = np.arange(N, dtype=np.int32)[None, :].copy()
+    extra = {"qpos": (qpos, DType.I32), "kpos": (kpos, DType.I32)}
+    tunings = [{**tuning, "skip": False, "unroll": False, "uniform": False}, {**tuning, "skip": False}]
+    _masked_bits(tmp_path, monkeypatch, M, N, "qpos: i32[M, 1], kpos: i32[1, N]", "kpos <= qpos", extra, tunings,
+                 lambda source, t: ("cvl_ph" in source) is t.get("unroll", True))
+
+
 @pytest.mark.parametrize("groups", [1, 4])
 @pytest.mark.parametrize("scale", ["0.1", "(-0.1)"])
 def test_listed_bare_tiles_match_the_reference_at_any_scale(scale, groups, tmp_path, monkeypatch):
