@@ -124,6 +124,13 @@ PAD = 8  # elements of padding a shared row (16 bytes)
 #           with "skip", on a grid of one block a block of rows (not persistent): a causal mask leaves the later
 #           blocks of rows the most key tiles, and the block scheduler then runs a longest-first list schedule
 #           (causal [32, 2048, 2048], 4 consumers: 131.7 against 154.9 us for the persistent ascending grid).
+#   "unroll": the warp-specialised kernel's overlapped loop unrolled by its K and V slots, each copy of the body with
+#           constant slots and barrier addresses and the round's phase (_WsAttention.rounds); not with "skip": "list"
+#           (its copies spill). Default True (D 64: 298 SASS instructions a warp and tile against 342; measured in
+#           benchmarks/NOTES.md, session 32).
+#   "uniform": the consumer warpgroup's index read from lane 0, so the compiler knows it uniform and builds Q's wgmma
+#           descriptors in uniform registers (no R2UR before each product; without it the unrolled D 64 kernel and
+#           the causal one spill 64 bytes). Default True.
 #   In the warp-specialised kernel "groups" (consumer warpgroups) defaults to the fastest by WS_BLOCK_US (4 for
 #   the benchmark at D 64, 2 at D 128, 1 for the small example), and "bn" to 128 with 2 or 3 consumers, else 64.
 ATTENTION_TUNING: dict = {}
