@@ -359,7 +359,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
         const int lane = threadIdx.x % 32;
-        const int wg = (int)(threadIdx.x / 128) - 1;  // consumer warpgroup
+        const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128) - 1, 0);  // consumer warpgroup (uniform)
         const int wm = wg * 64 + (threadIdx.x / 32) % 4 * 16;  // this warp's rows of the block
         const int d0 = 0;
         const unsigned long long desc_q = cvl_wgmma_desc(sq + wg * 8192u, 16u, 1024u);
@@ -531,7 +531,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
                 cvl_wgmma_pv(o[0], pf[2], desc_v + (((((t - 1) % 3)) * 8192 + 4096) >> 4));
                 cvl_wgmma_pv(o[0], pf[3], desc_v + (((((t - 1) % 3)) * 8192 + 6144) >> 4));
                 cvl_wgmma_commit();
-                cvl_wgmma_wait<1>();  // S of tile t (O += P V of tile t - 1 may still run)
+                cvl_wgmma_wait<1>();  // S of tile t (O += P V of the tile before may still run)
                 cvl_pin(s[0]);
                 if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (7 + (t) % 3));
                 float alpha[2];
@@ -776,7 +776,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
                 cvl_wgmma_pv(o[0], pf[2], desc_v + (((((cvl_cnt + t - 1) % 3)) * 8192 + 4096) >> 4));
                 cvl_wgmma_pv(o[0], pf[3], desc_v + (((((cvl_cnt + t - 1) % 3)) * 8192 + 6144) >> 4));
                 cvl_wgmma_commit();
-                cvl_wgmma_wait<1>();  // S of tile t (O += P V of tile t - 1 may still run)
+                cvl_wgmma_wait<1>();  // S of tile t (O += P V of the tile before may still run)
                 cvl_pin(s[0]);
                 if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (7 + (cvl_cnt + t) % 3));
                 float alpha[2];
