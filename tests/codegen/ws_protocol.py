@@ -23,6 +23,10 @@ list and the verdict at random, and fails when the producer reads the verdict be
 a consumer reads a slot not holding the tile of the sequence (the list, then with a second pass every tile). With
 "trim" each warpgroup computes the listed tiles up to its own last (drawn too) and releases the rest unread.
 
+With "unroll" the consumers' loop runs in rounds (``t += S``), each copy of its body naming its slots as constants and
+its barriers' phase through the round's ``cvl_ph``: the model runs them as written, so a copy that names the wrong slot
+reads the wrong tile, and one that waits for the wrong phase deadlocks or passes early.
+
 Each consumer warpgroup runs as its 4 warps, each an actor of its own (``warps``): only warp 0 runs the lines
 of the warpgroup's releasing thread (``threadIdx.x % 128 == 0``), and the warps meet only where the GPU makes
 them: at each wgmma (``cvl_wgmma_fence`` before a product; the warpgroup issues it together) and at each vote.
