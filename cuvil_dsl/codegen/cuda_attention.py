@@ -1539,11 +1539,12 @@ class _WsAttention(_WgmmaAttention):
         return [*first, *loop, *last]
 
     def rounds(self, step, count: str) -> list[str]:
-        """"unroll": the overlapped loop over tiles 1 .. ``count`` - 1 in rounds of S (the slot count), each round's
-        tile t + j (t = 1 + S r) in slot (1 + j) % S, the slot of its K and V use r + (1 + j) / S (phase ``cvl_ph``, of
-        the round, or the next for j = S - 1), the tile before in slot j with the round's phase: constant slots and
-        barrier addresses (``step`` renders each copy of the body), one division a round. A work item's first use is
-        slot 0, phase 0 (:attr:`base` is None). The tiles after the last whole round take the plain loop."""
+        """"unroll": the overlapped loop over tiles 1 .. ``count`` - 1 in rounds of S (the slot count). Round r's tile
+        t + j (t = 1 + S r) is in slot (1 + j) % S, and is that slot's use number r + (1 + j) / S: phase ``cvl_ph`` (the
+        round's, t / S & 1), or the next one for j = S - 1; the tile before it is in slot j, in the round's phase. So
+        every copy of the body (``step`` renders each) has constant slots and barrier addresses, and the phase costs one
+        division a round. Needs a work item's first use to be slot 0, phase 0 (:attr:`base` None). The tiles after the
+        last whole round take the plain loop."""
         s = self.stages
         end = str(1 + (int(count) - 1) // s * s) if count.isdigit() else f"1 + ({count} - 1) / {s} * {s}"
         body = []
