@@ -126,8 +126,10 @@ PAD = 8  # elements of padding a shared row (16 bytes)
 #           (causal [32, 2048, 2048], 4 consumers: 131.7 against 154.9 us for the persistent ascending grid).
 #   "unroll": the warp-specialised kernel's overlapped loop unrolled by its K and V slots, each copy of the body with
 #           constant slots and barrier addresses and the round's phase (_WsAttention.rounds); not with "skip": "list"
-#           (its copies spill). Default True (D 64: 298 SASS instructions a warp and tile against 342; measured in
-#           benchmarks/NOTES.md, session 32).
+#           (its copies spill). Default "auto": where the scores need no pass over their elements (the scale folds into
+#           the exponent), since a masked loop's copies spill too; True unrolls every loop but the list's. D 64: 298
+#           SASS instructions a warp and tile against 342, 85.8 against 89.8 us on an H100 (benchmarks/NOTES.md,
+#           session 32).
 #   "uniform": the consumer warpgroup's index read from lane 0, so the compiler knows it uniform and builds Q's wgmma
 #           descriptors in uniform registers (no R2UR before each product; without it the unrolled D 64 kernel and
 #           the causal one spill 64 bytes). Default True.
@@ -1078,8 +1080,13 @@ class _WsAttention(_WgmmaAttention):
         # "unroll": the overlapped loop over a work item's tiles unrolled by the slot count (overlapped_pass), so each copy
         # of its body reads constant slots and barrier addresses, and one division a round gives the barriers' phase
         # (benchmark, D 64: 298 SASS instructions a tile and warp against 342). Not with "list": its copies of the body
-        # (the entry's flags, the bare and folded branches) spill 2.7-3 KB a thread at 4 consumers
-        self.unroll = bool(tune.get("unroll", True)) and self.stages >= 2 and not self.listed
+        # (the entry's flags, the bare and folded branches) spill 2.7-3 KB a thread at 4 consumers. By default ("auto")
+        # only where the scores need no pass over their elements (the scale folds into the exponent): a masked loop's
+        # copies spill 120-192 bytes at 4 consumers (causal benchmark with "skip" off). True unrolls those too.
+        unroll = tune.get("unroll", "auto")
+        if unroll not in (True, False, "auto"):
+            raise ValueError(f"ATTENTION_TUNING unroll {unroll!r}: True, False or 'auto'")
+        self.unroll = (unroll is True or (unroll == "auto" and self.fold is not None)) and self.stages >= 2 and not self.listed
         # "uniform": the consumer warpgroup's index taken from lane 0 (__shfl_sync), so the compiler knows it uniform and
         # keeps Q's wgmma descriptors in uniform registers instead of moving them there (R2UR) before every product
         self.uniform = bool(tune.get("uniform", True))

@@ -629,11 +629,11 @@ PROTOCOL_CASES = [
     # "unroll" (the benchmark and d128 above, persistent, 2 slots): rounds of 3 tiles, with and without a tile left
     # after them, on a grid of one block an item and on a persistent one (each item from slot 0, phase 0)
     ("rounds of 3", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml",
-     {"persistent": False, "stages": 3, "groups": 2, "bn": 64, "skip": False}, {"N": 7 * 64}),
+     {"persistent": False, "stages": 3, "groups": 2, "bn": 64, "skip": False, "unroll": True}, {"N": 7 * 64}),
     ("rounds of 3 and a tile", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml",
-     {"persistent": False, "stages": 3, "groups": 2, "bn": 64, "skip": False}, {"N": 8 * 64 - 5}),
+     {"persistent": False, "stages": 3, "groups": 2, "bn": 64, "skip": False, "unroll": True}, {"N": 8 * 64 - 5}),
     ("rounds of 3, persistent", ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml",
-     {"persistent": 2, "stages": 3, "groups": 2, "bn": 64, "skip": False}, {"N": 12 * 64}),
+     {"persistent": 2, "stages": 3, "groups": 2, "bn": 64, "skip": False, "unroll": True}, {"N": 12 * 64}),
 ]
 
 
@@ -652,6 +652,31 @@ def test_warp_specialised_barrier_protocol(label, path, tuning, sizes, monkeypat
             assert simulate(k, seed, block) > 0
 
 
+def test_unroll_takes_the_loops_whose_copies_fit(tmp_path, monkeypatch):
+    """ATTENTION_TUNING "unroll", "auto" by default: the benchmark's loop (its scale folds into the exponent: no pass
+    over the scores' elements) runs in rounds; a masked loop ("skip" off: a where over every element) stays rolled,
+    since its copies spill at 4 consumers, unless asked (True); the list's loop never unrolls. The masked kernel
+    compiles without spills."""
+    from cuvil_dsl.codegen import cuda_attention
+    from cuvil_dsl.compile import CompileUnit, compile_units
+
+    causal = ROOT / "benchmarks" / "shapes" / "attention_full_f16-causal.yaml"
+    bench = _ws_kernel(monkeypatch, BENCH)
+    assert bench.unroll and "cvl_ph" in "\n".join(bench.consumer())
+    masked = _ws_kernel(monkeypatch, causal, {"skip": False})
+    assert masked.fold is None and not masked.unroll and "cvl_ph" not in "\n".join(masked.consumer())
+    assert _ws_kernel(monkeypatch, causal, {"skip": False, "unroll": True}).unroll
+    assert not _ws_kernel(monkeypatch, causal, {"unroll": True}).unroll  # the list
+    with pytest.raises(ValueError, match="unroll"):
+        _ws_kernel(monkeypatch, causal, {"unroll": "always"})
+    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cuda_attention, "ATTENTION_TUNING", {"skip": False})
+    case = load_case(causal)
+    (k,) = [k for k in render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90") if "wgmma" in k.source]
+    (unit,) = compile_units([CompileUnit(k.entry, k.source, (k.entry,), k.options)], "sm_90")
+    assert unit.resources[k.entry].spill_bytes == 0, unit.resources[k.entry]
+
+
 @pytest.mark.parametrize("fault", ["phase", "slot"])
 def test_barrier_protocol_model_checks_the_unrolled_rounds(fault, monkeypatch):
     """"unroll": the model runs the rounds' constant slots and phase, and fails when the last copy of a round waits
@@ -662,7 +687,7 @@ def test_barrier_protocol_model_checks_the_unrolled_rounds(fault, monkeypatch):
     from cuvil_dsl.codegen import cuda_attention
 
     path = ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml"
-    tuning = {"persistent": 2, "stages": 3, "groups": 2, "bn": 64, "skip": False}
+    tuning = {"persistent": 2, "stages": 3, "groups": 2, "bn": 64, "skip": False, "unroll": True}
     k = _ws_kernel(monkeypatch, path, tuning, {"N": 12 * 64})
     assert k.unroll and k.base is None and "cvl_ph ^ 1" in "\n".join(k.consumer())
     assert simulate(k, 0) > 0
