@@ -150,6 +150,9 @@ SKIP_MODES = (False, True, "vote", "list")
 LIST_MAX_KEYS = 65536
 # "skip": "list": K and V slots by default (see _WsAttention: a listed block computes fewer tiles)
 LIST_STAGES = 3
+# "skip": "list": an entry of the block's list of key tiles (16 bits, _WsAttention.listed_tiles): the tile in its low 14
+# bits, LIST_GAP set where tiles were left out just before it, LIST_BARE where every element of it passes the mask
+LIST_TILE, LIST_GAP, LIST_BARE = (1 << 14) - 1, 1 << 14, 1 << 15
 # below this exponent a numerator is 0 (ex2.approx.ftz flushes 2^-126 and smaller): the skip's margin
 SKIP_EXPONENT = -150.0
 WG_ALL_HELPER = r"""
@@ -1040,7 +1043,7 @@ class _WsAttention(_WgmmaAttention):
         # of at most LIST_MAX_KEYS keys whose list fits in shared memory, one block of rows a block: not persistent);
         # another mask keeps the plain loop (the vote, True, does not pay)
         self.listed = (skip == "list" and self.masked is not None and self.listed_terms is not None
-                       and self.N <= LIST_MAX_KEYS and self.nt < 16384 and not tune.get("persistent", False)
+                       and self.N <= LIST_MAX_KEYS and self.nt <= LIST_TILE and not tune.get("persistent", False)
                        and shared + self.listed_bytes() <= configs.smem_limit(k.arch))
         if skip == "list" and not self.listed:
             self.masked = None
@@ -1086,11 +1089,12 @@ class _WsAttention(_WgmmaAttention):
         unroll = tune.get("unroll", "auto")
         if unroll not in (True, False, "auto"):
             raise ValueError(f"ATTENTION_TUNING unroll {unroll!r}: True, False or 'auto'")
-        self.unroll = (unroll is True or (unroll == "auto" and self.fold is not None)) and self.stages >= 2 and not self.listed
+        self.unroll = ((unroll is True or (unroll == "auto" and self.fold is not None)) and self.stages >= 2
+                       and not self.listed and self.base is None)  # (rounds needs each item's first use in slot 0)
         # "uniform": the consumer warpgroup's index taken from lane 0 (__shfl_sync), so the compiler knows it uniform and
         # keeps Q's wgmma descriptors in uniform registers instead of moving them there (R2UR) before every product
         self.uniform = bool(tune.get("uniform", True))
-        self.fixed: dict[str, tuple[str, str]] = {}  # a tile expression -> its constant slot and phase (overlapped_pass)
+        self.fixed: dict[str, tuple[str, str]] = {}  # a tile expression -> its constant slot and phase (rounds)
         self.verdict = 1 + 4 * self.stages  # "skip": "list": the barrier of the consumers' verdict (see listed_loop)
         if shared > configs.smem_limit(k.arch):
             raise UserError([error("E509", f"kernel `{k.kernel.name}`: the attention tiles need {shared} bytes of "
@@ -1157,7 +1161,7 @@ class _WsAttention(_WgmmaAttention):
                     f"if (t >= {s}) cvl_mbar_wait(bars + 8 * (1 + {3 * s} + stage), (use - 1) & 1);  // V's slot free",
                     *load_v]), "}"]
 
-            work = [f"cvl_mbar_expect_tx(bars, {self.q_bytes}u);", *q, *tiles("0", "cvl_cnt", "cvl_tiles[t] & 16383"),
+            work = [f"cvl_mbar_expect_tx(bars, {self.q_bytes}u);", *q, *tiles("0", "cvl_cnt", self.listed_tile("t")),
                     f"cvl_mbar_wait(bars + 8 * {self.verdict}, 0);  // the consumers' verdict on the skipped tiles",
                     "if (cvl_redo) {", *indent(tiles("cvl_cnt", f"cvl_cnt + {self.nt}", "t - cvl_cnt")), "}"]
         else:
@@ -1506,7 +1510,7 @@ class _WsAttention(_WgmmaAttention):
         turn = ["asm volatile(\"bar.sync %0, 256;\\n\" :: \"r\"(1 + wg) : \"memory\");"] if self.pingpong else []
         done = ["asm volatile(\"bar.arrive %0, 256;\\n\" :: \"r\"(2 - wg) : \"memory\");"] if self.pingpong else []
         first = ["{", *indent([
-            *(["const int tk = cvl_tiles[0] & 16383;  // the first listed key tile", *self.bare_flag("0")]
+            *([f"const int tk = {self.listed_tile('0')};  // the first listed key tile", *self.bare_flag("0")]
               if listed else []),
             self.wait_full("k", "0"), *turn, "cvl_wgmma_fence();",
             *self.issue_scores(self.slot("0") if self.base else "0"), "cvl_wgmma_commit();",
@@ -1518,8 +1522,8 @@ class _WsAttention(_WgmmaAttention):
             *self.pack()]), "}"]
         def step(t: str) -> list[str]:  # the loop's body for tile t
             return [
-                *([f"const int tk = cvl_tiles[{t}] & 16383;  // the key tile", *self.bare_flag(t),
-                   *self.listed_check(f"(cvl_tiles[{t}] & 16384u) != 0u", "tiles skipped since the last (bit 14)")]
+                *([f"const int tk = {self.listed_tile(t)};  // the key tile", *self.bare_flag(t),
+                   *self.listed_check(f"(cvl_tiles[{t}] & {LIST_GAP}u) != 0u", "tiles skipped since the last (bit 14)")]
                   if listed else []),
                 self.wait_full("k", t), self.wait_full("v", f"{t} - 1"), *turn,
                 "cvl_wgmma_fence();", *self.issue_scores(self.slot(t)), "cvl_wgmma_commit();",
@@ -1539,7 +1543,7 @@ class _WsAttention(_WgmmaAttention):
         if self.pingpong:  # warpgroup 1 lets warpgroup 0 go first; warpgroup 0 takes that extra arrival at the end
             first = ["if (wg == 1) asm volatile(\"bar.arrive 1, 256;\\n\" ::: \"memory\");", *first]
             last += ["if (wg == 0) asm volatile(\"bar.sync 1, 256;\\n\" ::: \"memory\");"]
-        if self.unroll and not self.base:
+        if self.unroll:
             loop = self.rounds(step, count)
         else:
             loop = ["#pragma unroll 1", f"for (int t = 1; t < {count}; ++t) {{", *indent(step("t")), "}"]
@@ -1550,8 +1554,8 @@ class _WsAttention(_WgmmaAttention):
         t + j (t = 1 + S r) is in slot (1 + j) % S, and is that slot's use number r + (1 + j) / S: phase ``cvl_ph`` (the
         round's, t / S & 1), or the next one for j = S - 1; the tile before it is in slot j, in the round's phase. So
         every copy of the body (``step`` renders each) has constant slots and barrier addresses, and the phase costs one
-        division a round. Needs a work item's first use to be slot 0, phase 0 (:attr:`base` None). The tiles after the
-        last whole round take the plain loop."""
+        division a round. Needs a work item's first use to be slot 0, phase 0 (:attr:`base` None: see :attr:`unroll`).
+        The tiles after the last whole round take the plain loop."""
         s = self.stages
         end = str(1 + (int(count) - 1) // s * s) if count.isdigit() else f"1 + ({count} - 1) / {s} * {s}"
         body = []
@@ -1573,7 +1577,11 @@ class _WsAttention(_WgmmaAttention):
 
     def bare_flag(self, use: str) -> list[str]:
         """"bare": ``cvl_bare``, whether listed tile ``use`` passes the mask everywhere (its entry's top bit)."""
-        return [f"const bool cvl_bare = cvl_tiles[{use}] > 32767u;  // every element unmasked"] if self.bare else []
+        return [f"const bool cvl_bare = cvl_tiles[{use}] > {LIST_BARE - 1}u;  // every element unmasked"] if self.bare else []
+
+    def listed_tile(self, use: str) -> str:
+        """"skip": "list": the key tile of listed entry ``use``."""
+        return f"cvl_tiles[{use}] & {LIST_TILE}"
 
     def listed_scores(self) -> list[str]:
         """:meth:`scores_ready` for listed tile ``tk``; with "bare", a tile every element of which passes the mask
@@ -1635,7 +1643,7 @@ class _WsAttention(_WgmmaAttention):
         return [
             own, "bool cvl_ok = true;  // the skipped tiles' numerators all 0 in this thread's rows",
             "if (cvl_own > 0) {", *indent(first_pass), "}",
-            *self.listed_check(f"cvl_own == 0 || (cvl_tiles[cvl_own - 1] & 16383) != {nt - 1}",
+            *self.listed_check(f"cvl_own == 0 || ({self.listed_tile('cvl_own - 1')}) != {nt - 1}",
                                "tiles skipped after the last"),
             *unread,
             f"const bool cvl_again = cvl_consumers_any(!cvl_ok, {128 * self.groups}u);  // some skip inexact",
@@ -1766,7 +1774,7 @@ class _WsAttention(_WgmmaAttention):
                     "const int at = count + __popc(kept & ((1u << threadIdx.x) - 1u));  // its place in the list",
                     "const bool gap = at > 0 && !(threadIdx.x > 0 ? (kept >> (threadIdx.x - 1)) & 1u : before);",
                     "before = kept >> 31;  // (whether tile t0 + 31 is listed)",
-                    "if (keep) cvl_tiles[at] = (unsigned short)(t | (gap ? 16384 : 0) | (every ? 32768 : 0));",
+                    f"if (keep) cvl_tiles[at] = (unsigned short)(t | (gap ? {LIST_GAP} : 0) | (every ? {LIST_BARE} : 0));",
                     *(["#pragma unroll", f"for (int w = 0; w < {self.groups}; ++w)",
                        "    last[w] = max(last[w], (int)__reduce_max_sync(0xffffffffu, (mine >> w) & 1u ? at + 1 : 0));"]
                       if self.trim else []),
