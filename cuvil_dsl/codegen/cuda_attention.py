@@ -125,11 +125,14 @@ PAD = 8  # elements of padding a shared row (16 bytes)
 #           blocks of rows the most key tiles, and the block scheduler then runs a longest-first list schedule
 #           (causal [32, 2048, 2048], 4 consumers: 131.7 against 154.9 us for the persistent ascending grid).
 #   "unroll": the warp-specialised kernel's overlapped loop unrolled by its K and V slots, each copy of the body with
-#           constant slots and barrier addresses and the round's phase (_WsAttention.rounds); not with "skip": "list"
-#           (its copies spill). Default "auto": where the scores need no pass over their elements (the scale folds into
-#           the exponent), since a masked loop's copies spill too; True unrolls every loop but the list's. D 64: 298
-#           SASS instructions a warp and tile against 342, 85.8 against 89.8 us on an H100 (benchmarks/NOTES.md,
-#           session 32).
+#           constant slots and barrier addresses and the round's phase (_WsAttention.rounds). Default "auto": where the
+#           scores need no pass over their elements (the scale folds into the exponent), since a masked loop's copies
+#           spill; True unrolls those too. D 64: 298 SASS instructions a warp and tile against 342, 85.8 against 89.8 us
+#           on an H100 (benchmarks/NOTES.md, session 32). With "skip": "list", whose general body's copies spill, the
+#           rounds take runs of S bare, folded tiles alone, the other tiles one by one (_WsAttention.listed_rounds);
+#           False keeps the list's loop rolled.
+#   "again": with "skip": "list", the second pass over every tile (run where a skip was inexact) "serial" (each product
+#           waited for: no overlap, fewer registers, so the first pass's rounds fit) or "overlap". Default "serial".
 #   "uniform": the consumer warpgroup's index read from lane 0, so the compiler knows it uniform and builds Q's wgmma
 #           descriptors in uniform registers (no R2UR before each product; without it the unrolled D 64 kernel and
 #           the causal one spill 64 bytes). Default True.
@@ -1091,6 +1094,17 @@ class _WsAttention(_WgmmaAttention):
             raise ValueError(f"ATTENTION_TUNING unroll {unroll!r}: True, False or 'auto'")
         self.unroll = ((unroll is True or (unroll == "auto" and self.fold is not None)) and self.stages >= 2
                        and not self.listed and self.base is None)  # (rounds needs each item's first use in slot 0)
+        # with "list", "unroll" (unless False) takes rounds of bare, folded tiles only (listed_rounds): the listed body's
+        # copies spill where each holds the where, the entry's flags and the check
+        self.bare_rounds = unroll is not False and self.bare_fold is not None and self.stages >= 2
+        # "again": with "list", the second pass (every tile, where some skip was inexact: a row masked whole) "serial",
+        # each product waited for before the next (serial_pass), or "overlap"ped as the first. It runs only for such
+        # rows, and the overlapped pass's code beside the first pass's rounds makes ptxas serialise every wgmma of the
+        # causal benchmark's 4-consumer kernel and spill 3 KB (0 bytes with the serial pass)
+        again = tune.get("again", "serial")
+        if again not in ("serial", "overlap"):
+            raise ValueError(f"ATTENTION_TUNING again {again!r}: 'serial' or 'overlap'")
+        self.serial_again = again == "serial"
         # "uniform": the consumer warpgroup's index taken from lane 0 (__shfl_sync), so the compiler knows it uniform and
         # keeps Q's wgmma descriptors in uniform registers instead of moving them there (R2UR) before every product
         self.uniform = bool(tune.get("uniform", True))
@@ -1520,17 +1534,25 @@ class _WsAttention(_WgmmaAttention):
             *(self.listed_check("tk != 0", "tiles skipped before it: this tile's maxima must zero their numerators")
               if listed else []),
             *self.pack()]), "}"]
-        def step(t: str) -> list[str]:  # the loop's body for tile t
+        def step(t: str, bare: bool = False) -> list[str]:  # the loop's body for tile t (bare: a listed, folded one)
+            if bare:  # (listed_rounds: a bare tile after no gap, folded: its entry need not be read)
+                # (the numerators pinned where the accumulators were: else ptxas computes them into other registers
+                # while P V holds pf and o, and the causal benchmark's 4-consumer kernel spills)
+                head, scores = [], [*self.softmax_parts(("fold_abs", "fold_c"))[0], "cvl_pin(s[0]);"]
+            elif listed:
+                head = [f"const int tk = {self.listed_tile(t)};  // the key tile", *self.bare_flag(t),
+                        *self.listed_check(f"(cvl_tiles[{t}] & {LIST_GAP}u) != 0u", "tiles skipped since the last (bit 14)")]
+                scores = self.listed_scores()
+            else:
+                head, scores = [], self.scores_ready(t)
             return [
-                *([f"const int tk = {self.listed_tile(t)};  // the key tile", *self.bare_flag(t),
-                   *self.listed_check(f"(cvl_tiles[{t}] & {LIST_GAP}u) != 0u", "tiles skipped since the last (bit 14)")]
-                  if listed else []),
+                *head,
                 self.wait_full("k", t), self.wait_full("v", f"{t} - 1"), *turn,
                 "cvl_wgmma_fence();", *self.issue_scores(self.slot(t)), "cvl_wgmma_commit();",
                 *self.issue_pv(self.slot(f"{t} - 1")), "cvl_wgmma_commit();", *done,
                 f"cvl_wgmma_wait<1>();  // S of tile {t} (O += P V of the tile before may still run)", "cvl_pin(s[0]);",
                 self.release("k", t),
-                "float alpha[2];", *(self.listed_scores() if listed else self.scores_ready(t)),
+                "float alpha[2];", *scores,
                 "cvl_wgmma_wait<0>();", "cvl_pin(o[0]);", "cvl_pin(pf);", self.release("v", f"{t} - 1"),
                 *rescale, *self.pack(),
             ]
@@ -1545,9 +1567,24 @@ class _WsAttention(_WgmmaAttention):
             last += ["if (wg == 0) asm volatile(\"bar.sync 1, 256;\\n\" ::: \"memory\");"]
         if self.unroll:
             loop = self.rounds(step, count)
+        elif listed and self.bare_rounds:
+            loop = self.listed_rounds(step, count)
         else:
             loop = ["#pragma unroll 1", f"for (int t = 1; t < {count}; ++t) {{", *indent(step("t")), "}"]
         return [*first, *loop, *last]
+
+    def serial_pass(self) -> list[str]:
+        """"again": "serial": every key tile (their uses of the slots counted from :attr:`base`), each product waited
+        for before the next (no two wgmma in flight): the same arithmetic, in the same order, as the overlapped pass."""
+        _, rescale = self.softmax_parts()
+        loop = [
+            self.wait_full("k", "t"), "cvl_wgmma_fence();", *self.issue_scores(self.slot("t")),
+            "cvl_wgmma_commit();", "cvl_wgmma_wait<0>();", "cvl_pin(s[0]);", self.release("k", "t"),
+            "float alpha[2];", *self.scores_ready("t"), *rescale, *self.pack(),
+            self.wait_full("v", "t"), "cvl_wgmma_fence();", *self.issue_pv(self.slot("t")),
+            "cvl_wgmma_commit();", "cvl_wgmma_wait<0>();", "cvl_pin(o[0]);", "cvl_pin(pf);", self.release("v", "t"),
+        ]
+        return ["#pragma unroll 1", f"for (int t = 0; t < {self.nt}; ++t) {{", *indent(loop), "}", *self.free_q()]
 
     def rounds(self, step, count: str) -> list[str]:
         """"unroll": the overlapped loop over tiles 1 .. ``count`` - 1 in rounds of S (the slot count). Round r's tile
@@ -1558,22 +1595,40 @@ class _WsAttention(_WgmmaAttention):
         The tiles after the last whole round take the plain loop."""
         s = self.stages
         end = str(1 + (int(count) - 1) // s * s) if count.isdigit() else f"1 + ({count} - 1) / {s} * {s}"
-        body = []
+        lines = []
+        if end != "1":
+            lines += ["#pragma unroll 1", f"for (int t = 1; t < {end}; t += {s}) {{", *indent(self.round(step)), "}"]
+        if end != count:
+            lines += ["#pragma unroll 1", f"for (int t = {end}; t < {count}; ++t) {{", *indent(step("t")), "}"]
+        return lines
+
+    def round(self, step, bare: bool = False) -> list[str]:
+        """One round of :meth:`rounds` (tiles t .. t + S - 1, t = 1 + S r): the round's phase, then ``step``'s body
+        (with ``bare``) for each tile, its slots and phases constants (:attr:`fixed`)."""
+        s = self.stages
+        body = [f"const unsigned cvl_ph = (t / {s}) & 1;  // the round's phase of the slots' barriers"]
         for j in range(s):
             t = f"t + {j}" if j else "t"
             self.fixed = {t: (str((1 + j) % s), "cvl_ph ^ 1" if j == s - 1 else "cvl_ph"), f"{t} - 1": (str(j), "cvl_ph")}
             try:
-                body += ["{", *indent(step(t)), "}"]
+                body += ["{", *indent(step(t, bare) if bare else step(t)), "}"]
             finally:
                 self.fixed = {}
-        lines = []
-        if end != "1":
-            lines += ["#pragma unroll 1", f"for (int t = 1; t < {end}; t += {s}) {{",
-                      *indent([f"const unsigned cvl_ph = (t / {s}) & 1;  // the round's phase of the slots' barriers",
-                               *body]), "}"]
-        if end != count:
-            lines += ["#pragma unroll 1", f"for (int t = {end}; t < {count}; ++t) {{", *indent(step("t")), "}"]
-        return lines
+        return body
+
+    def listed_rounds(self, step, count: str) -> list[str]:
+        """"unroll" with "skip": "list" (:attr:`bare_rounds`): the listed loop over uses 1 .. ``count`` - 1 takes a
+        round of S tiles (:meth:`round`) where one may start (use t = 1 + S r) and its S tiles are all bare, with no
+        tiles skipped before any of them, and bare tiles fold (``fold_flip`` false): each copy of the body is then the
+        folded tile's alone, with no read of its entry, no where and no check. Else it takes one tile by the general
+        body. A causal block's bare tiles come first, so most of them run in rounds; its diagonal tiles one by one."""
+        s = self.stages
+        entries = " | ".join(f"(cvl_tiles[t{f' + {j}' if j else ''}] ^ {LIST_BARE}u)" for j in range(s))
+        test = (f"const bool cvl_round = (t - 1) % {s} == 0 && t + {s} <= {count} && !fold_flip && "
+                f"(({entries}) & {LIST_BARE | LIST_GAP}u) == 0u;  // S bare tiles, none after a gap, from slot 1")
+        return ["#pragma unroll 1", f"for (int t = 1; t < {count}; ) {{", *indent([
+            test, "if (cvl_round) {", *indent([*self.round(step, bare=True), f"t += {s};"]),
+            "} else {", *indent([*step("t"), "++t;"]), "}"]), "}"]
 
     def bare_flag(self, use: str) -> list[str]:
         """"bare": ``cvl_bare``, whether listed tile ``use`` passes the mask everywhere (its entry's top bit)."""
@@ -1631,7 +1686,7 @@ class _WsAttention(_WgmmaAttention):
         first_pass = self.overlapped_pass(listed=True)
         self.base = "cvl_cnt"
         try:
-            again = [*self.zero_state(), *self.overlapped_pass()]
+            again = [*self.zero_state(), *(self.serial_pass() if self.serial_again else self.overlapped_pass())]
         finally:
             self.base = None
         own = ("const int cvl_own = __shfl_sync(0xffffffffu, cvl_mine[wg], 0);  // this warpgroup's listed tiles"

@@ -533,21 +533,24 @@ def test_warp_specialised_tunings_compile_within_their_resources(tmp_path, monke
         render_cuda(deep.plan("sm_90"), deep.binding.sizes, "sm_90")
 
 
-@pytest.mark.parametrize("cond, tuning", [
-    ("kpos <= qpos", {}),  # the causal benchmark: 4 consumers, "bare" and "trim"
-    ("kpos <= qpos", {"groups": 2}),
-    ("kpos <= qpos", {"groups": 1}),
-    ("kpos <= qpos", {"bare": False, "trim": False}),
-    ("(kpos <= qpos) & (kpos > qpos - 256)", {}),  # a sliding window: two terms
-    ("fk > fq", {"groups": 2}),  # f32 positions (a NaN row fails "bare")
+@pytest.mark.parametrize("cond, tuning, n", [
+    ("kpos <= qpos", {}, 2047),  # 4 consumers, "bare" and "trim"
+    ("kpos <= qpos", {}, 2048),  # the causal benchmark's N: bare tiles folded, in rounds ("unroll")
+    ("kpos <= qpos", {"groups": 2}, 2048),
+    ("kpos <= qpos", {"groups": 2}, 2047),
+    ("kpos <= qpos", {"groups": 1}, 2047),
+    ("kpos <= qpos", {"bare": False, "trim": False}, 2047),
+    ("(kpos <= qpos) & (kpos > qpos - 256)", {}, 2047),  # a sliding window: two terms
+    ("(kpos <= qpos) & (kpos > qpos - 1024)", {}, 2048),  # a wide one: rounds between its edges
+    ("fk > fq", {"groups": 2}, 2047),  # f32 positions (a NaN row fails "bare")
 ])
-def test_listed_kernels_compile_within_their_resources(cond, tuning, tmp_path, monkeypatch):
-    """Masked attention with its key tiles listed ("skip": "list", the default) compiles for sm_90a on a ragged shape
-    with no wgmma serialised (ptxas warns when a branch it cannot prove uniform holds one: the list's count is a
-    shuffle of lane 0's for that), and with two named barriers (the block's, and the consumers' verdict). Spills:
-    none with up to 3 consumers; with 4, at setmaxnreg's share, the plain kernel spills 96 bytes and the list up to
-    222 here (a ragged sliding window with the list's three K and V slots: 184 with two; 64 at the causal
-    benchmark's shape), a bound this keeps."""
+def test_listed_kernels_compile_within_their_resources(cond, tuning, n, tmp_path, monkeypatch):
+    """Masked attention with its key tiles listed ("skip": "list", the default) compiles for sm_90a with no wgmma
+    serialised (ptxas warns when a branch it cannot prove uniform holds one: the list's count is a shuffle of lane
+    0's for that), and with two named barriers (the block's, and the consumers' verdict). Spills: none with up to 3
+    consumers, nor with 4 at the causal benchmark's shape (bare tiles folded, in rounds); with 4 on a ragged one, at
+    setmaxnreg's share, the plain kernel spills 96 bytes and the list up to 222 here (a ragged sliding window with
+    the list's three K and V slots: 184 with two), a bound this keeps."""
     from cuvil_dsl.codegen import cuda_attention
     from cuvil_dsl.compile import CompileUnit, compile_units
 
@@ -556,16 +559,18 @@ def test_listed_kernels_compile_within_their_resources(cond, tuning, tmp_path, m
         "pipeline m(q: f16[B, M, D], k: f16[B, N, D], v: f16[B, N, D], qpos: i32[M, 1], kpos: i32[1, N],\n"
         "           fq: f32[M, 1], fk: f32[1, N]) -> o: f16[B, M, D] {\n"
         f"    o = softmax(where({cond}, (q @ k.T) * 0.125, -30000.0)) @ v\n}}\n")
-    (tmp_path / "m.yaml").write_text("pipeline: m.cuvil\nshapes: {B: 32, M: 2000, N: 2047, D: 64}\n")
+    m = 2048 if n == 2048 else 2000  # (the benchmark's shape; a ragged M spills with 4 consumers, rounds or not)
+    (tmp_path / "m.yaml").write_text(f"pipeline: m.cuvil\nshapes: {{B: 32, M: {m}, N: {n}, D: 64}}\n")
     seen = _ws_kernel(monkeypatch, tmp_path / "m.yaml", tuning)
     assert seen.listed and seen.bare is tuning.get("bare", True) and seen.trim is (seen.groups > 1 and tuning.get("trim", True))
+    assert seen.bare_rounds is (n % 64 == 0 and seen.bare)
     monkeypatch.setattr(cuda_attention, "ATTENTION_TUNING", dict(tuning))
     case = load_case(tmp_path / "m.yaml")
     (k,) = [k for k in render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90") if "cvl_tiles" in k.source]
     (unit,) = compile_units([CompileUnit(k.entry, k.source, (k.entry,), k.options)], "sm_90")
     r = unit.resources[k.entry]
     assert "serializ" not in unit.log.lower(), unit.log
-    assert r.spill_bytes <= (256 if seen.groups == 4 else 0), (tuning, r)
+    assert r.spill_bytes <= (256 if seen.groups == 4 and not seen.bare_rounds else 0), (tuning, r)
     assert "used 2 barriers" in unit.log, unit.log
 
 
@@ -705,6 +710,61 @@ def test_barrier_protocol_model_checks_the_unrolled_rounds(fault, monkeypatch):
     with pytest.raises(AssertionError, match="read from slot|deadlock"):
         for seed in range(3):
             simulate(k, seed)
+
+
+@pytest.mark.parametrize("fault", [None, "phase", "slot"])
+@pytest.mark.parametrize("groups", [1, 4])
+def test_barrier_protocol_model_checks_the_listed_rounds(fault, groups, monkeypatch):
+    """"unroll" with "skip": "list": where S listed tiles in a row are bare (and follow no left-out tiles) from a use
+    t = 1 + S r, the consumers run them as one round of folded copies with constant slots, else tile by tile. The
+    model draws the entries' bare bits and runs the kernel's own test, so rounds and single tiles mix; it passes the
+    kernel as rendered, and fails it when the round's last copy waits in the round's phase instead of the next, or
+    reads the slot of the copy before (so rounds do run in the model)."""
+    from ws_protocol import simulate
+
+    from cuvil_dsl.codegen import cuda_attention
+
+    k = _ws_kernel(monkeypatch, CAUSAL, {"skip": "list", "groups": groups}, {"B": 1, "M": 512, "N": 768})
+    assert k.listed and k.bare_rounds and k.bare_fold is not None and k.stages == 3
+    consumer = "\n".join(k.consumer())
+    assert "const bool cvl_round = (t - 1) % 3 == 0" in consumer and "cvl_ph ^ 1" in consumer
+    if fault:
+        step_round = cuda_attention._WsAttention.round
+
+        def faulty(self, step, bare=False):
+            def broken(t, bare=False):  # the round's last copy gets the round's phase, or the slot of the copy before
+                if t == "t + 2":
+                    slot, phase = self.fixed[t]
+                    self.fixed[t] = (slot, "cvl_ph") if fault == "phase" else ("1", phase)
+                return step(t, bare)
+            return step_round(self, broken, bare)
+
+        monkeypatch.setattr(cuda_attention._WsAttention, "round", faulty)
+        with pytest.raises(AssertionError, match="read from slot|deadlock"):
+            for seed in range(4 * MODEL_SEEDS):
+                simulate(k, seed)
+    else:
+        for seed in range(MODEL_SEEDS):
+            assert simulate(k, seed) > 0
+
+
+def test_listed_rounds_take_bare_folded_tiles_and_fit_the_registers(monkeypatch):
+    """The causal benchmark's kernel (4 consumers, "list", bare tiles folded) runs runs of bare tiles in rounds:
+    each copy of the body is the folded tile's alone (no entry read, no where, no check), and with the second pass
+    "serial" the kernel still fits the consumers' registers (no spill: the overlapped second pass beside the rounds
+    spilled 3 KB). "unroll": False keeps the rolled loop; "again": "overlap" with it is the kernel before rounds."""
+    k = _ws_kernel(monkeypatch, CAUSAL, {})
+    assert k.listed and k.bare_rounds and k.serial_again and k.groups == 4
+    lines = k.consumer()
+    start = next(i for i, ln in enumerate(lines) if "if (cvl_round) {" in ln)
+    end = next(i for i in range(start, len(lines)) if lines[i].strip() == "} else {")
+    copies = "\n".join(lines[start:end])
+    assert copies.count("cvl_wgmma_commit();") == 2 * 3 and "cvl_tiles" not in copies and "b2[" not in copies
+    assert "cvl_ok" not in copies and "fold_c" in copies and "cvl_fc" not in copies
+    rolled = _ws_kernel(monkeypatch, CAUSAL, {"unroll": False})
+    assert not rolled.bare_rounds and "cvl_round" not in "\n".join(rolled.consumer())
+    with pytest.raises(ValueError, match="again"):
+        _ws_kernel(monkeypatch, CAUSAL, {"again": "sometimes"})
 
 
 def test_barrier_protocol_model_finds_the_mistakes_it_is_for(monkeypatch):

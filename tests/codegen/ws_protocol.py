@@ -25,7 +25,9 @@ a consumer reads a slot not holding the tile of the sequence (the list, then wit
 
 With "unroll" the consumers' loop runs in rounds (``t += S``), each copy of its body naming its slots as constants and
 its barriers' phase through the round's ``cvl_ph``: the model runs them as written, so a copy that names the wrong slot
-reads the wrong tile, and one that waits for the wrong phase deadlocks or passes early.
+reads the wrong tile, and one that waits for the wrong phase deadlocks or passes early. With "skip": "list" a round
+runs where its S listed tiles are all "bare" (and none follows left-out tiles), else one tile: the model draws the
+entries' bare bits (and ``fold_flip``) and evaluates the kernel's own test.
 
 Each consumer warpgroup runs as its 4 warps, each an actor of its own (``warps``): only warp 0 runs the lines
 of the warpgroup's releasing thread (``threadIdx.x % 128 == 0``), and the warps meet only where the GPU makes
@@ -46,6 +48,9 @@ import re
 
 _FOR_T = re.compile(r"for \(int t = (.+?); t < (.+?); (?:\+\+t|t \+= (\d+))\) \{$")  # "unroll": rounds of S tiles
 _PHASE = re.compile(r"const unsigned cvl_ph = (.+);$")  # "unroll": the round's phase of the slots' barriers
+_FOR_OPEN = re.compile(r"for \(int t = (.+?); t < (.+?); \) \{$")  # "unroll" with "list": t stepped in the body
+_ROUND = re.compile(r"const bool cvl_round = (.+);$")  # ... by a round (t += S) where its S tiles are bare, else by 1
+_STEP = re.compile(r"(?:\+\+t|t \+= (\d+));$")
 _FOR_ITEMS = re.compile(r"for \(int i = 0, it = blockIdx\.x, g = 0; it < (\d+); \+\+i, it \+= gridDim\.x, g \+= (\d+)\) \{$")
 _IF_LINE = re.compile(r"if \((.+?)\) ((?:cvl_|asm ).*)$")
 _STAGE = re.compile(r"const unsigned stage = (.+) % (\d+), use = (.+) / (\d+);$")
@@ -57,7 +62,7 @@ _READ = re.compile(r"desc_([kv]) \+ \(\(\((.+?)\) \* \d+ \+")
 _NAMED = re.compile(r'asm volatile\("bar\.(sync|arrive) (%0|\d+), 256;\\n"(?: :: "r"\((.+?)\))?')
 _EVENTS = ("cvl_mbar", "cvl_tma", "desc_k +", "desc_v +", "bar.sync", "bar.arrive", "cvl_pend", "cvl_skip =",
            "cvl_vote", "cvl_plan", "cvl_gone", "cvl_redo", "cvl_again", "cvl_consumers_any", "tk =",
-           "cvl_own =", "cvl_ph =")
+           "cvl_own =", "cvl_ph =", "cvl_round")
 # "skip" (a masked tile's products left out): its flags, declared, set and branched on; the vote that sets cvl_vote
 # is data (the mask, the rows' maxima), so the model draws it at random
 _FLAG_DECL = re.compile(r"(?:bool|int|unsigned) (cvl_(?:skip|pend|vote|plan))(?: = (\w+))?;$")
@@ -67,7 +72,7 @@ _PLAN_ADD = re.compile(r"cvl_plan \|= \(unsigned\)cvl_vote << (\d+);$")
 _PLAN_NEXT = re.compile(r"cvl_skip = \(__shfl_sync\(0xffffffffu, cvl_plan, 0\) & 1u\) != 0;$")
 _PUBLISH = re.compile(r"cvl_votes\[\((.+)\) % (\d+) \* (\d+) \+ wg\] = cvl_vote;$")
 _GONE = re.compile(r"const bool cvl_gone = \((.+?)\) && cvl_all_voted\(cvl_votes \+ \((.+)\) % (\d+) \* (\d+), (\d+)\);$")
-_IF_FLAG = re.compile(r"if \((cvl_(?:skip|pend|gone|again|redo))\) \{$")
+_IF_FLAG = re.compile(r"if \((cvl_(?:skip|pend|gone|again|redo|round))\) \{$")
 # "skip": "list": the key tile of a use of the slots; the consumers' verdict, taken together and published
 _TILE = re.compile(r"const int tk = (.+);$")
 _OWN = re.compile(r"const int cvl_own = (?:__shfl_sync\(0xffffffffu, (.+), 0\)|(.+));$")  # "trim": a warpgroup's own
@@ -80,6 +85,7 @@ _BOOL = {"false": 0, "true": 1}
 def _c(expr: str, env: dict) -> int:
     """A C integer expression of the kernel's (non-negative operands) in Python."""
     py = re.sub(r"(\d+)u\b", r"\1", expr).replace("/", "//").replace("&&", " and ").replace("||", " or ")
+    py = re.sub(r"!(?!=)", " not ", py)
     py = py.replace("threadIdx.x % 128 == 0", "lead")  # the warpgroup's releasing thread: in warp 0 alone
     return int(eval(py, {}, env))  # noqa: S307 - the kernel's own generated expressions
 
@@ -132,6 +138,11 @@ class Block:
     def draw(self, rng: random.Random) -> None:
         """"skip": "list": the block's listed tiles (some of them, in order, perhaps none) and the verdict."""
         self.tiles = sorted(rng.sample(range(self.k.nt), rng.randint(0, self.k.nt)))
+        # the entries as the kernel writes them (listed_tiles): the tile, bit 14 after left-out tiles, bit 15 "bare"
+        # (drawn: most tiles, so that the rounds of "unroll" run)
+        gap, bare = 1 << 14, 1 << 15
+        self.entries = [t | (gap if i and t != self.tiles[i - 1] + 1 else 0) | (bare if rng.random() < 0.8 else 0)
+                        for i, t in enumerate(self.tiles)]
         self.redo = rng.random() < 0.5 or not self.tiles
         self.sequence = self.tiles + (list(range(self.k.nt)) if self.redo else [])
         self.mine = [rng.randint(0, len(self.tiles)) for _ in range(self.k.groups)]
@@ -209,6 +220,12 @@ def _actor(block: Block, tree: list, env: dict, who: str, reads: dict, votes: ra
             return
         if (m := _PHASE.match(ln)):
             env["cvl_ph"] = _c(m.group(1), env)
+            return
+        if (m := _ROUND.match(ln)):
+            env["cvl_round"] = _c(m.group(1), env)
+            return
+        if (m := _STEP.match(ln)):
+            env["t"] += int(m.group(1) or 1)
             return
         if (m := _TILE.match(ln)):
             env["tk"] = _c(m.group(1), env)
@@ -333,6 +350,11 @@ def _actor(block: Block, tree: list, env: dict, who: str, reads: dict, votes: ra
                         reads["k"] += 1
                         reads["v"] += 1
                 flush()
+            elif (m := _FOR_OPEN.match(head)):
+                env["t"] = _c(m.group(1), env)
+                while env["t"] < _c(m.group(2), env):
+                    yield from run(body)
+                flush()
             elif head == "{" or head.startswith("if (threadIdx.x == 0)"):
                 yield from run(body)
             elif (m := _IF_DATA.match(head)):
@@ -370,7 +392,7 @@ def simulate(k, seed: int, block_index: int = 0, warps: int = 4) -> int:
     listed = {}
     if getattr(k, "listed", False):
         block.draw(rng)
-        listed = {"cvl_tiles": block.tiles, "cvl_cnt": len(block.tiles)}
+        listed = {"cvl_tiles": block.entries, "cvl_cnt": len(block.tiles), "fold_flip": int(rng.random() < 0.2)}
     producer_tree = _blocks(k.producer())
     consumer_tree = _blocks(k.consumer())
     actors = {"producer": _actor(block, producer_tree, {"it": items[0], "i": 0, "g": 0, **listed}, "producer", {})}

@@ -594,7 +594,7 @@ def test_listed_bare_tiles_match_the_reference_at_any_scale(scale, groups, tmp_p
 
 @pytest.mark.parametrize("groups", [1, 2, 4])
 @pytest.mark.parametrize("form", ["causal with holes", "window", "sliding window", "f32 positions", "causal",
-                                  "causal, whole tiles"])
+                                  "causal, whole tiles", "sliding window, whole tiles"])
 def test_listed_key_tiles_give_the_same_bits(form, groups, tmp_path, monkeypatch):
     """ATTENTION_TUNING "skip": "list": each block lists the key tiles some row of it sees unmasked (a mask of
     positions, ``kpos <= qpos`` and the like) and computes those alone; where a skipped tile's numerators would not
@@ -604,8 +604,11 @@ def test_listed_key_tiles_give_the_same_bits(form, groups, tmp_path, monkeypatch
     in the middle, and the second pass); a window computed in the kernel (tiles skipped before the first computed);
     a causal sliding window (two terms, ``&``); f32 positions in descending order (``>``); plain causal (the first
     pass alone); plain causal over keys that fill their tiles, where a tile every element of which passes is "fold"ed
-    (its raw accumulators scaled once: the same bits at this power-of-two scale)."""
-    M, N = 333, (768 if form == "causal, whole tiles" else 700)
+    (its raw accumulators scaled once: the same bits at this power-of-two scale), and runs of such tiles go in
+    rounds ("unroll"; the kernel with the list rolled runs too); and a wide sliding window over such keys (rounds
+    between tiles with the where). The second pass (rows masked whole) is the "serial" one."""
+    whole = form.endswith("whole tiles")
+    M, N = 333, (768 if whole else 700)
     qpos = np.arange(M, dtype=np.int32)[:, None] + 40
     kpos = np.arange(N, dtype=np.int32)[None, :].copy()
     signature, cond = "qpos: i32[M, 1], kpos: i32[1, N]", "kpos <= qpos"
@@ -616,11 +619,16 @@ def test_listed_key_tiles_give_the_same_bits(form, groups, tmp_path, monkeypatch
         cond = "kpos > qpos - 200"
     elif form == "sliding window":
         cond = "(kpos <= qpos) & (kpos > qpos - 200)"
+    elif form == "sliding window, whole tiles":
+        cond = "(kpos <= qpos) & (kpos > qpos - 600)"
     elif form == "f32 positions":
         signature, cond = "qpos: f32[M, 1], kpos: f32[1, N]", "kpos > qpos"
         qpos, kpos = (N - qpos).astype(np.float32), (N - kpos).astype(np.float32)
     dtype = DType.F32 if form == "f32 positions" else DType.I32
     extra = {"qpos": (qpos, dtype), "kpos": (kpos, dtype)}
     tunings = [{"groups": groups, "skip": False}, {"groups": groups, "skip": "list"}]
+    if whole:
+        tunings.append({"groups": groups, "skip": "list", "unroll": False})
     _masked_bits(tmp_path, monkeypatch, M, N, signature, cond, extra, tunings,
-                 lambda source, t: ("cvl_tiles" in source) is (t.get("skip") == "list"))
+                 lambda source, t: ("cvl_tiles" in source) is (t.get("skip") == "list")
+                 and ("cvl_round" in source) is (whole and t.get("skip") == "list" and t.get("unroll", True)))
