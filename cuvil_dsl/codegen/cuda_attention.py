@@ -1493,22 +1493,11 @@ class _WsAttention(_WgmmaAttention):
                 *self.mask_rows(), *first, "#pragma unroll 1", f"for (int t = 1; t < {nt}; ++t) {{", *indent(loop), "}", *last]
 
     def consumer_loop(self) -> list[str]:
-        _, rescale = self.softmax_parts()
-        nt = self.nt
         if self.listed:
             return self.listed_loop()
         if self.masked is not None:
             return self.skipping_loop()
-        if not self.overlap:
-            loop = [
-                self.wait_full("k", "t"), "cvl_wgmma_fence();", *self.issue_scores(self.slot("t")),
-                "cvl_wgmma_commit();", "cvl_wgmma_wait<0>();", "cvl_pin(s[0]);", self.release("k", "t"),
-                "float alpha[2];", *self.scores_ready("t"), *rescale, *self.pack(),
-                self.wait_full("v", "t"), "cvl_wgmma_fence();", *self.issue_pv(self.slot("t")),
-                "cvl_wgmma_commit();", "cvl_wgmma_wait<0>();", "cvl_pin(o[0]);", "cvl_pin(pf);", self.release("v", "t"),
-            ]
-            return ["#pragma unroll 1", f"for (int t = 0; t < {nt}; ++t) {{", *indent(loop), "}", *self.free_q()]
-        return self.overlapped_pass()
+        return self.overlapped_pass() if self.overlap else self.serial_pass()
 
     def overlapped_pass(self, listed: bool = False) -> list[str]:
         """The overlapped loop over every key tile, or with ``listed`` ("skip": "list") over the block's listed ones
@@ -1574,8 +1563,9 @@ class _WsAttention(_WgmmaAttention):
         return [*first, *loop, *last]
 
     def serial_pass(self) -> list[str]:
-        """"again": "serial": every key tile (their uses of the slots counted from :attr:`base`), each product waited
-        for before the next (no two wgmma in flight): the same arithmetic, in the same order, as the overlapped pass."""
+        """Without "overlap", and for "again": "serial": every key tile (their uses of the slots counted from
+        :attr:`base`), each product waited for before the next (no two wgmma in flight): the same arithmetic, in the
+        same order, as the overlapped pass."""
         _, rescale = self.softmax_parts()
         loop = [
             self.wait_full("k", "t"), "cvl_wgmma_fence();", *self.issue_scores(self.slot("t")),
