@@ -606,7 +606,7 @@ def test_listed_key_tiles_give_the_same_bits(form, groups, tmp_path, monkeypatch
     pass alone); plain causal over keys that fill their tiles, where a tile every element of which passes is "fold"ed
     (its raw accumulators scaled once: the same bits at this power-of-two scale), and runs of such tiles go in
     rounds ("unroll": True, with the "serial" second pass); and a wide sliding window over such keys (rounds between
-    tiles with the where)."""
+    tiles with the where). The second pass also "serial" (each product waited for), as the rounds take it."""
     whole = form.endswith("whole tiles")
     M, N = 333, (768 if whole else 700)
     qpos = np.arange(M, dtype=np.int32)[:, None] + 40
@@ -629,6 +629,8 @@ def test_listed_key_tiles_give_the_same_bits(form, groups, tmp_path, monkeypatch
     tunings = [{"groups": groups, "skip": False}, {"groups": groups, "skip": "list"}]
     if whole:
         tunings.append({"groups": groups, "skip": "list", "unroll": True})
+    if form == "causal with holes":  # the second pass, each product waited for (the rounds' "again")
+        tunings.append({"groups": groups, "skip": "list", "again": "serial"})
     _masked_bits(tmp_path, monkeypatch, M, N, signature, cond, extra, tunings,
                  lambda source, t: ("cvl_tiles" in source) is (t.get("skip") == "list")
                  and ("cvl_round" in source) is (whole and t.get("unroll") is True))
