@@ -1604,7 +1604,7 @@ class _WsAttention(_WgmmaAttention):
             t = f"t + {j}" if j else "t"
             self.fixed = {t: (str((1 + j) % s), "cvl_ph ^ 1" if j == s - 1 else "cvl_ph"), f"{t} - 1": (str(j), "cvl_ph")}
             try:
-                body += ["{", *indent(step(t, bare) if bare else step(t)), "}"]
+                body += ["{", *indent(step(t, bare)), "}"]
             finally:
                 self.fixed = {}
         return body

@@ -700,11 +700,11 @@ def test_barrier_protocol_model_checks_the_unrolled_rounds(fault, monkeypatch):
     rounds = cuda_attention._WsAttention.rounds
 
     def faulty(self, step, count):
-        def broken(t):  # the round's last copy gets the round's phase, or the slot of the copy before
+        def broken(t, bare=False):  # the round's last copy gets the round's phase, or the slot of the copy before
             if t == "t + 2":
                 slot, phase = self.fixed[t]
                 self.fixed[t] = (slot, "cvl_ph") if fault == "phase" else ("1", phase)
-            return step(t)
+            return step(t, bare)
         return rounds(self, broken, count)
 
     monkeypatch.setattr(cuda_attention._WsAttention, "rounds", faulty)
