@@ -119,11 +119,12 @@ VARIANTS = [
     # Session 32: the outputs rescaled only when a row of the warp has a new maximum (a warp vote; session 21 measured it
     # slower on the kernel without a producer)
     ("lazy", None, {"lazy": True}),
-    # Session 33 (built, not yet measured: no GPU could be had): with "list", runs of S bare tiles (folded) in rounds of
+    # Session 33 (measured in session 34, the default since): with "list", runs of S bare tiles (folded) in rounds of
     # constant slots, the rest one by one, and the second pass (every tile, where a skip was inexact) "serial" so that
-    # the rounds fit the registers. On the causal case against "default" (the rolled list, the overlapped second pass)
-    ("list rounds", None, {"unroll": True}),
-    ("list rolled, second pass serial", None, {"again": "serial"}),
+    # the rounds fit the registers. These turn them off on the causal case: the rolled list with the overlapped second
+    # pass (session 32's kernel), and with the serial one
+    ("list rolled (session 32)", None, {"unroll": False, "again": "overlap"}),
+    ("list rolled, second pass serial", None, {"unroll": False}),
     # (Session 23, measured and removed, commit 15c36eb: "slack" S, a row keeping its exponent base while its maximum
     # passes it by at most S log2 units, the outputs rescaled only when some row's base moves: D 64 88.8 us at S 8 and
     # 89.0 at S 4 against 87.7; D 128 68.4 / 68.1 against 68.5; the example 13.3 / 13.4 against 13.2.)

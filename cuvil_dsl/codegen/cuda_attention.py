@@ -128,12 +128,12 @@ PAD = 8  # elements of padding a shared row (16 bytes)
 #           constant slots and barrier addresses and the round's phase (_WsAttention.rounds). Default "auto": where the
 #           scores need no pass over their elements (the scale folds into the exponent), since a masked loop's copies
 #           spill; True unrolls those too. D 64: 298 SASS instructions a warp and tile against 342, 85.8 against 89.8 us
-#           on an H100 (benchmarks/NOTES.md, session 32). With "skip": "list", whose general body's copies spill, True
-#           takes rounds of S bare, folded tiles alone, the other tiles one by one (_WsAttention.listed_rounds); "auto"
-#           keeps the list's loop rolled until the rounds are measured (built in session 33, no GPU since).
+#           on an H100 (benchmarks/NOTES.md, session 32). With "skip": "list", whose general body's copies spill,
+#           "auto" and True take rounds of S bare, folded tiles alone, the other tiles one by one
+#           (_WsAttention.listed_rounds): the causal benchmark 59.3 us against 61.3 rolled (H100, session 34).
 #   "again": with "skip": "list", the second pass over every tile (run where a skip was inexact) "serial" (each product
 #           waited for: no overlap, fewer registers, so the first pass's rounds fit) or "overlap". Default "serial"
-#           with the list's rounds, else "overlap".
+#           (session 34: the rolled list's kernel 59.8 us against 61.3 with "overlap", H100).
 #   "uniform": the consumer warpgroup's index read from lane 0, so the compiler knows it uniform and builds Q's wgmma
 #           descriptors in uniform registers (no R2UR before each product; without it the unrolled D 64 kernel and
 #           the causal one spill 64 bytes). Default True.
@@ -1095,16 +1095,17 @@ class _WsAttention(_WgmmaAttention):
             raise ValueError(f"ATTENTION_TUNING unroll {unroll!r}: True, False or 'auto'")
         self.unroll = ((unroll is True or (unroll == "auto" and self.fold is not None)) and self.stages >= 2
                        and not self.listed and self.base is None)  # (rounds needs each item's first use in slot 0)
-        # with "list", "unroll": True takes rounds of bare, folded tiles only (listed_rounds): the listed body's copies
-        # spill where each holds the where, the entry's flags and the check. Not yet the default: built in session 33,
-        # whose GPU calls could not start (benchmarks/NOTES.md); "auto" keeps the list's loop rolled
-        self.bare_rounds = unroll is True and self.bare_fold is not None and self.stages >= 2
+        # with "list", "unroll" ("auto" or True) takes rounds of bare, folded tiles only (listed_rounds): the listed
+        # body's copies spill where each holds the where, the entry's flags and the check. Causal benchmark, H100: 59.3
+        # us against 61.3 for the rolled list (benchmarks/NOTES.md, session 34); False keeps the list's loop rolled
+        self.bare_rounds = unroll in (True, "auto") and self.bare_fold is not None and self.stages >= 2
         # "again": with "list", the second pass (every tile, where some skip was inexact: a row masked whole) "serial",
         # each product waited for before the next (serial_pass), or "overlap"ped as the first. It runs only for such
-        # rows, and the overlapped pass's code beside the first pass's rounds makes ptxas serialise every wgmma of the
-        # causal benchmark's 4-consumer kernel and spill 3 KB (0 bytes with the serial pass): "serial" with the rounds,
-        # else "overlap" (the kernel measured on the GPU)
-        again = tune.get("again", "serial" if self.bare_rounds else "overlap")
+        # rows, but its code is beside the first pass's: overlapped, it makes ptxas serialise every wgmma of the causal
+        # benchmark's 4-consumer kernel with rounds and spill 3 KB (0 bytes serial), and even with the list's loop
+        # rolled the serial pass is faster (causal benchmark, H100: 59.8 us against 61.3; session 34) and spills less
+        # on ragged shapes (16 -> 0 bytes at M 2000, N 2047)
+        again = tune.get("again", "serial")
         if again not in ("serial", "overlap"):
             raise ValueError(f"ATTENTION_TUNING again {again!r}: 'serial' or 'overlap'")
         self.serial_again = again == "serial"

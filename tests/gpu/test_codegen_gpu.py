@@ -605,8 +605,9 @@ def test_listed_key_tiles_give_the_same_bits(form, groups, tmp_path, monkeypatch
     a causal sliding window (two terms, ``&``); f32 positions in descending order (``>``); plain causal (the first
     pass alone); plain causal over keys that fill their tiles, where a tile every element of which passes is "fold"ed
     (its raw accumulators scaled once: the same bits at this power-of-two scale), and runs of such tiles go in
-    rounds ("unroll": True, with the "serial" second pass); and a wide sliding window over such keys (rounds between
-    tiles with the where). The second pass also "serial" (each product waited for), as the rounds take it."""
+    rounds (by default, with the "serial" second pass; and the list's loop rolled, "unroll": False); and a wide
+    sliding window over such keys (rounds between tiles with the where). The second pass "serial" (each product
+    waited for, the default) and overlapped."""
     whole = form.endswith("whole tiles")
     M, N = 333, (768 if whole else 700)
     qpos = np.arange(M, dtype=np.int32)[:, None] + 40
@@ -628,9 +629,9 @@ def test_listed_key_tiles_give_the_same_bits(form, groups, tmp_path, monkeypatch
     extra = {"qpos": (qpos, dtype), "kpos": (kpos, dtype)}
     tunings = [{"groups": groups, "skip": False}, {"groups": groups, "skip": "list"}]
     if whole:
-        tunings.append({"groups": groups, "skip": "list", "unroll": True})
-    if form == "causal with holes":  # the second pass, each product waited for (the rounds' "again")
-        tunings.append({"groups": groups, "skip": "list", "again": "serial"})
+        tunings.append({"groups": groups, "skip": "list", "unroll": False})
+    if form == "causal with holes":  # the second pass's products overlapped as the first's (serial by default)
+        tunings.append({"groups": groups, "skip": "list", "again": "overlap"})
     _masked_bits(tmp_path, monkeypatch, M, N, signature, cond, extra, tunings,
                  lambda source, t: ("cvl_tiles" in source) is (t.get("skip") == "list")
-                 and ("cvl_round" in source) is (whole and t.get("unroll") is True))
+                 and ("cvl_round" in source) is (whole and t.get("unroll", "auto") is not False))

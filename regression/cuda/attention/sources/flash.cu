@@ -507,139 +507,392 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
                 }
             }
             #pragma unroll 1
-            for (int t = 1; t < cvl_own; ++t) {
-                const int tk = cvl_tiles[t] & 16383;  // the key tile
-                const bool cvl_bare = cvl_tiles[t] > 32767u;  // every element unmasked
-                if ((cvl_tiles[t] & 16384u) != 0u) {  // tiles skipped since the last (bit 14)
+            for (int t = 1; t < cvl_own; ) {
+                const bool cvl_round = (t - 1) % 3 == 0 && t + 3 <= cvl_own && !fold_flip && (((cvl_tiles[t] ^ 32768u) | (cvl_tiles[t + 1] ^ 32768u) | (cvl_tiles[t + 2] ^ 32768u)) & 49152u) == 0u;  // S bare tiles, none after a gap, from slot 1
+                if (cvl_round) {
+                    const unsigned cvl_ph = (t / 3) & 1;  // the round's phase of the slots' barriers
+                    {
+                        cvl_mbar_wait(bars + 8 * (1 + 1), cvl_ph);
+                        cvl_mbar_wait(bars + 8 * (4 + 0), cvl_ph);
+                        cvl_wgmma_fence();
+                        cvl_wgmma_qk<0>(s[0], desc_q + (0 >> 4), desc_k + ((((1)) * 8192 + 0) >> 4));
+                        cvl_wgmma_qk<1>(s[0], desc_q + (32 >> 4), desc_k + ((((1)) * 8192 + 32) >> 4));
+                        cvl_wgmma_qk<1>(s[0], desc_q + (64 >> 4), desc_k + ((((1)) * 8192 + 64) >> 4));
+                        cvl_wgmma_qk<1>(s[0], desc_q + (96 >> 4), desc_k + ((((1)) * 8192 + 96) >> 4));
+                        cvl_wgmma_commit();
+                        cvl_wgmma_pv(o[0], pf[0], desc_v + ((((0)) * 8192 + 0) >> 4));
+                        cvl_wgmma_pv(o[0], pf[1], desc_v + ((((0)) * 8192 + 2048) >> 4));
+                        cvl_wgmma_pv(o[0], pf[2], desc_v + ((((0)) * 8192 + 4096) >> 4));
+                        cvl_wgmma_pv(o[0], pf[3], desc_v + ((((0)) * 8192 + 6144) >> 4));
+                        cvl_wgmma_commit();
+                        cvl_wgmma_wait<1>();  // S of tile t (O += P V of the tile before may still run)
+                        cvl_pin(s[0]);
+                        if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (7 + 1));
+                        float alpha[2];
+                        float top[2];
+                        float part[2][4];
+                        #pragma unroll
+                        for (int r = 0; r < 2; ++r)
+                        #pragma unroll
+                            for (int c = 0; c < 4; ++c) part[r][c] = (-__int_as_float(0x7f800000));
+                        #pragma unroll
+                        for (int mi = 0; mi < 1; ++mi)
+                        #pragma unroll
+                        for (int ni = 0; ni < 8; ++ni)
+                        #pragma unroll
+                            for (int e = 0; e < 4; ++e)
+                                part[mi * 2 + e / 2][ni % 4] = fmaxf(part[mi * 2 + e / 2][ni % 4], s[mi][ni][e]);
+                        #pragma unroll
+                        for (int r = 0; r < 2; ++r) {
+                            top[r] = part[r][0];
+                        #pragma unroll
+                            for (int c = 1; c < 4; ++c) top[r] = fmaxf(top[r], part[r][c]);
+                        }
+                        #pragma unroll
+                        for (int r = 0; r < 2; ++r) top[r] *= fold_abs;
+                        float base[2];
+                        #pragma unroll
+                        for (int r = 0; r < 2; ++r) {
+                            top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 1));
+                            top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 2));
+                            top[r] = fmaxf(top[r], row_max[r]);
+                            const float bl = __fmul_rn(top[r], 1.4426950408889634f);
+                            base[r] = top[r] == (-__int_as_float(0x7f800000)) ? 0.0f : bl;  // a row all -inf so far adds exp(-inf) = 0
+                            alpha[r] = row_max[r] == top[r] ? 1.0f
+                                     : row_max[r] == (-__int_as_float(0x7f800000)) ? 0.0f : cvl_ex2(row_base[r] - base[r]);  // nothing to scale yet
+                            row_max[r] = top[r];
+                            row_base[r] = base[r];
+                            row_sum[r] *= alpha[r];
+                        }
+                        #pragma unroll
+                        for (int mi = 0; mi < 1; ++mi)
+                        #pragma unroll
+                        for (int ni = 0; ni < 8; ++ni)
+                        #pragma unroll
+                            for (int e = 0; e < 4; ++e) {
+                                const int r = mi * 2 + e / 2;
+                                s[mi][ni][e] = cvl_ex2(fmaf(s[mi][ni][e], fold_c, -base[r]));
+                                row_sum[r] += s[mi][ni][e];
+                            }
+                        cvl_pin(s[0]);
+                        cvl_wgmma_wait<0>();
+                        cvl_pin(o[0]);
+                        cvl_pin(pf);
+                        if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (10 + 0));
+                        #pragma unroll
+                        for (int mi = 0; mi < 1; ++mi)
+                        #pragma unroll
+                        for (int nd = 0; nd < 8; ++nd)
+                        #pragma unroll
+                            for (int e = 0; e < 4; ++e) o[mi][nd][e] *= alpha[mi * 2 + e / 2];
+                        #pragma unroll
+                        for (int j = 0; j < 4; ++j) {
+                            pf[j][0] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][0], s[0][2 * j][1]));
+                            pf[j][1] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][2], s[0][2 * j][3]));
+                            pf[j][2] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][0], s[0][2 * j + 1][1]));
+                            pf[j][3] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][2], s[0][2 * j + 1][3]));
+                        }
+                    }
+                    {
+                        cvl_mbar_wait(bars + 8 * (1 + 2), cvl_ph);
+                        cvl_mbar_wait(bars + 8 * (4 + 1), cvl_ph);
+                        cvl_wgmma_fence();
+                        cvl_wgmma_qk<0>(s[0], desc_q + (0 >> 4), desc_k + ((((2)) * 8192 + 0) >> 4));
+                        cvl_wgmma_qk<1>(s[0], desc_q + (32 >> 4), desc_k + ((((2)) * 8192 + 32) >> 4));
+                        cvl_wgmma_qk<1>(s[0], desc_q + (64 >> 4), desc_k + ((((2)) * 8192 + 64) >> 4));
+                        cvl_wgmma_qk<1>(s[0], desc_q + (96 >> 4), desc_k + ((((2)) * 8192 + 96) >> 4));
+                        cvl_wgmma_commit();
+                        cvl_wgmma_pv(o[0], pf[0], desc_v + ((((1)) * 8192 + 0) >> 4));
+                        cvl_wgmma_pv(o[0], pf[1], desc_v + ((((1)) * 8192 + 2048) >> 4));
+                        cvl_wgmma_pv(o[0], pf[2], desc_v + ((((1)) * 8192 + 4096) >> 4));
+                        cvl_wgmma_pv(o[0], pf[3], desc_v + ((((1)) * 8192 + 6144) >> 4));
+                        cvl_wgmma_commit();
+                        cvl_wgmma_wait<1>();  // S of tile t + 1 (O += P V of the tile before may still run)
+                        cvl_pin(s[0]);
+                        if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (7 + 2));
+                        float alpha[2];
+                        float top[2];
+                        float part[2][4];
+                        #pragma unroll
+                        for (int r = 0; r < 2; ++r)
+                        #pragma unroll
+                            for (int c = 0; c < 4; ++c) part[r][c] = (-__int_as_float(0x7f800000));
+                        #pragma unroll
+                        for (int mi = 0; mi < 1; ++mi)
+                        #pragma unroll
+                        for (int ni = 0; ni < 8; ++ni)
+                        #pragma unroll
+                            for (int e = 0; e < 4; ++e)
+                                part[mi * 2 + e / 2][ni % 4] = fmaxf(part[mi * 2 + e / 2][ni % 4], s[mi][ni][e]);
+                        #pragma unroll
+                        for (int r = 0; r < 2; ++r) {
+                            top[r] = part[r][0];
+                        #pragma unroll
+                            for (int c = 1; c < 4; ++c) top[r] = fmaxf(top[r], part[r][c]);
+                        }
+                        #pragma unroll
+                        for (int r = 0; r < 2; ++r) top[r] *= fold_abs;
+                        float base[2];
+                        #pragma unroll
+                        for (int r = 0; r < 2; ++r) {
+                            top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 1));
+                            top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 2));
+                            top[r] = fmaxf(top[r], row_max[r]);
+                            const float bl = __fmul_rn(top[r], 1.4426950408889634f);
+                            base[r] = top[r] == (-__int_as_float(0x7f800000)) ? 0.0f : bl;  // a row all -inf so far adds exp(-inf) = 0
+                            alpha[r] = row_max[r] == top[r] ? 1.0f
+                                     : row_max[r] == (-__int_as_float(0x7f800000)) ? 0.0f : cvl_ex2(row_base[r] - base[r]);  // nothing to scale yet
+                            row_max[r] = top[r];
+                            row_base[r] = base[r];
+                            row_sum[r] *= alpha[r];
+                        }
+                        #pragma unroll
+                        for (int mi = 0; mi < 1; ++mi)
+                        #pragma unroll
+                        for (int ni = 0; ni < 8; ++ni)
+                        #pragma unroll
+                            for (int e = 0; e < 4; ++e) {
+                                const int r = mi * 2 + e / 2;
+                                s[mi][ni][e] = cvl_ex2(fmaf(s[mi][ni][e], fold_c, -base[r]));
+                                row_sum[r] += s[mi][ni][e];
+                            }
+                        cvl_pin(s[0]);
+                        cvl_wgmma_wait<0>();
+                        cvl_pin(o[0]);
+                        cvl_pin(pf);
+                        if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (10 + 1));
+                        #pragma unroll
+                        for (int mi = 0; mi < 1; ++mi)
+                        #pragma unroll
+                        for (int nd = 0; nd < 8; ++nd)
+                        #pragma unroll
+                            for (int e = 0; e < 4; ++e) o[mi][nd][e] *= alpha[mi * 2 + e / 2];
+                        #pragma unroll
+                        for (int j = 0; j < 4; ++j) {
+                            pf[j][0] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][0], s[0][2 * j][1]));
+                            pf[j][1] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][2], s[0][2 * j][3]));
+                            pf[j][2] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][0], s[0][2 * j + 1][1]));
+                            pf[j][3] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][2], s[0][2 * j + 1][3]));
+                        }
+                    }
+                    {
+                        cvl_mbar_wait(bars + 8 * (1 + 0), cvl_ph ^ 1);
+                        cvl_mbar_wait(bars + 8 * (4 + 2), cvl_ph);
+                        cvl_wgmma_fence();
+                        cvl_wgmma_qk<0>(s[0], desc_q + (0 >> 4), desc_k + ((((0)) * 8192 + 0) >> 4));
+                        cvl_wgmma_qk<1>(s[0], desc_q + (32 >> 4), desc_k + ((((0)) * 8192 + 32) >> 4));
+                        cvl_wgmma_qk<1>(s[0], desc_q + (64 >> 4), desc_k + ((((0)) * 8192 + 64) >> 4));
+                        cvl_wgmma_qk<1>(s[0], desc_q + (96 >> 4), desc_k + ((((0)) * 8192 + 96) >> 4));
+                        cvl_wgmma_commit();
+                        cvl_wgmma_pv(o[0], pf[0], desc_v + ((((2)) * 8192 + 0) >> 4));
+                        cvl_wgmma_pv(o[0], pf[1], desc_v + ((((2)) * 8192 + 2048) >> 4));
+                        cvl_wgmma_pv(o[0], pf[2], desc_v + ((((2)) * 8192 + 4096) >> 4));
+                        cvl_wgmma_pv(o[0], pf[3], desc_v + ((((2)) * 8192 + 6144) >> 4));
+                        cvl_wgmma_commit();
+                        cvl_wgmma_wait<1>();  // S of tile t + 2 (O += P V of the tile before may still run)
+                        cvl_pin(s[0]);
+                        if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (7 + 0));
+                        float alpha[2];
+                        float top[2];
+                        float part[2][4];
+                        #pragma unroll
+                        for (int r = 0; r < 2; ++r)
+                        #pragma unroll
+                            for (int c = 0; c < 4; ++c) part[r][c] = (-__int_as_float(0x7f800000));
+                        #pragma unroll
+                        for (int mi = 0; mi < 1; ++mi)
+                        #pragma unroll
+                        for (int ni = 0; ni < 8; ++ni)
+                        #pragma unroll
+                            for (int e = 0; e < 4; ++e)
+                                part[mi * 2 + e / 2][ni % 4] = fmaxf(part[mi * 2 + e / 2][ni % 4], s[mi][ni][e]);
+                        #pragma unroll
+                        for (int r = 0; r < 2; ++r) {
+                            top[r] = part[r][0];
+                        #pragma unroll
+                            for (int c = 1; c < 4; ++c) top[r] = fmaxf(top[r], part[r][c]);
+                        }
+                        #pragma unroll
+                        for (int r = 0; r < 2; ++r) top[r] *= fold_abs;
+                        float base[2];
+                        #pragma unroll
+                        for (int r = 0; r < 2; ++r) {
+                            top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 1));
+                            top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 2));
+                            top[r] = fmaxf(top[r], row_max[r]);
+                            const float bl = __fmul_rn(top[r], 1.4426950408889634f);
+                            base[r] = top[r] == (-__int_as_float(0x7f800000)) ? 0.0f : bl;  // a row all -inf so far adds exp(-inf) = 0
+                            alpha[r] = row_max[r] == top[r] ? 1.0f
+                                     : row_max[r] == (-__int_as_float(0x7f800000)) ? 0.0f : cvl_ex2(row_base[r] - base[r]);  // nothing to scale yet
+                            row_max[r] = top[r];
+                            row_base[r] = base[r];
+                            row_sum[r] *= alpha[r];
+                        }
+                        #pragma unroll
+                        for (int mi = 0; mi < 1; ++mi)
+                        #pragma unroll
+                        for (int ni = 0; ni < 8; ++ni)
+                        #pragma unroll
+                            for (int e = 0; e < 4; ++e) {
+                                const int r = mi * 2 + e / 2;
+                                s[mi][ni][e] = cvl_ex2(fmaf(s[mi][ni][e], fold_c, -base[r]));
+                                row_sum[r] += s[mi][ni][e];
+                            }
+                        cvl_pin(s[0]);
+                        cvl_wgmma_wait<0>();
+                        cvl_pin(o[0]);
+                        cvl_pin(pf);
+                        if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (10 + 2));
+                        #pragma unroll
+                        for (int mi = 0; mi < 1; ++mi)
+                        #pragma unroll
+                        for (int nd = 0; nd < 8; ++nd)
+                        #pragma unroll
+                            for (int e = 0; e < 4; ++e) o[mi][nd][e] *= alpha[mi * 2 + e / 2];
+                        #pragma unroll
+                        for (int j = 0; j < 4; ++j) {
+                            pf[j][0] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][0], s[0][2 * j][1]));
+                            pf[j][1] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][2], s[0][2 * j][3]));
+                            pf[j][2] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][0], s[0][2 * j + 1][1]));
+                            pf[j][3] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][2], s[0][2 * j + 1][3]));
+                        }
+                    }
+                    t += 3;
+                } else {
+                    const int tk = cvl_tiles[t] & 16383;  // the key tile
+                    const bool cvl_bare = cvl_tiles[t] > 32767u;  // every element unmasked
+                    if ((cvl_tiles[t] & 16384u) != 0u) {  // tiles skipped since the last (bit 14)
+                        #pragma unroll
+                        for (int r = 0; r < 2; ++r) {
+                            const int m = m0 + wm + lane / 4 + r * 8;
+                            (void)m;
+                            cvl_ok = cvl_ok && ((row_max[r] > (float)(u1) && fmaf((float)(u1), 1.4426950408889634f, -row_base[r]) < -150.0f));
+                        }
+                    }
+                    cvl_mbar_wait(bars + 8 * (1 + (t) % 3), ((t) / 3) & 1);
+                    cvl_mbar_wait(bars + 8 * (4 + (t - 1) % 3), ((t - 1) / 3) & 1);
+                    cvl_wgmma_fence();
+                    cvl_wgmma_qk<0>(s[0], desc_q + (0 >> 4), desc_k + (((((t) % 3)) * 8192 + 0) >> 4));
+                    cvl_wgmma_qk<1>(s[0], desc_q + (32 >> 4), desc_k + (((((t) % 3)) * 8192 + 32) >> 4));
+                    cvl_wgmma_qk<1>(s[0], desc_q + (64 >> 4), desc_k + (((((t) % 3)) * 8192 + 64) >> 4));
+                    cvl_wgmma_qk<1>(s[0], desc_q + (96 >> 4), desc_k + (((((t) % 3)) * 8192 + 96) >> 4));
+                    cvl_wgmma_commit();
+                    cvl_wgmma_pv(o[0], pf[0], desc_v + (((((t - 1) % 3)) * 8192 + 0) >> 4));
+                    cvl_wgmma_pv(o[0], pf[1], desc_v + (((((t - 1) % 3)) * 8192 + 2048) >> 4));
+                    cvl_wgmma_pv(o[0], pf[2], desc_v + (((((t - 1) % 3)) * 8192 + 4096) >> 4));
+                    cvl_wgmma_pv(o[0], pf[3], desc_v + (((((t - 1) % 3)) * 8192 + 6144) >> 4));
+                    cvl_wgmma_commit();
+                    cvl_wgmma_wait<1>();  // S of tile t (O += P V of the tile before may still run)
+                    cvl_pin(s[0]);
+                    if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (7 + (t) % 3));
+                    float alpha[2];
+                    const int n0 = tk * 64;
+                    (void)n0;
+                    const bool cvl_fold = cvl_bare && !fold_flip;  // the raw accumulators, scaled by the factors
+                    if (!cvl_fold) {
+                        if (cvl_bare) {
+                            #pragma unroll
+                            for (int mi = 0; mi < 1; ++mi)
+                            #pragma unroll
+                            for (int ni = 0; ni < 8; ++ni)
+                            #pragma unroll
+                            for (int h = 0; h < 2; ++h)
+                            #pragma unroll
+                            for (int q = 0; q < 2; ++q) {
+                                const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
+                                const int n = n0 + ni * 8 + lane % 4 * 2 + q;
+                                (void)m; (void)n;
+                                float& ACC = s[mi][ni][h * 2 + q];
+                                const float t11 = ACC;
+                                const float t12 = (t11 * u0);
+                                ACC = t12;
+                            }
+                        } else {
+                            #pragma unroll
+                            for (int mi = 0; mi < 1; ++mi)
+                            #pragma unroll
+                            for (int ni = 0; ni < 8; ++ni)
+                            #pragma unroll
+                            for (int h = 0; h < 2; ++h)
+                            #pragma unroll
+                            for (int q = 0; q < 2; ++q) {
+                                const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
+                                const int n = n0 + ni * 8 + lane % 4 * 2 + q;
+                                (void)m; (void)n;
+                                float& ACC = s[mi][ni][h * 2 + q];
+                                const bool t14 = (b2[n] <= b3[m]);
+                                const float t15 = ACC;
+                                const float t16 = (t15 * u0);
+                                const float t17 = (t14 ? t16 : u1);
+                                ACC = t17;
+                            }
+                        }
+                    }
+                    const float cvl_fs = cvl_fold ? fold_abs : 1.0f;  // the maximum's scale
+                    const float cvl_fc = cvl_fold ? fold_c : 1.4426950408889634f;  // the exponent's factor
+                    float top[2];
+                    float part[2][4];
+                    #pragma unroll
+                    for (int r = 0; r < 2; ++r)
+                    #pragma unroll
+                        for (int c = 0; c < 4; ++c) part[r][c] = (-__int_as_float(0x7f800000));
+                    #pragma unroll
+                    for (int mi = 0; mi < 1; ++mi)
+                    #pragma unroll
+                    for (int ni = 0; ni < 8; ++ni)
+                    #pragma unroll
+                        for (int e = 0; e < 4; ++e)
+                            part[mi * 2 + e / 2][ni % 4] = fmaxf(part[mi * 2 + e / 2][ni % 4], s[mi][ni][e]);
                     #pragma unroll
                     for (int r = 0; r < 2; ++r) {
-                        const int m = m0 + wm + lane / 4 + r * 8;
-                        (void)m;
-                        cvl_ok = cvl_ok && ((row_max[r] > (float)(u1) && fmaf((float)(u1), 1.4426950408889634f, -row_base[r]) < -150.0f));
+                        top[r] = part[r][0];
+                    #pragma unroll
+                        for (int c = 1; c < 4; ++c) top[r] = fmaxf(top[r], part[r][c]);
                     }
-                }
-                cvl_mbar_wait(bars + 8 * (1 + (t) % 3), ((t) / 3) & 1);
-                cvl_mbar_wait(bars + 8 * (4 + (t - 1) % 3), ((t - 1) / 3) & 1);
-                cvl_wgmma_fence();
-                cvl_wgmma_qk<0>(s[0], desc_q + (0 >> 4), desc_k + (((((t) % 3)) * 8192 + 0) >> 4));
-                cvl_wgmma_qk<1>(s[0], desc_q + (32 >> 4), desc_k + (((((t) % 3)) * 8192 + 32) >> 4));
-                cvl_wgmma_qk<1>(s[0], desc_q + (64 >> 4), desc_k + (((((t) % 3)) * 8192 + 64) >> 4));
-                cvl_wgmma_qk<1>(s[0], desc_q + (96 >> 4), desc_k + (((((t) % 3)) * 8192 + 96) >> 4));
-                cvl_wgmma_commit();
-                cvl_wgmma_pv(o[0], pf[0], desc_v + (((((t - 1) % 3)) * 8192 + 0) >> 4));
-                cvl_wgmma_pv(o[0], pf[1], desc_v + (((((t - 1) % 3)) * 8192 + 2048) >> 4));
-                cvl_wgmma_pv(o[0], pf[2], desc_v + (((((t - 1) % 3)) * 8192 + 4096) >> 4));
-                cvl_wgmma_pv(o[0], pf[3], desc_v + (((((t - 1) % 3)) * 8192 + 6144) >> 4));
-                cvl_wgmma_commit();
-                cvl_wgmma_wait<1>();  // S of tile t (O += P V of the tile before may still run)
-                cvl_pin(s[0]);
-                if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (7 + (t) % 3));
-                float alpha[2];
-                const int n0 = tk * 64;
-                (void)n0;
-                const bool cvl_fold = cvl_bare && !fold_flip;  // the raw accumulators, scaled by the factors
-                if (!cvl_fold) {
-                    if (cvl_bare) {
-                        #pragma unroll
-                        for (int mi = 0; mi < 1; ++mi)
-                        #pragma unroll
-                        for (int ni = 0; ni < 8; ++ni)
-                        #pragma unroll
-                        for (int h = 0; h < 2; ++h)
-                        #pragma unroll
-                        for (int q = 0; q < 2; ++q) {
-                            const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
-                            const int n = n0 + ni * 8 + lane % 4 * 2 + q;
-                            (void)m; (void)n;
-                            float& ACC = s[mi][ni][h * 2 + q];
-                            const float t11 = ACC;
-                            const float t12 = (t11 * u0);
-                            ACC = t12;
+                    #pragma unroll
+                    for (int r = 0; r < 2; ++r) top[r] *= cvl_fs;
+                    float base[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; ++r) {
+                        top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 1));
+                        top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 2));
+                        top[r] = fmaxf(top[r], row_max[r]);
+                        const float bl = __fmul_rn(top[r], 1.4426950408889634f);
+                        base[r] = top[r] == (-__int_as_float(0x7f800000)) ? 0.0f : bl;  // a row all -inf so far adds exp(-inf) = 0
+                        alpha[r] = row_max[r] == top[r] ? 1.0f
+                                 : row_max[r] == (-__int_as_float(0x7f800000)) ? 0.0f : cvl_ex2(row_base[r] - base[r]);  // nothing to scale yet
+                        row_max[r] = top[r];
+                        row_base[r] = base[r];
+                        row_sum[r] *= alpha[r];
+                    }
+                    #pragma unroll
+                    for (int mi = 0; mi < 1; ++mi)
+                    #pragma unroll
+                    for (int ni = 0; ni < 8; ++ni)
+                    #pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const int r = mi * 2 + e / 2;
+                            s[mi][ni][e] = cvl_ex2(fmaf(s[mi][ni][e], cvl_fc, -base[r]));
+                            row_sum[r] += s[mi][ni][e];
                         }
-                    } else {
-                        #pragma unroll
-                        for (int mi = 0; mi < 1; ++mi)
-                        #pragma unroll
-                        for (int ni = 0; ni < 8; ++ni)
-                        #pragma unroll
-                        for (int h = 0; h < 2; ++h)
-                        #pragma unroll
-                        for (int q = 0; q < 2; ++q) {
-                            const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
-                            const int n = n0 + ni * 8 + lane % 4 * 2 + q;
-                            (void)m; (void)n;
-                            float& ACC = s[mi][ni][h * 2 + q];
-                            const bool t14 = (b2[n] <= b3[m]);
-                            const float t15 = ACC;
-                            const float t16 = (t15 * u0);
-                            const float t17 = (t14 ? t16 : u1);
-                            ACC = t17;
-                        }
+                    cvl_wgmma_wait<0>();
+                    cvl_pin(o[0]);
+                    cvl_pin(pf);
+                    if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (10 + (t - 1) % 3));
+                    #pragma unroll
+                    for (int mi = 0; mi < 1; ++mi)
+                    #pragma unroll
+                    for (int nd = 0; nd < 8; ++nd)
+                    #pragma unroll
+                        for (int e = 0; e < 4; ++e) o[mi][nd][e] *= alpha[mi * 2 + e / 2];
+                    #pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        pf[j][0] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][0], s[0][2 * j][1]));
+                        pf[j][1] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][2], s[0][2 * j][3]));
+                        pf[j][2] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][0], s[0][2 * j + 1][1]));
+                        pf[j][3] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][2], s[0][2 * j + 1][3]));
                     }
-                }
-                const float cvl_fs = cvl_fold ? fold_abs : 1.0f;  // the maximum's scale
-                const float cvl_fc = cvl_fold ? fold_c : 1.4426950408889634f;  // the exponent's factor
-                float top[2];
-                float part[2][4];
-                #pragma unroll
-                for (int r = 0; r < 2; ++r)
-                #pragma unroll
-                    for (int c = 0; c < 4; ++c) part[r][c] = (-__int_as_float(0x7f800000));
-                #pragma unroll
-                for (int mi = 0; mi < 1; ++mi)
-                #pragma unroll
-                for (int ni = 0; ni < 8; ++ni)
-                #pragma unroll
-                    for (int e = 0; e < 4; ++e)
-                        part[mi * 2 + e / 2][ni % 4] = fmaxf(part[mi * 2 + e / 2][ni % 4], s[mi][ni][e]);
-                #pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    top[r] = part[r][0];
-                #pragma unroll
-                    for (int c = 1; c < 4; ++c) top[r] = fmaxf(top[r], part[r][c]);
-                }
-                #pragma unroll
-                for (int r = 0; r < 2; ++r) top[r] *= cvl_fs;
-                float base[2];
-                #pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 1));
-                    top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 2));
-                    top[r] = fmaxf(top[r], row_max[r]);
-                    const float bl = __fmul_rn(top[r], 1.4426950408889634f);
-                    base[r] = top[r] == (-__int_as_float(0x7f800000)) ? 0.0f : bl;  // a row all -inf so far adds exp(-inf) = 0
-                    alpha[r] = row_max[r] == top[r] ? 1.0f
-                             : row_max[r] == (-__int_as_float(0x7f800000)) ? 0.0f : cvl_ex2(row_base[r] - base[r]);  // nothing to scale yet
-                    row_max[r] = top[r];
-                    row_base[r] = base[r];
-                    row_sum[r] *= alpha[r];
-                }
-                #pragma unroll
-                for (int mi = 0; mi < 1; ++mi)
-                #pragma unroll
-                for (int ni = 0; ni < 8; ++ni)
-                #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int r = mi * 2 + e / 2;
-                        s[mi][ni][e] = cvl_ex2(fmaf(s[mi][ni][e], cvl_fc, -base[r]));
-                        row_sum[r] += s[mi][ni][e];
-                    }
-                cvl_wgmma_wait<0>();
-                cvl_pin(o[0]);
-                cvl_pin(pf);
-                if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (10 + (t - 1) % 3));
-                #pragma unroll
-                for (int mi = 0; mi < 1; ++mi)
-                #pragma unroll
-                for (int nd = 0; nd < 8; ++nd)
-                #pragma unroll
-                    for (int e = 0; e < 4; ++e) o[mi][nd][e] *= alpha[mi * 2 + e / 2];
-                #pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    pf[j][0] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][0], s[0][2 * j][1]));
-                    pf[j][1] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][2], s[0][2 * j][3]));
-                    pf[j][2] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][0], s[0][2 * j + 1][1]));
-                    pf[j][3] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][2], s[0][2 * j + 1][3]));
+                    ++t;
                 }
             }
             cvl_mbar_wait(bars + 8 * (4 + (cvl_own - 1) % 3), ((cvl_own - 1) / 3) & 1);
@@ -677,19 +930,20 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
                 row_base[r] = 0.0f;
                 row_sum[r] = 0.0f;
             }
-            {
-                cvl_mbar_wait(bars + 8 * (1 + (cvl_cnt + 0) % 3), ((cvl_cnt + 0) / 3) & 1);
+            #pragma unroll 1
+            for (int t = 0; t < 2; ++t) {
+                cvl_mbar_wait(bars + 8 * (1 + (cvl_cnt + t) % 3), ((cvl_cnt + t) / 3) & 1);
                 cvl_wgmma_fence();
-                cvl_wgmma_qk<0>(s[0], desc_q + (0 >> 4), desc_k + (((((cvl_cnt + 0) % 3)) * 8192 + 0) >> 4));
-                cvl_wgmma_qk<1>(s[0], desc_q + (32 >> 4), desc_k + (((((cvl_cnt + 0) % 3)) * 8192 + 32) >> 4));
-                cvl_wgmma_qk<1>(s[0], desc_q + (64 >> 4), desc_k + (((((cvl_cnt + 0) % 3)) * 8192 + 64) >> 4));
-                cvl_wgmma_qk<1>(s[0], desc_q + (96 >> 4), desc_k + (((((cvl_cnt + 0) % 3)) * 8192 + 96) >> 4));
+                cvl_wgmma_qk<0>(s[0], desc_q + (0 >> 4), desc_k + (((((cvl_cnt + t) % 3)) * 8192 + 0) >> 4));
+                cvl_wgmma_qk<1>(s[0], desc_q + (32 >> 4), desc_k + (((((cvl_cnt + t) % 3)) * 8192 + 32) >> 4));
+                cvl_wgmma_qk<1>(s[0], desc_q + (64 >> 4), desc_k + (((((cvl_cnt + t) % 3)) * 8192 + 64) >> 4));
+                cvl_wgmma_qk<1>(s[0], desc_q + (96 >> 4), desc_k + (((((cvl_cnt + t) % 3)) * 8192 + 96) >> 4));
                 cvl_wgmma_commit();
                 cvl_wgmma_wait<0>();
                 cvl_pin(s[0]);
-                if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (7 + (cvl_cnt + 0) % 3));
+                if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (7 + (cvl_cnt + t) % 3));
                 float alpha[2];
-                const int n0 = (0) * 64;
+                const int n0 = (t) * 64;
                 (void)n0;
                 #pragma unroll
                 for (int mi = 0; mi < 1; ++mi)
@@ -752,101 +1006,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
                         s[mi][ni][e] = cvl_ex2(fmaf(s[mi][ni][e], 1.4426950408889634f, -base[r]));
                         row_sum[r] += s[mi][ni][e];
                     }
-                (void)alpha;  // o is still 0
-                #pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    pf[j][0] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][0], s[0][2 * j][1]));
-                    pf[j][1] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j][2], s[0][2 * j][3]));
-                    pf[j][2] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][0], s[0][2 * j + 1][1]));
-                    pf[j][3] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][2], s[0][2 * j + 1][3]));
-                }
-            }
-            #pragma unroll 1
-            for (int t = 1; t < 2; ++t) {
-                cvl_mbar_wait(bars + 8 * (1 + (cvl_cnt + t) % 3), ((cvl_cnt + t) / 3) & 1);
-                cvl_mbar_wait(bars + 8 * (4 + (cvl_cnt + t - 1) % 3), ((cvl_cnt + t - 1) / 3) & 1);
-                cvl_wgmma_fence();
-                cvl_wgmma_qk<0>(s[0], desc_q + (0 >> 4), desc_k + (((((cvl_cnt + t) % 3)) * 8192 + 0) >> 4));
-                cvl_wgmma_qk<1>(s[0], desc_q + (32 >> 4), desc_k + (((((cvl_cnt + t) % 3)) * 8192 + 32) >> 4));
-                cvl_wgmma_qk<1>(s[0], desc_q + (64 >> 4), desc_k + (((((cvl_cnt + t) % 3)) * 8192 + 64) >> 4));
-                cvl_wgmma_qk<1>(s[0], desc_q + (96 >> 4), desc_k + (((((cvl_cnt + t) % 3)) * 8192 + 96) >> 4));
-                cvl_wgmma_commit();
-                cvl_wgmma_pv(o[0], pf[0], desc_v + (((((cvl_cnt + t - 1) % 3)) * 8192 + 0) >> 4));
-                cvl_wgmma_pv(o[0], pf[1], desc_v + (((((cvl_cnt + t - 1) % 3)) * 8192 + 2048) >> 4));
-                cvl_wgmma_pv(o[0], pf[2], desc_v + (((((cvl_cnt + t - 1) % 3)) * 8192 + 4096) >> 4));
-                cvl_wgmma_pv(o[0], pf[3], desc_v + (((((cvl_cnt + t - 1) % 3)) * 8192 + 6144) >> 4));
-                cvl_wgmma_commit();
-                cvl_wgmma_wait<1>();  // S of tile t (O += P V of the tile before may still run)
-                cvl_pin(s[0]);
-                if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (7 + (cvl_cnt + t) % 3));
-                float alpha[2];
-                const int n0 = (t) * 64;
-                (void)n0;
-                #pragma unroll
-                for (int mi = 0; mi < 1; ++mi)
-                #pragma unroll
-                for (int ni = 0; ni < 8; ++ni)
-                #pragma unroll
-                for (int h = 0; h < 2; ++h)
-                #pragma unroll
-                for (int q = 0; q < 2; ++q) {
-                    const int m = m0 + wm + mi * 16 + lane / 4 + h * 8;
-                    const int n = n0 + ni * 8 + lane % 4 * 2 + q;
-                    (void)m; (void)n;
-                    float& ACC = s[mi][ni][h * 2 + q];
-                    const bool t28 = (b2[n] <= b3[m]);
-                    const float t29 = ACC;
-                    const float t30 = (t29 * u0);
-                    const float t31 = (t28 ? t30 : u1);
-                    ACC = t31;
-                }
-                float top[2];
-                float part[2][4];
-                #pragma unroll
-                for (int r = 0; r < 2; ++r)
-                #pragma unroll
-                    for (int c = 0; c < 4; ++c) part[r][c] = (-__int_as_float(0x7f800000));
-                #pragma unroll
-                for (int mi = 0; mi < 1; ++mi)
-                #pragma unroll
-                for (int ni = 0; ni < 8; ++ni)
-                #pragma unroll
-                    for (int e = 0; e < 4; ++e)
-                        part[mi * 2 + e / 2][ni % 4] = fmaxf(part[mi * 2 + e / 2][ni % 4], s[mi][ni][e]);
-                #pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    top[r] = part[r][0];
-                #pragma unroll
-                    for (int c = 1; c < 4; ++c) top[r] = fmaxf(top[r], part[r][c]);
-                }
-                float base[2];
-                #pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 1));
-                    top[r] = fmaxf(top[r], __shfl_xor_sync(0xffffffffu, top[r], 2));
-                    top[r] = fmaxf(top[r], row_max[r]);
-                    const float bl = __fmul_rn(top[r], 1.4426950408889634f);
-                    base[r] = top[r] == (-__int_as_float(0x7f800000)) ? 0.0f : bl;  // a row all -inf so far adds exp(-inf) = 0
-                    alpha[r] = row_max[r] == top[r] ? 1.0f
-                             : row_max[r] == (-__int_as_float(0x7f800000)) ? 0.0f : cvl_ex2(row_base[r] - base[r]);  // nothing to scale yet
-                    row_max[r] = top[r];
-                    row_base[r] = base[r];
-                    row_sum[r] *= alpha[r];
-                }
-                #pragma unroll
-                for (int mi = 0; mi < 1; ++mi)
-                #pragma unroll
-                for (int ni = 0; ni < 8; ++ni)
-                #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int r = mi * 2 + e / 2;
-                        s[mi][ni][e] = cvl_ex2(fmaf(s[mi][ni][e], 1.4426950408889634f, -base[r]));
-                        row_sum[r] += s[mi][ni][e];
-                    }
-                cvl_wgmma_wait<0>();
-                cvl_pin(o[0]);
-                cvl_pin(pf);
-                if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (10 + (cvl_cnt + t - 1) % 3));
                 #pragma unroll
                 for (int mi = 0; mi < 1; ++mi)
                 #pragma unroll
@@ -860,16 +1019,18 @@ extern "C" __global__ void __launch_bounds__(256, 1) cvl_flash(
                     pf[j][2] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][0], s[0][2 * j + 1][1]));
                     pf[j][3] = cvl_pack_bits(__floats2half2_rn(s[0][2 * j + 1][2], s[0][2 * j + 1][3]));
                 }
+                cvl_mbar_wait(bars + 8 * (4 + (cvl_cnt + t) % 3), ((cvl_cnt + t) / 3) & 1);
+                cvl_wgmma_fence();
+                cvl_wgmma_pv(o[0], pf[0], desc_v + (((((cvl_cnt + t) % 3)) * 8192 + 0) >> 4));
+                cvl_wgmma_pv(o[0], pf[1], desc_v + (((((cvl_cnt + t) % 3)) * 8192 + 2048) >> 4));
+                cvl_wgmma_pv(o[0], pf[2], desc_v + (((((cvl_cnt + t) % 3)) * 8192 + 4096) >> 4));
+                cvl_wgmma_pv(o[0], pf[3], desc_v + (((((cvl_cnt + t) % 3)) * 8192 + 6144) >> 4));
+                cvl_wgmma_commit();
+                cvl_wgmma_wait<0>();
+                cvl_pin(o[0]);
+                cvl_pin(pf);
+                if (threadIdx.x % 128 == 0) cvl_mbar_arrive(bars + 8 * (10 + (cvl_cnt + t) % 3));
             }
-            cvl_mbar_wait(bars + 8 * (4 + (cvl_cnt + 1) % 3), ((cvl_cnt + 1) / 3) & 1);
-            cvl_wgmma_fence();
-            cvl_wgmma_pv(o[0], pf[0], desc_v + (((((cvl_cnt + 1) % 3)) * 8192 + 0) >> 4));
-            cvl_wgmma_pv(o[0], pf[1], desc_v + (((((cvl_cnt + 1) % 3)) * 8192 + 2048) >> 4));
-            cvl_wgmma_pv(o[0], pf[2], desc_v + (((((cvl_cnt + 1) % 3)) * 8192 + 4096) >> 4));
-            cvl_wgmma_pv(o[0], pf[3], desc_v + (((((cvl_cnt + 1) % 3)) * 8192 + 6144) >> 4));
-            cvl_wgmma_commit();
-            cvl_wgmma_wait<0>();
-            cvl_pin(o[0]);
         }
         #pragma unroll
         for (int r = 0; r < 2; ++r) {
