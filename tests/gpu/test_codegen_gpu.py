@@ -634,4 +634,4 @@ def test_listed_key_tiles_give_the_same_bits(form, groups, tmp_path, monkeypatch
         tunings.append({"groups": groups, "skip": "list", "again": "overlap"})
     _masked_bits(tmp_path, monkeypatch, M, N, signature, cond, extra, tunings,
                  lambda source, t: ("cvl_tiles" in source) is (t.get("skip") == "list")
-                 and ("cvl_round" in source) is (whole and t.get("unroll", "auto") is not False))
+                 and ("cvl_round" in source) is (whole and t.get("skip") == "list" and t.get("unroll", "auto") is not False))
