@@ -690,27 +690,33 @@ def test_barrier_protocol_model_checks_the_unrolled_rounds(fault, monkeypatch):
     before's K), or when a copy reads its K from the slot the tile before used."""
     from ws_protocol import simulate
 
-    from cuvil_dsl.codegen import cuda_attention
-
     path = ROOT / "tests" / "codegen" / "programs" / "attention_fused.yaml"
     tuning = {"persistent": 2, "stages": 3, "groups": 2, "bn": 64, "skip": False, "unroll": True}
     k = _ws_kernel(monkeypatch, path, tuning, {"N": 12 * 64})
     assert k.unroll and k.base is None and "cvl_ph ^ 1" in "\n".join(k.consumer())
     assert simulate(k, 0) > 0
-    rounds = cuda_attention._WsAttention.rounds
+    _break_round_copy(monkeypatch, fault)
+    with pytest.raises(AssertionError, match="read from slot|deadlock"):
+        for seed in range(3):
+            simulate(k, seed)
 
-    def faulty(self, step, count):
-        def broken(t, bare=False):  # the round's last copy gets the round's phase, or the slot of the copy before
+
+def _break_round_copy(monkeypatch, fault: str) -> None:
+    """Every round (:meth:`_WsAttention.round`) rendered with its last copy (of 3) waiting in the round's phase instead
+    of the next (``fault`` "phase"), or reading the slot of the copy before ("slot")."""
+    from cuvil_dsl.codegen import cuda_attention
+
+    step_round = cuda_attention._WsAttention.round
+
+    def faulty(self, step, bare=False):
+        def broken(t, bare=False):
             if t == "t + 2":
                 slot, phase = self.fixed[t]
                 self.fixed[t] = (slot, "cvl_ph") if fault == "phase" else ("1", phase)
             return step(t, bare)
-        return rounds(self, broken, count)
+        return step_round(self, broken, bare)
 
-    monkeypatch.setattr(cuda_attention._WsAttention, "rounds", faulty)
-    with pytest.raises(AssertionError, match="read from slot|deadlock"):
-        for seed in range(3):
-            simulate(k, seed)
+    monkeypatch.setattr(cuda_attention._WsAttention, "round", faulty)
 
 
 @pytest.mark.parametrize("fault", [None, "phase", "slot"])
@@ -723,24 +729,12 @@ def test_barrier_protocol_model_checks_the_listed_rounds(fault, groups, monkeypa
     reads the slot of the copy before (so rounds do run in the model)."""
     from ws_protocol import simulate
 
-    from cuvil_dsl.codegen import cuda_attention
-
     k = _ws_kernel(monkeypatch, CAUSAL, {"skip": "list", "groups": groups, "unroll": True}, {"B": 1, "M": 512, "N": 768})
     assert k.listed and k.bare_rounds and k.bare_fold is not None and k.stages == 3
     consumer = "\n".join(k.consumer())
     assert "const bool cvl_round = (t - 1) % 3 == 0" in consumer and "cvl_ph ^ 1" in consumer
     if fault:
-        step_round = cuda_attention._WsAttention.round
-
-        def faulty(self, step, bare=False):
-            def broken(t, bare=False):  # the round's last copy gets the round's phase, or the slot of the copy before
-                if t == "t + 2":
-                    slot, phase = self.fixed[t]
-                    self.fixed[t] = (slot, "cvl_ph") if fault == "phase" else ("1", phase)
-                return step(t, bare)
-            return step_round(self, broken, bare)
-
-        monkeypatch.setattr(cuda_attention._WsAttention, "round", faulty)
+        _break_round_copy(monkeypatch, fault)
         with pytest.raises(AssertionError, match="read from slot|deadlock"):
             for seed in range(4 * MODEL_SEEDS):
                 simulate(k, seed)

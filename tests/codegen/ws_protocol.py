@@ -46,6 +46,8 @@ from __future__ import annotations
 import random
 import re
 
+from cuvil_dsl.codegen.cuda_attention import LIST_BARE, LIST_GAP
+
 _FOR_T = re.compile(r"for \(int t = (.+?); t < (.+?); (?:\+\+t|t \+= (\d+))\) \{$")  # "unroll": rounds of S tiles
 _PHASE = re.compile(r"const unsigned cvl_ph = (.+);$")  # "unroll": the round's phase of the slots' barriers
 _FOR_OPEN = re.compile(r"for \(int t = (.+?); t < (.+?); \) \{$")  # "unroll" with "list": t stepped in the body
@@ -138,11 +140,10 @@ class Block:
     def draw(self, rng: random.Random) -> None:
         """"skip": "list": the block's listed tiles (some of them, in order, perhaps none) and the verdict."""
         self.tiles = sorted(rng.sample(range(self.k.nt), rng.randint(0, self.k.nt)))
-        # the entries as the kernel writes them (listed_tiles): the tile, bit 14 after left-out tiles, bit 15 "bare"
+        # the entries as the kernel writes them (listed_tiles): the tile, LIST_GAP after left-out tiles, LIST_BARE
         # (drawn: most tiles, so that the rounds of "unroll" run)
-        gap, bare = 1 << 14, 1 << 15
-        self.entries = [t | (gap if i and t != self.tiles[i - 1] + 1 else 0) | (bare if rng.random() < 0.8 else 0)
-                        for i, t in enumerate(self.tiles)]
+        self.entries = [t | (LIST_GAP if i and t != self.tiles[i - 1] + 1 else 0)
+                        | (LIST_BARE if rng.random() < 0.8 else 0) for i, t in enumerate(self.tiles)]
         self.redo = rng.random() < 0.5 or not self.tiles
         self.sequence = self.tiles + (list(range(self.k.nt)) if self.redo else [])
         self.mine = [rng.randint(0, len(self.tiles)) for _ in range(self.k.groups)]
