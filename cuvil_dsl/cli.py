@@ -278,10 +278,7 @@ def cmd_bench(args) -> int:
     """Benchmark specs side by side with the baselines and the roofline (cuvil_dsl/bench)."""
     import importlib.util
 
-    from cuvil_dsl import driver
-    from cuvil_dsl.bench import baselines, report
-    from cuvil_dsl.bench.runner import Bench
-    from cuvil_dsl.bench.timing import Settings
+    from cuvil_dsl.bench import report, saved
 
     def unusable(message: str, diags=()) -> int:
         if message:
@@ -293,16 +290,64 @@ def cmd_bench(args) -> int:
                               "exit_code": EXIT_USAGE}, indent=2))
         return EXIT_USAGE
 
-    try:
-        backend = driver.resolve_backend(args.backend)  # one backend for every spec: the ceilings are its device's
-    except UserError as exc:
-        return unusable("", exc.diagnostics)
-    try:
-        families = baselines.select(args.baselines, backend)
-    except ValueError as exc:
-        return unusable(f"argument --baselines: {exc}")
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         return unusable("--plot needs matplotlib (pip install matplotlib, or the dev extra)")
+    if args.fail_slower is not None and not args.compare:
+        return unusable("--fail-slower needs --compare BASE.json: the run it is measured against")
+    try:  # the saved documents first: a bad one stops the command before anything runs
+        base = saved.load(args.compare) if args.compare else None
+        if args.from_runs:
+            if args.specs:
+                return unusable("give SPEC files to run, or --from saved runs to report, not both")
+            given = [name for name, value in (("--backend", args.backend), ("--baselines", args.baselines),
+                                              ("--quick", args.quick), ("--rounds", args.rounds)) if value]
+            if given:
+                return unusable(f"{', '.join(given)}: options of a run; --from reports runs already made")
+            doc = saved.merge([saved.load(path) for path in args.from_runs], names=args.from_runs)
+            worst = int(doc.get("exit_code") or 0)
+        elif not args.specs:
+            return unusable("give at least one SPEC to benchmark, or --from a saved run (bench --json)")
+    except saved.SavedError as exc:
+        return unusable(str(exc))
+    if not args.from_runs:
+        doc, worst = _bench_run(args, unusable)
+        if doc is None:
+            return worst
+    if base is not None:
+        doc["comparison"] = saved.compare(doc, base, args.fail_slower, base_name=args.compare)
+        if doc["comparison"]["failed"]:
+            print(f"error: slower than {args.compare} by more than {args.fail_slower:g}%: "
+                  f"{', '.join(doc['comparison']['failed'])}", file=sys.stderr)
+            worst = max(worst, EXIT_FAILED)
+        doc["exit_code"] = worst
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print(report.format_table(doc), end="")
+        if base is not None:
+            print(saved.format_comparison(doc["comparison"]), end="")
+    if args.plot:
+        report.plot(doc, args.plot)
+        print(f"bench: wrote {args.plot}", file=sys.stderr, flush=True)
+    return worst
+
+
+def _bench_run(args, unusable) -> tuple[dict | None, int]:
+    """Run ``args.specs`` and return the bench document and the exit status; ``(None, status)`` when
+    nothing could run."""
+    from cuvil_dsl import driver
+    from cuvil_dsl.bench import baselines, report
+    from cuvil_dsl.bench.runner import Bench
+    from cuvil_dsl.bench.timing import Settings
+
+    try:
+        backend = driver.resolve_backend(args.backend or "auto")  # one backend for every spec: the ceilings are its device's
+    except UserError as exc:
+        return None, unusable("", exc.diagnostics)
+    try:
+        families = baselines.select(args.baselines or "auto", backend)
+    except ValueError as exc:
+        return None, unusable(f"argument --baselines: {exc}")
     sessions, diags = [], []
     for spec in args.specs:  # everything that can fail before executing, for every spec, first
         try:
@@ -310,7 +355,7 @@ def cmd_bench(args) -> int:
         except UserError as exc:
             diags += exc.diagnostics
     if diags:
-        return unusable("", diags)
+        return None, unusable("", diags)
 
     def progress(text: str) -> None:
         print(f"bench: {text}", file=sys.stderr, flush=True)
@@ -342,15 +387,7 @@ def cmd_bench(args) -> int:
             print(f"error: {result.name}: our result is wrong or failed: "
                   f"{result.failure or '; '.join(c.describe() for c in result.comparisons if not c.passed)}",
                   file=sys.stderr)
-    doc = report.document(results, bench, worst, skipped)
-    if args.json:
-        print(json.dumps(doc, indent=2))
-    else:
-        print(report.format_table(doc), end="")
-    if args.plot:
-        report.plot(doc, args.plot)
-        progress(f"wrote {args.plot}")
-    return worst
+    return report.document(results, bench, worst, skipped), worst
 
 
 # ---------------------------------------------------------------------------- doctor, cache
@@ -457,18 +494,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("bench", help="time specs side by side with the installed baselines and the roofline")
-    p.add_argument("specs", nargs="+", metavar="SPEC")
-    p.add_argument("--backend", choices=("auto", "cuda", "cpu", "reference"), default="auto",
+    p.add_argument("specs", nargs="*", metavar="SPEC")
+    p.add_argument("--backend", choices=("auto", "cuda", "cpu", "reference"), default=None,
                    help="one backend for every spec (default auto: cuda with a GPU, else cpu)")
     p.add_argument("--json", action="store_true", help="one JSON object on standard output")
     p.add_argument("--plot", metavar="FILE.png", help="also draw the results as a bar chart (needs matplotlib)")
-    p.add_argument("--baselines", default="auto", metavar="LIST",
+    p.add_argument("--baselines", default=None, metavar="LIST",
                    help="auto (those on our backend's device; the default), all, none, or a comma list of "
                    "cupy,torch,torch_compile,triton,numpy")
     p.add_argument("--quick", action="store_true", help="a fifth of the timing budget, fewer samples")
     p.add_argument("--rounds", type=_positive_int, default=None, metavar="N",
                    help="time a benchmark's GPU contenders in N interleaved rounds, the budget shared among them "
                         "(default 3; 1: each contender once, in turn)")
+    p.add_argument("--from", dest="from_runs", action="append", metavar="RUN.json",
+                   help="instead of running specs, report a saved run (bench --json); repeat to merge runs")
+    p.add_argument("--compare", metavar="BASE.json",
+                   help="also compare ours with a saved earlier run, benchmark by benchmark")
+    p.add_argument("--fail-slower", type=_percent, default=None, metavar="PCT",
+                   help="with --compare: exit 1 when ours is more than PCT percent slower than in BASE.json")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("doctor", help="GPU, driver, NVRTC, nvcc, CuPy versions and mismatches")
@@ -479,6 +522,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_cache)
     return parser
+
+
+def _percent(text: str) -> float:
+    try:
+        value = float(text.rstrip("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage such as 5 or 2.5%, got {text!r}") from None
+    if not 0 <= value < 1000:
+        raise argparse.ArgumentTypeError(f"expected a percentage from 0 to 1000, got {text!r}")
+    return value
 
 
 def _positive_int(text: str) -> int:

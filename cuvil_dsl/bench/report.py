@@ -23,6 +23,7 @@ import datetime as dt
 import importlib.metadata
 import math
 import platform
+from pathlib import Path
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
@@ -305,6 +306,9 @@ def plot(doc: dict, path: str) -> None:
         bars.sort(key=lambda b: ORDER.index(b[0]) if b[0] in ORDER else len(ORDER))
         if bars:
             groups.append((bench["name"], bars, (bench.get("floor") or {}).get("floor_us")))
+    comparison = doc.get("comparison") or {}
+    earlier = {row["name"]: row.get("then_us") for row in comparison.get("benchmarks", [])
+               if comparison.get("same_device") and row.get("then_us")}  # ours in the run compared with
     device = doc.get("device") or {}
     title = f"cuvil-dsl bench, backend {doc['backend']} on {device.get('gpu') or device.get('cpu') or '?'}"
     if doc.get("date"):
@@ -315,7 +319,8 @@ def plot(doc: dict, path: str) -> None:
     used: dict[str, str] = {}
     for ax, (name, bars, floor) in zip(axes[:, 0], groups):
         ours = next((value for key, _, value, _ in bars if key == "ours"), None)
-        limit = _panel_limit([value for _, _, value, _ in bars], floor)
+        then = earlier.get(name)
+        limit = _panel_limit([value for _, _, value, _ in bars] + ([then] if then else []), floor)
         for y, (key, label, value, status) in enumerate(bars):
             color = _COLORS.get(key, "#9467bd")
             cut = value > limit
@@ -330,9 +335,13 @@ def plot(doc: dict, path: str) -> None:
             if cut:
                 ax.text(limit * 0.995, y, text.strip(), va="center", ha="right", fontsize=7,
                         bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.9})
-            else:
-                ax.text(value, y, text, va="center", fontsize=7)
+            else:  # past ours' earlier time's mark, when that is further out
+                at = max(value, then) if key == "ours" and then and then <= limit else value
+                ax.text(at, y, text, va="center", fontsize=7)
             used.setdefault(key, label)
+            if key == "ours" and then and then <= limit:
+                ax.plot([then, then], [y - 0.45, y + 0.45], color="black", linewidth=2.2, solid_capstyle="butt")
+                used.setdefault("earlier", "")
         if floor:
             ax.axvline(floor, color="black", linestyle="--", linewidth=1.1)
             left = floor < 0.2 * limit  # near the axis: the label to the line's right
@@ -353,7 +362,11 @@ def plot(doc: dict, path: str) -> None:
         axes[-1, 0].set_xlabel("median time per execution (us), lower is better; (n.nnx): its time over ours, "
                                "above 1 ours is faster", fontsize=7.5)
     fig.suptitle(title, fontsize=10)
-    handles = [Patch(color=_COLORS.get(k, "#9467bd"), label=lbl) for k, lbl in used.items()]
+    handles = [Patch(color=_COLORS.get(k, "#9467bd"), label=lbl) for k, lbl in used.items() if k != "earlier"]
+    if "earlier" in used:
+        base = comparison["base"]
+        handles.append(Line2D([0], [0], color="black", linewidth=2.2,
+                              label=f"ours in {Path(str(base['from'])).name} ({str(base.get('date') or '?')[:10]})"))
     handles.append(Line2D([0], [0], color="black", linestyle="--", label="floor (roofline)"))
     handles.append(Patch(facecolor="#888888", edgecolor="white", hatch="//", label=f"cut at the panel's edge "
                          f"(past {CLIP:g}x its fastest)"))
