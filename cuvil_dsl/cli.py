@@ -341,7 +341,8 @@ def _bench_run(args, unusable) -> tuple[dict | None, int]:
     from cuvil_dsl.bench.timing import Settings
 
     try:
-        backend = driver.resolve_backend(args.backend or "auto")  # one backend for every spec: the ceilings are its device's
+        # one backend for every spec: the ceilings are its device's
+        backend = driver.resolve_backend(args.backend or "auto")
     except UserError as exc:
         return None, unusable("", exc.diagnostics)
     try:

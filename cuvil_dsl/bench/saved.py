@@ -134,7 +134,8 @@ def compare(doc: dict, base: dict, fail_slower_pct: float | None = None, base_na
             row.update(baseline=key, baseline_label=bench["contenders"][key].get("label", key),
                        baseline_then_us=_median(old, key), baseline_now_us=_median(bench, key))
             if then and now:
-                row["against_baseline"] = round((now / row["baseline_now_us"]) / (then / row["baseline_then_us"]), 4)
+                ratio_now, ratio_then = now / row["baseline_now_us"], then / row["baseline_then_us"]
+                row["against_baseline"] = round(ratio_now / ratio_then, 4)
         # the change judged, in percent (above 0: slower), and the noise it must pass: the runs' interquartile
         # ranges over their medians (on different devices, ours against the baseline: both contenders' ranges)
         noise = _rel_iqr(bench, old, "ours")
