@@ -110,8 +110,9 @@ def compare(doc: dict, base: dict, fail_slower_pct: float | None = None, base_na
     over that baseline's now, divided by the same then (below 1: ours gained on it). On one device
     ``verdict`` judges ours' time: ``level`` within the runs' interquartile ranges (relative to their
     medians; such a change never fails), else ``faster`` or ``slower``, or ``SLOWER`` (listed in
-    ``failed``) past ``fail_slower_pct`` percent when that is given. On different devices the times are not compared; the verdict then
-    reads ``against_baseline`` the same way, its noise both contenders' ranges."""
+    ``failed``) past ``fail_slower_pct`` percent when that is given. On different devices the times
+    are not compared; the verdict then reads ``against_baseline`` the same way, its noise both
+    contenders' ranges."""
     same_device = doc["backend"] == base["backend"] and _where(doc) == _where(base)
     then_by_name = {b["name"]: b for b in base["benchmarks"] if "error" not in b}
     rows, failed = [], []
