@@ -30,7 +30,8 @@
 #   bench   `cuvil-dsl bench --quick` of BENCH_SPECS (default: the attention benchmarks) against BASELINES
 #   each    `cuvil-dsl bench --quick --json` of each benchmarks/NAME.yaml of EACH_SPECS (default: issue 7's, the targets
 #           first) in its own call while under EACH_LIMIT seconds (default 470), then one report of them all
-#           (`bench --from`) in bench.md and bench.png
+#           (`bench --from`) in bench.md and bench.png, compared with EACH_COMPARE (default: the last whole H200 run,
+#           session 24's; empty: no comparison)
 set -u
 for step in ${STEPS:-tests}; do
     echo "== $step $(date -u +%H:%M:%S)"
@@ -116,8 +117,10 @@ for step in ${STEPS:-tests}; do
             python3 -c "import json,sys; json.load(open(sys.argv[1]))" "$OUT/bench-$name.json" 2>/dev/null \
                 && runs+=(--from "$OUT/bench-$name.json")
         done
-        [ ${#runs[@]} -gt 0 ] && python3 -m cuvil_dsl bench "${runs[@]}" --plot "$OUT/bench.png" > "$OUT/bench.md" \
-            && head -14 "$OUT/bench.md" ;;
+        base=${EACH_COMPARE-benchmarks/results/2026-12-02-h200-session24-bench.json}
+        [ ${#runs[@]} -gt 0 ] && python3 -m cuvil_dsl bench "${runs[@]}" --plot "$OUT/bench.png" \
+            ${base:+--compare "$base"} > "$OUT/bench.md"
+        head -14 "$OUT/bench.md"; grep -A14 "^Compared with" "$OUT/bench.md" ;;
     *)
         echo "unknown step $step" >&2; exit 2 ;;
     esac

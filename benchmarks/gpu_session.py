@@ -109,12 +109,13 @@ def run_specs(folder: str, log, iterations: int | None = None) -> dict:
 
 
 def run_bench(out: Path, log, quick: bool, timeout: float, baselines: str = "auto", folder: str = "benchmarks",
-              name: str = "bench", rounds: int | None = None) -> dict:
-    """``cuvil-dsl bench`` over every spec of ``folder``: its JSON document (``NAME.json``) and plot (``NAME.png``)."""
+              name: str = "bench", rounds: int | None = None, compare: str | None = None) -> dict:
+    """``cuvil-dsl bench`` over every spec of ``folder``: its JSON document (``NAME.json``) and plot (``NAME.png``);
+    ``compare``: a saved run (``benchmarks/results/...-bench.json``) to compare ours with (``--compare``)."""
     specs = [str(p.relative_to(ROOT)) for p in sorted((ROOT / folder).glob("*.yaml"))]
     cmd = [sys.executable, "-m", "cuvil_dsl", "bench", *specs, "--backend", "cuda", "--json",
            "--plot", str(out / f"{name}.png"), "--baselines", baselines, *(["--quick"] if quick else []),
-           *(["--rounds", str(rounds)] if rounds else [])]
+           *(["--rounds", str(rounds)] if rounds else []), *(["--compare", compare] if compare else [])]
     rc, text = sh(cmd, log, timeout=timeout)
     try:
         doc = json.loads(text)
@@ -191,8 +192,11 @@ def report(data: dict) -> str:
         lines += [f"## {title}, backend cuda (`cuvil-dsl bench`, plot in {key}.png)", "", f"rc={bench.get('rc')}", ""]
         if "benchmarks" in bench:
             from cuvil_dsl.bench.report import format_table
+            from cuvil_dsl.bench.saved import format_comparison
 
             lines.append(format_table(bench))
+            if bench.get("comparison"):
+                lines.append(format_comparison(bench["comparison"]))
         else:
             lines += ["```", str(bench.get("raw") or bench.get("error"))[-2000:], "```", ""]
     if "record" in data:
@@ -222,6 +226,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="bench with --quick (a fifth of the timing budget)")
     parser.add_argument("--bench-timeout", type=float, default=540.0, help="seconds for the bench step")
     parser.add_argument("--baselines", default="auto", help="passed to `cuvil-dsl bench --baselines`")
+    parser.add_argument("--compare", metavar="BASE.json",
+                        help="compare the bench step's ours with a saved run (e.g. the last session's "
+                             "benchmarks/results/...-bench.json on the same GPU): `cuvil-dsl bench --compare`")
     parser.add_argument("--shapes", action="store_true",
                         help="also bench benchmarks/shapes/*.yaml (the pipelines at other shapes; --quick, 2 rounds; "
                              "about 5 minutes) after the bench step")
@@ -252,7 +259,7 @@ def main() -> int:
             data["specs"] = run_specs("specs", log)
             save()
         if "bench" not in skip:
-            data["bench"] = run_bench(out, log, args.quick, args.bench_timeout, args.baselines)
+            data["bench"] = run_bench(out, log, args.quick, args.bench_timeout, args.baselines, compare=args.compare)
             save()
         if args.shapes:
             data["shapes"] = run_bench(out, log, True, args.bench_timeout, args.baselines, "benchmarks/shapes", "shapes", 2)
