@@ -180,7 +180,7 @@ def format_comparison(comparison: dict) -> str:
                  f"{base['device']})."]
     if not comparison["same_device"]:
         lines.append("The runs are on different devices: their times do not compare; each verdict reads ours against "
-                     "the same baseline in both runs.")
+                     "the same baseline in both runs (which other hardware can move too).")
     if comparison["fail_slower_pct"] is not None:
         lines.append(f"A benchmark fails past {comparison['fail_slower_pct']:g}% slower.")
     lines += ["", "| benchmark | ours then us | ours now us | then/now | baseline | its then us | its now us "
