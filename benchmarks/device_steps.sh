@@ -31,7 +31,7 @@
 #   each    `cuvil-dsl bench --quick --json` of each benchmarks/NAME.yaml of EACH_SPECS (default: issue 7's, the targets
 #           first) in its own call while under EACH_LIMIT seconds (default 470), then one report of them all
 #           (`bench --from`) in bench.md and bench.png, compared with EACH_COMPARE (default: the last whole H200 run,
-#           session 24's; empty: no comparison)
+#           session 24's; empty: no comparison); all of it in $OUT/each.tgz
 set -u
 for step in ${STEPS:-tests}; do
     echo "== $step $(date -u +%H:%M:%S)"
@@ -104,23 +104,27 @@ for step in ${STEPS:-tests}; do
         timeout 400 python3 -m cuvil_dsl bench ${BENCH_SPECS:-benchmarks/attention_full_f16.yaml benchmarks/shapes/attention_full_f16-d128.yaml} \
             --quick --baselines ${BASELINES:-torch,triton} --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.md" | tail -30 ;;
     each)
-        # one bench call a spec, so that a call's time limit keeps every spec already measured; then one report
+        # one bench call a spec, so that a call's time limit keeps every spec already measured; then one report.
+        # The device tool brings back few files a call: the runs go into $OUT/each.tgz, rewritten after each spec.
+        work=$(mktemp -d)
         nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv \
-            > "$OUT/device.txt" 2>&1
+            > "$work/device.txt" 2>&1
         runs=()
         for name in ${EACH_SPECS:-attention_f16 gemm_gelu_f16 elementwise_f32 attention_full_f16 softmax_f16 layernorm_f16 softmax_f32 small_graph}; do
             if [ $SECONDS -gt ${EACH_LIMIT:-470} ]; then echo "$name: not run (${EACH_LIMIT:-470} s spent)"; continue; fi
             started=$SECONDS
-            timeout 300 python3 -m cuvil_dsl bench "benchmarks/$name.yaml" --quick --json > "$OUT/bench-$name.json" \
-                2> "$OUT/bench-$name.err"
+            timeout 300 python3 -m cuvil_dsl bench "benchmarks/$name.yaml" --quick --json > "$work/bench-$name.json" \
+                2> "$work/bench-$name.err"
             echo "$name: rc=$? in $((SECONDS - started)) s"
-            python3 -c "import json,sys; json.load(open(sys.argv[1]))" "$OUT/bench-$name.json" 2>/dev/null \
-                && runs+=(--from "$OUT/bench-$name.json")
+            python3 -c "import json,sys; json.load(open(sys.argv[1]))" "$work/bench-$name.json" 2>/dev/null \
+                && runs+=(--from "$work/bench-$name.json")
+            tar czf "$OUT/each.tgz" -C "$work" .
         done
         base=${EACH_COMPARE-benchmarks/results/2026-12-02-h200-session24-bench.json}
-        [ ${#runs[@]} -gt 0 ] && python3 -m cuvil_dsl bench "${runs[@]}" --plot "$OUT/bench.png" \
-            ${base:+--compare "$base"} > "$OUT/bench.md"
-        head -14 "$OUT/bench.md"; grep -A14 "^Compared with" "$OUT/bench.md" ;;
+        [ ${#runs[@]} -gt 0 ] && python3 -m cuvil_dsl bench "${runs[@]}" --plot "$work/bench.png" \
+            ${base:+--compare "$base"} > "$work/bench.md"
+        tar czf "$OUT/each.tgz" -C "$work" .
+        head -14 "$work/bench.md"; grep -A14 "^Compared with" "$work/bench.md" ;;
     *)
         echo "unknown step $step" >&2; exit 2 ;;
     esac
