@@ -15,6 +15,9 @@ Document shape (``--json``)::
                    best_baseline_over_ours_rounds}
                   | {name, spec, error}],
      exit_code}
+
+plus ``runs`` in a report merged from saved runs and ``comparison`` with ``--compare``
+(:mod:`cuvil_dsl.bench.saved`); the plot marks ours' earlier time from the latter.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ import datetime as dt
 import importlib.metadata
 import math
 import platform
-from pathlib import Path
 from dataclasses import asdict
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cuvil_dsl import __version__

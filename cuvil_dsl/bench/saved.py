@@ -146,7 +146,10 @@ def compare(doc: dict, base: dict, fail_slower_pct: float | None = None, base_na
             rel = row.get("against_baseline")
             change = (rel - 1) * 100 if rel else None
             noise += _rel_iqr(bench, old, row["baseline"]) if rel else 0.0
-        if change is None:
+        ours_status = (bench.get("contenders", {}).get("ours") or {}).get("status", "ok")
+        if ours_status != "ok":  # our result wrong or failed now: the run's exit status says so already
+            row["verdict"] = ours_status.upper()
+        elif change is None:
             row["verdict"] = "not timed" if now is None or then is None else "not judged"
         elif abs(change) <= noise * 100:
             row["verdict"] = "level"

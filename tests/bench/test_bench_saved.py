@@ -218,6 +218,13 @@ def test_unusable_combinations_exit_2_before_anything_runs(small_benchmarks, tmp
     assert message in capsys.readouterr().err
 
 
+def test_a_wrong_result_now_is_named_not_compared():
+    now = run_doc({"a": (90.0, 200.0)})
+    now["benchmarks"][0]["contenders"]["ours"]["status"] = "wrong"
+    c = saved.compare(now, run_doc({"a": (100.0, 200.0)}), fail_slower_pct=1.0)
+    assert row(c, "a")["verdict"] == "WRONG" and c["failed"] == []
+
+
 def test_the_comparison_leaves_the_base_document_alone(tmp_path):
     base = run_doc({"a": (100.0, 200.0)})
     kept = copy.deepcopy(base)
