@@ -246,6 +246,9 @@ def _ceilings_line(doc: dict) -> str:
             f"(read + written), matmul {rates or '-'}.")
 
 
+FLOOR_SHARE = 0.01  # a floor below this share of ours' time is noted: the pipeline is bound by launches, not traffic
+
+
 def _notes(doc: dict) -> list[str]:
     """One line per distinct reason a contender has no number, benchmarks named."""
     grouped: dict[tuple[str, str, str], list[str]] = {}
@@ -255,6 +258,10 @@ def _notes(doc: dict) -> list[str]:
             continue
         if bench.get("baseline_note"):
             grouped.setdefault(("no baselines", "", bench["baseline_note"]), []).append(bench["name"])
+        ratio = bench.get("ours_over_floor")
+        if ratio and ratio > 1 / FLOOR_SHARE:
+            grouped.setdefault(("floor", "", f"under {FLOOR_SHARE:.0%} of ours' time: launches and calls, not bytes "
+                                "or flops, bound these pipelines, so ours/floor says little"), []).append(bench["name"])
         if bench.get("failure"):
             grouped.setdefault(("FAILED", "cuvil-dsl", bench["failure"]), []).append(bench["name"])
         for entry in bench.get("contenders", {}).values():

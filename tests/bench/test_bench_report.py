@@ -137,3 +137,14 @@ def test_the_best_baseline_is_compared_with_ours_round_by_round():
     row = next(line for line in report.format_table(doc).splitlines() if line.startswith("| b |"))
     # the order of the two changes between rounds: the table says so
     assert row.endswith("| 1.00 (Torch); rounds 0.980-1.020 |")
+
+
+def test_a_floor_far_below_ours_is_called_out_as_launch_bound():
+    def bench(name, ours, floor):
+        return {"name": name, "floor": {"floor_us": floor}, "ours_over_floor": ours / floor,
+                "contenders": {"ours": {"label": "cuvil-dsl", "status": "ok", "median_us": ours}}}
+
+    doc = {"backend": "cuda", "device": {"gpu": "GPU"}, "ceilings": None,
+           "benchmarks": [bench("small_graph", 21.0, 0.011), bench("softmax_f16", 131.0, 126.0)]}
+    notes = [line for line in report.format_table(doc).splitlines() if line.startswith("- floor:")]
+    assert len(notes) == 1 and notes[0].endswith("[small_graph]") and "launches" in notes[0]
