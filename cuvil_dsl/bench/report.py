@@ -331,6 +331,7 @@ def plot(doc: dict, path: str) -> None:
         ours = next((value for key, _, value, _ in bars if key == "ours"), None)
         then = earlier.get(name)
         limit = _panel_limit([value for _, _, value, _ in bars] + ([then] if then else []), floor)
+        mark = then if then and then <= limit else None  # ours' earlier time, marked on ours' bar
         for y, (key, label, value, status) in enumerate(bars):
             color = _COLORS.get(key, "#9467bd")
             cut = value > limit
@@ -346,11 +347,10 @@ def plot(doc: dict, path: str) -> None:
                 ax.text(limit * 0.995, y, text.strip(), va="center", ha="right", fontsize=7,
                         bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.9})
             else:  # past ours' earlier time's mark, when that is further out
-                at = max(value, then) if key == "ours" and then and then <= limit else value
-                ax.text(at, y, text, va="center", fontsize=7)
+                ax.text(max(value, mark) if key == "ours" and mark else value, y, text, va="center", fontsize=7)
             used.setdefault(key, label)
-            if key == "ours" and then and then <= limit:
-                ax.plot([then, then], [y - 0.45, y + 0.45], color="black", linewidth=2.2, solid_capstyle="butt")
+            if key == "ours" and mark:
+                ax.plot([mark, mark], [y - 0.45, y + 0.45], color="black", linewidth=2.2, solid_capstyle="butt")
                 used.setdefault("earlier", "")
         if floor:
             ax.axvline(floor, color="black", linestyle="--", linewidth=1.1)
