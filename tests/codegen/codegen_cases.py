@@ -23,6 +23,7 @@ from cuvil_dsl.spec.loader import LoadedSpec, load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 CASE_DIRS = (ROOT / "specs", ROOT / "tests" / "codegen" / "programs")
+ARCHS = ("sm_80", "sm_90")  # every case renders and compiles for these (test_codegen_compile.py)
 SPECIAL = np.array([np.nan, np.inf, -np.inf, 3e9, -3e9, 70000.0, -0.0, 2.5, -2.5, 1e-8])
 
 

@@ -10,8 +10,6 @@ from codegen_cases import case_paths, load_case
 from cuvil_dsl.codegen import RenderedKernel, render_cuda
 from cuvil_dsl.compile import CompiledUnit, CompileUnit, compile_units
 
-ARCHS = ("sm_80", "sm_90")
-
 
 @dataclass(frozen=True)
 class Built:

@@ -4,8 +4,7 @@ register spills at default settings, and every barrier stands in block-uniform c
 from __future__ import annotations
 
 import pytest
-from codegen_cases import case_id, case_paths, load_case
-from conftest import ARCHS
+from codegen_cases import ARCHS, case_id, case_paths, load_case
 
 from cuvil_dsl.codegen import check_barriers_uniform, render_cuda
 
