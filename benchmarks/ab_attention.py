@@ -429,6 +429,16 @@ CHECKED_VARIANTS = [
      {"cluster_tiles": 2, "cluster_max": 16, "cluster": (1, 4, 1.0, True), "prefetch": False}),
     ("lagged, clusters of 16 CTAs of 2 tiles, 3/SM (all cases)",
      {"cluster_tiles": 2, "cluster_max": 16}),
+    # session 36 (not yet measured): the other way. Clusters of 8 at 3 CTAs a multiprocessor reach at most 124 of the
+    # 132 SMs and the driver runs 45 of them at once (120 SMs' worth): 1024 bands in 23 rounds. Clusters of 4 CTAs of
+    # 8 tiles ("cluster_tiles" 8: 66 KB of staged rows, 100 + 5 KB of shared memory, 2 CTAs a multiprocessor, 194
+    # registers, no spill) can fill all 132 (66 clusters, 16 rounds, the last about half full); each band's fixed work
+    # (the A band and its ldmatrix, the exchange with 3 peers instead of 7, the merge) spreads over twice the columns
+    # and Q comes from L2 half as often. Against it: 8 warps a multiprocessor instead of 12 (sessions 6 and 17 found
+    # more warps no help, so perhaps no harm either), the band's last write twice as long, and twice the code (4200
+    # SASS instructions: the instruction cache may miss). Predicted 92-96 us in the bench (102.3 in session 24) if a
+    # multiprocessor's throughput holds at 8 warps; 100-110 if it falls.
+    ("lagged, wide: clusters of 4 CTAs of 8 tiles, 2/SM (all cases)", {"cluster_tiles": 8}),
 ]
 # Timing-only ablations of the lagged band on the first case (--ablations): parts of the work left out, so
 # the results are wrong and not counted as failures; they bound what removing each part could gain. They

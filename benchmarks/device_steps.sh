@@ -28,6 +28,8 @@
 #   skipab  ab_attention_full.py's default and "skip" variants on the causal shape, ROUNDS rounds
 #   skipbench  the causal bench (SKIP=SKIP) against PyTorch's SDPA, torch.compile and Triton
 #   bench   `cuvil-dsl bench --quick` of BENCH_SPECS (default: the attention benchmarks) against BASELINES
+#   wide    session 36's attention band in clusters of 4 CTAs of 8 tiles: its GPU tests (-k eight_tiles), ab_attention.py
+#           --no-variants --only wide and `cuvil-dsl bench --quick` of attention_f16 under the switch
 #   each    `cuvil-dsl bench --quick --json` of each benchmarks/NAME.yaml of EACH_SPECS (default: issue 7's, the targets
 #           first) in its own call while under EACH_LIMIT seconds (default 470), then one report of them all
 #           (`bench --from`) in bench.md and bench.png, compared with EACH_COMPARE (default: the last whole H200 run,
@@ -103,6 +105,14 @@ for step in ${STEPS:-tests}; do
     bench)
         timeout 400 python3 -m cuvil_dsl bench ${BENCH_SPECS:-benchmarks/attention_full_f16.yaml benchmarks/shapes/attention_full_f16-d128.yaml} \
             --quick --baselines ${BASELINES:-torch,triton} --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.md" | tail -30 ;;
+    wide)
+        # session 36's clusters of 4 CTAs of 8 tiles (ROW_BAND_TUNING "cluster_tiles" 8): its GPU tests, the A/B against
+        # the default (ab_attention.py: the default timed before and after it), then the bench under the switch
+        timeout 200 python3 -m pytest -p cuvil_dsl.testing.plugin -m gpu -q -p no:cacheprovider tests/gpu/test_codegen_gpu.py \
+            -k eight_tiles 2>&1 | tail -12 | tee "$OUT/gpu-tests-wide.log"
+        timeout 260 python3 benchmarks/ab_attention.py --no-variants --only wide 2>&1 | tail -25
+        timeout 200 python3 benchmarks/bench_mode.py 'cuda_matmul.ROW_BAND_TUNING={"cluster_tiles": 8}' -- bench \
+            benchmarks/attention_f16.yaml --quick --plot "$OUT/bench-wide.png" 2>&1 | tee "$OUT/bench-wide.md" | tail -16 ;;
     each)
         # one bench call a spec, so that a call's time limit keeps every spec already measured; then one report.
         # The device tool brings back few files a call: the runs go into $OUT/each.tgz, rewritten after each spec.

@@ -6,7 +6,9 @@ exponentiated once, and the numerators wait on chip for the row's statistics:
 
 * a **cluster** of ``C`` CTAs (``__cluster_dims__``, at most the portable 8) shares a band of
   ``64 * G`` rows (``G`` consumer warpgroups); CTA ``r`` owns ``T`` column tiles of 64
-  (``T <= 4``), so N is at most ``8 * 4 * 64 = 2048``;
+  (``T <= 4``), so N is at most ``8 * 4 * 64 = 2048``; ROW_BAND_TUNING "cluster_tiles" changes T (up
+  to :data:`MOST_TILES` = 8 for the lagged band: clusters of 4 at 2 CTAs a multiprocessor, an A/B of
+  session 36 not yet measured);
 * TMA brings the A band and all ``T`` B tiles at once (one mbarrier each); tile ``t + 1``'s wgmma
   runs while tile ``t``'s epilogue does (two accumulator sets);
 * K (attention's head dimension) up to :data:`MAX_DEPTH` (128) is held in atoms of 64: each atom of
@@ -82,6 +84,10 @@ from cuvil_dsl.types import DType
 
 MAX_CLUSTER = 8  # CTAs: the portable cluster size on sm_90
 MAX_TILES = 4  # column tiles of 64 a CTA keeps: 16 registers of f16 pairs each
+# The most ROW_BAND_TUNING "cluster_tiles" may ask for: the lagged band stages each tile's numerators as soon as its
+# statistics are done, so its tiles cost shared memory (8 tiles: 66 KB of staged rows, 2 CTAs a multiprocessor), not
+# registers; the barrier variant keeps a band's numerators in registers and spills past MAX_TILES.
+MOST_TILES = 8
 LAZY = True  # (lagged band) a tile after a band's first keeps the rows' bases while its numerators stay small
 QUAD_MERGE = True  # (lagged band) a row's four lanes split the pushes to and the merge of the peers
 PREFETCH = True  # (lagged band) two A buffers; the next band's A and B tiles loaded as soon as their slots free
@@ -173,13 +179,17 @@ NON_PORTABLE_CLUSTER = 16  # CTAs: the largest cluster sm_90 runs, once the kern
 
 def layout(n: int) -> tuple[int, int] | None:
     """(CTAs a cluster, column tiles of 64 a CTA) for N columns, or None when N does not fit. ROW_BAND_TUNING
-    "cluster_tiles" (at most MAX_TILES) and "cluster_max" (at most NON_PORTABLE_CLUSTER) change MAX_TILES and
-    MAX_CLUSTER: fewer tiles a CTA hold fewer registers and less shared memory, in more CTAs a cluster."""
-    from cuvil_dsl.codegen.cuda_matmul import ROW_BAND_TUNING
+    "cluster_tiles" (at most MOST_TILES) and "cluster_max" (at most NON_PORTABLE_CLUSTER) change MAX_TILES and
+    MAX_CLUSTER: fewer tiles a CTA hold fewer registers and less shared memory, in more CTAs a cluster; more
+    tiles make smaller clusters, which reach more multiprocessors: only where the cluster keeps the
+    LAGGED_CLUSTER_CTAS CTAs that take the lagged band (which stages each tile as it goes), else MAX_TILES."""
+    from cuvil_dsl.codegen.cuda_matmul import LAGGED_CLUSTER_CTAS, ROW_BAND_TUNING
 
-    most_tiles = min(int(ROW_BAND_TUNING.get("cluster_tiles", MAX_TILES)), MAX_TILES)
+    most_tiles = min(int(ROW_BAND_TUNING.get("cluster_tiles", MAX_TILES)), MOST_TILES)
     most_ctas = min(int(ROW_BAND_TUNING.get("cluster_max", MAX_CLUSTER)), NON_PORTABLE_CLUSTER)
     tiles = -(-n // 64)
+    if most_tiles > MAX_TILES and -(-tiles // most_tiles) < LAGGED_CLUSTER_CTAS:
+        most_tiles = MAX_TILES
     ctas = -(-tiles // most_tiles)
     if ctas > most_ctas:
         return None
@@ -238,10 +248,13 @@ class _ClusterBand:
         g.mt, g.nt = -(-g.M // self.bm), self.ctas * self.tiles
         g.fold = g.band_fold() if columns == g.N else None  # no masked column
         self.lag = lag and self.ctas > 1 and groups == 1 and fill > 0
+        if self.tiles > MAX_TILES and not self.lag:  # the barrier band keeps a band's numerators in registers
+            raise ValueError(f"ROW_BAND_TUNING cluster_tiles: {self.tiles} column tiles a CTA need the lagged band "
+                             f"(persistent clusters of one warpgroup a CTA); the barrier band holds {MAX_TILES}")
         if min_blocks is None:  # at fewer registers these spill
             min_blocks = (3 if g.fold is not None else 2) if self.lag else (4 if g.fold is not None else 3)
-            if a.depth > 64:  # tiles of two atoms: the lagged band's 99 KB allow 2 CTAs a multiprocessor
-                min_blocks = min(min_blocks, 2)
+            if a.depth > 64 or self.tiles > MAX_TILES:  # tiles of two atoms, or over 4 tiles' staged rows:
+                min_blocks = min(min_blocks, 2)  # the lagged band's 99-105 KB allow 2 CTAs a multiprocessor
         k.config = replace(k.config, block=self.threads, max_threads=self.threads, min_blocks=min_blocks)
         batches = {o.role: (element_count(g.p.domain[:-2]) if o.batch else 1) for o in (a, b)}
         self.maps = {o.role: k.tensor_map(f"tma_{o.role}", o.buffer, (o.depth, o.extent * batches[o.role]),
@@ -625,6 +638,7 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], const unsigned (&a)[4], 
         prow = bm + self.part_pad  # floats from one sender's statistics to the next
         ldp = tiles * 64 + 8  # a staged row of numerators, in halves (16 bytes of padding)
         per_row = tiles * 8  # 16-byte chunks of a staged row
+        fs = max(tiles, MAX_TILES)  # a row's factors in the warp's table (one a tile)
         loads = [len(range(s, tiles, 2)) for s in (0, 1)]  # B loads of each ring slot a band
         a_bytes, bars = (2 * tile_a, 4) if self.prefetch else (tile_a, 3)  # A buffers; mbarriers (2 B slots, A)
 
@@ -669,16 +683,20 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], const unsigned (&a)[4], 
             return []
 
         def factors() -> list[str]:
-            """The factor of tile lane % 4 for the lane's two rows into the warp's table (the rows' bases
-            are the same in their four lanes)."""
-            pick = ["float pb0 = prev_base[0][0], pb1 = prev_base[0][1];"]
-            for t in range(1, tiles):
-                pick.append(f"if (lane % 4 == {t}) pb0 = prev_base[{t}][0], pb1 = prev_base[{t}][1];")
+            """The factors of tiles lane % 4 + 4i for the lane's two rows into the warp's table (the rows'
+            bases are the same in their four lanes)."""
             factor = "cvl_half2_bits" if self.half else "__float_as_uint"
-            return ["{", *indent(pick), *indent([f"if (lane % 4 < {tiles}) {{"] if tiles < 4 else ["{"]),
-                    f"        sf[(lane / 4) * 4 + lane % 4] = {factor}(cvl_ex2(pb0 - fin_base[0]) * inv_sum[0]);",
-                    f"        sf[(lane / 4 + 8) * 4 + lane % 4] = {factor}(cvl_ex2(pb1 - fin_base[1]) * inv_sum[1]);",
-                    "    }", "}", "__syncwarp();  // the warp's factors are in"]
+            lines = []
+            for first in range(0, tiles, 4):  # this lane's tile of tiles first to first + 3
+                pick = [f"float pb0 = prev_base[{first}][0], pb1 = prev_base[{first}][1];"]
+                for t in range(first + 1, min(first + 4, tiles)):
+                    pick.append(f"if (lane % 4 == {t - first}) pb0 = prev_base[{t}][0], pb1 = prev_base[{t}][1];")
+                n, col = min(4, tiles - first), "lane % 4" + (f" + {first}" if first else "")
+                lines += ["{", *indent(pick), *indent([f"if (lane % 4 < {n}) {{"] if n < 4 else ["{"]),
+                          f"        sf[(lane / 4) * {fs} + {col}] = {factor}(cvl_ex2(pb0 - fin_base[0]) * inv_sum[0]);",
+                          f"        sf[(lane / 4 + 8) * {fs} + {col}] = {factor}(cvl_ex2(pb1 - fin_base[1]) * inv_sum[1]);",
+                          "    }", "}"]
+            return lines + ["__syncwarp();  // the warp's factors are in"]
 
         def scaled_copy(lo, hi, tile: int | None = None, predicated: bool = False) -> list[str]:
             """Chunks ``i * 32 + lane`` (lo <= i < hi; ``hi - lo`` folds to a constant) of the staged
@@ -686,12 +704,12 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], const unsigned (&a)[4], 
             each), or of column tile ``tile`` only (8 chunks a row)."""
             at = f"reinterpret_cast<uint4*>(&{self.target})"
             if tile is None:
-                factor = f"sf[c / {per_row} * 4 + c % {per_row} / 8]"
+                factor = f"sf[c / {per_row} * {fs} + c % {per_row} / 8]"
                 head = [f"    const int c = ({lo} + j) * 32 + lane;", f"    const int m = m0 + warp_row + c / {per_row};",
                         f"    const int n = n_cta + c % {per_row} * 8;"]
                 staged = f"pw + c / {per_row} * {ldp} + c % {per_row} * 8"
             else:  # rows 4j + pr of the warp's 16, chunk pq of the tile's 8: per-lane bases, constant steps
-                factor = f"cvl_lds32(sf_rd + (({lo} + j) * 16 + {tile}) * 4)"
+                factor = f"cvl_lds32(sf_rd + (({lo} + j) * {4 * fs} + {tile}) * 4)"
                 head = [f"    const int m = m0 + warp_row + ({lo} + j) * 4 + pr;",
                         f"    const int n = n_cta + ({tile * 8} + pq) * 8;"]
                 staged = f"pw_rd + (({lo} + j) * {4 * ldp} + {tile * 64}) * 2"
@@ -881,11 +899,11 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], const unsigned (&a)[4], 
             "const int warp_row = wl * 16;  // the warp's first row in the band",
             "const int row0 = warp_row + lane / 4;  // the thread's first row",
             *([f"const unsigned pw_st = cvl_smem_addr(pw) + {self.stsm_lane(ldp)};  // this lane's stmatrix row",
-               "__shared__ unsigned cvl_factor[4][64];  // each warp's factors: [row][tile] (f16x2 or f32 bits)",
+               f"__shared__ unsigned cvl_factor[4][{16 * fs}];  // each warp's factors: [row][tile] (f16x2 or f32 bits)",
                "unsigned* const sf = cvl_factor[wl];"] if self.scaled else []),
             *(["const int pr = lane / 8, pq = lane % 8;  // a write piece's rows 4j + pr, 16-byte chunk pq of a tile",
                f"const unsigned pw_rd = cvl_smem_addr(pw) + (pr * {ldp} + pq * 8) * 2;  // shared-window addresses",
-               "const unsigned sf_rd = cvl_smem_addr(sf) + pr * 16;"]
+               f"const unsigned sf_rd = cvl_smem_addr(sf) + pr * {4 * fs};"]
               if self.spread else []),
             f"const unsigned long long desc_a{'0' if prefetch else ''} = cvl_wgmma_desc(sa, 16u, 1024u);",
             "const unsigned long long desc_b = cvl_wgmma_desc(sb, 16u, 1024u);",
