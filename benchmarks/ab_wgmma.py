@@ -204,6 +204,11 @@ SETTINGS_OF["library plain kernel, tiles row-major (before session 15)"] = {"RAS
 # 2560 x 4096 x 4096 165.7 against 174.2; 4096^3 227.1 against 271.7.
 SETTINGS_OF["library plain kernel, 128x256 always (before session 19)"] = {"NARROW_TILE": None}
 SETTINGS_OF["library plain kernel, tiles in groups of 8 row tiles"] = {"RASTER_ROWS": 8}
+# Session 36 (not yet measured): each step's barrier and the refill of step s + 2 before the wait for step s's tile
+# (cuda_wgmma.REFILL_FIRST), so a late tile no longer delays the next refill. Session 8's probe (half of B loaded,
+# -11%) says the loads hold the loop back; the multicast that halved B's L2 traffic gained nothing, which points at
+# their latency rather than the bytes: predicted 0-3% at 4096^3 if so, nothing if not.
+SETTINGS_OF["library plain kernel, refilled before the wait"] = {"REFILL_FIRST": True}
 # Session 15: split-K in 4 or more (even) parts as clusters of two whose half-tile sums meet through the workspace
 # (cuda_wgmma.SPLIT_CLUSTER_GROUPS, the default), against the workspace alone (the last CTA sums every part).
 SETTINGS_OF["library plain kernel, split-K of 4+ parts through the workspace alone (before session 15)"] = {

@@ -30,6 +30,8 @@
 #   bench   `cuvil-dsl bench --quick` of BENCH_SPECS (default: the attention benchmarks) against BASELINES
 #   wide    session 36's attention band in clusters of 4 CTAs of 8 tiles: its GPU tests (-k eight_tiles), ab_attention.py
 #           --no-variants --only wide and `cuvil-dsl bench --quick` of attention_f16 under the switch
+#   refill  session 36's GEMM loop refilled before each step's wait: its GPU tests (-k refill_first), ab_wgmma.py
+#           --library-modes refilled at 4096^3 (ROUNDS rotated rounds, default 6), the GEMM bench under the switch
 #   each    `cuvil-dsl bench --quick --json` of each benchmarks/NAME.yaml of EACH_SPECS (default: issue 7's, the targets
 #           first) in its own call while under EACH_LIMIT seconds (default 470), then one report of them all
 #           (`bench --from`) in bench.md and bench.png, compared with EACH_COMPARE (default: the last whole H200 run,
@@ -113,6 +115,15 @@ for step in ${STEPS:-tests}; do
         timeout 260 python3 benchmarks/ab_attention.py --no-variants --only wide 2>&1 | tail -25
         timeout 200 python3 benchmarks/bench_mode.py 'cuda_matmul.ROW_BAND_TUNING={"cluster_tiles": 8}' -- bench \
             benchmarks/attention_f16.yaml --quick --plot "$OUT/bench-wide.png" 2>&1 | tee "$OUT/bench-wide.md" | tail -16 ;;
+    refill)
+        # session 36's GEMM main loop refilled before each step's wait (cuda_wgmma.REFILL_FIRST): its GPU tests, the
+        # A/B against the default in rotated rounds at 4096^3, then the bench under the switch
+        timeout 200 python3 -m pytest -p cuvil_dsl.testing.plugin -m gpu -q -p no:cacheprovider tests/gpu/test_codegen_gpu.py \
+            -k refill_first 2>&1 | tail -8 | tee "$OUT/gpu-tests-refill.log"
+        timeout 240 python3 benchmarks/ab_wgmma.py --configs 128x256s4p1 --no-sass --library-modes refilled \
+            --timed 4096x4096x4096 --rounds ${ROUNDS:-6} --samples 50 2>&1 | tee "$OUT/ab_wgmma-refill.md" | tail -20
+        timeout 150 python3 benchmarks/bench_mode.py REFILL_FIRST=True -- bench benchmarks/gemm_gelu_f16.yaml --quick \
+            --plot "$OUT/bench-refill.png" 2>&1 | tee "$OUT/bench-refill.md" | tail -16 ;;
     each)
         # one bench call a spec, so that a call's time limit keeps every spec already measured; then one report.
         # The device tool brings back few files a call: the runs go into $OUT/each.tgz, rewritten after each spec.

@@ -208,6 +208,10 @@ TMA = True
 # (:func:`batch_view`); before, any operand with batch axes kept the cp.async loader.
 TMA_BATCHED = True
 MULTICAST: bool | str = False
+# Session 36 (an A/B switch, not yet measured): the TMA main loop refills the stage of step s + P right after the block
+# barrier, before waiting for step s's tile; by default it waits first, so a late tile also delays the next refill and
+# the loads lose the lead the stages give them (benchmarks/NOTES.md, gemm_gelu_f16, session 36).
+REFILL_FIRST = False
 # spec `kernels:` keys that keep a GEMM on the mma.sync template (whose tiles they describe)
 _OVERRIDES = frozenset(("tile", "block", "launch_bounds", "max_registers"))
 
@@ -735,7 +739,8 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], unsigned long long da, u
         0 arms and fills the stage of tile ``s + P``, which tile ``s - 1 - W`` used (every warpgroup
         retired that one's wgmma before the barrier, as in the cp.async loop); then the wgmma. A
         stage's barrier is re-armed only after every thread waited on its previous phase (the
-        barrier of the step in between), so no wait can see a phase two ahead."""
+        barrier of the step in between), so no wait can see a phase two ahead. With
+        :data:`REFILL_FIRST` the barrier and the refill come before the wait for tile ``s``."""
         s, p, w = self.stages, self.ahead, self.pending
 
         def load(stage: str, step: str) -> list[str]:
@@ -756,9 +761,13 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], unsigned long long da, u
             out += [f"if ({i} < {steps}) {{", *_indent(load(str(i), str(i))), "}"]
         refill = [f"if (step + {p} < {steps}) {{", *_indent([*free, *load(f"(step + {p}) % {s}", f"(step + {p})")]), "}"]
         # with pair, after the step's wgmma are issued: thread 0's wait for its partner then runs under them
-        body = [f"cvl_mbar_wait(full0 + (step % {s}) * 8, (step / {s}) & 1);", "__syncthreads();", *ours,
-                *([] if self.pair else refill), *self.compute(f"step % {s}"), *(refill if self.pair else []),
-                f"cvl_wgmma_wait<{w}>();"]
+        wait = [f"cvl_mbar_wait(full0 + (step % {s}) * 8, (step / {s}) & 1);"]
+        if REFILL_FIRST and not self.pair:  # the barrier first: every thread waited on the refilled stage's last phase
+            # at step - P (and the barrier of step - P + 1 came after), and retired its wgmma at step - 1
+            body = ["__syncthreads();", *refill, *wait, *self.compute(f"step % {s}"), f"cvl_wgmma_wait<{w}>();"]
+        else:
+            body = [*wait, "__syncthreads();", *ours, *([] if self.pair else refill), *self.compute(f"step % {s}"),
+                    *(refill if self.pair else []), f"cvl_wgmma_wait<{w}>();"]
         if after_step:
             body += ["cvl_wgmma_wait<0>();", "cvl_wgmma_pin(acc);", *after_step]
         out += ["#pragma unroll 1", f"for (int step = 0; step < {steps}; ++step) {{", *_indent(body), "}",

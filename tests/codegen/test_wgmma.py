@@ -1028,3 +1028,45 @@ def test_grouped_walk_of_pairs(M, N, monkeypatch):
                for t in range(0, mt * nt, 2))
     group = min(cuda_wgmma.RASTER_ROWS, mt)
     assert {m for m, _n, _b in walk[:group * nt]} == set(range(group))
+
+
+def test_refill_first_loop_builds_for_every_tma_gemm(tmp_path, monkeypatch):
+    """REFILL_FIRST (an A/B switch, session 36): each step's block barrier and the refill of step s + P come before
+    the wait for step s's tile. Every TMA main loop of the GEMM programs and the benchmark changes only there (one
+    barrier a step, as before) and still builds for sm_90a without spills or a serialised wgmma chain."""
+    _nvrtc_or_skip()
+    import re
+
+    from codegen_cases import ROOT, case_paths, load_case
+
+    from cuvil_dsl.codegen import render_cuda
+    from cuvil_dsl.compile import CompileUnit, compile_units
+
+    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
+    paths = [p for p in case_paths() if p.stem.startswith("gemm")] + [ROOT / "benchmarks" / "gemm_gelu_f16.yaml"]
+    loop = re.compile(r"for \(int step = 0; step < \d+; \+\+step\) \{\n(.*?)\n    \}\n", re.S)
+    kernels = []
+    for path in paths:
+        case = load_case(path)
+        before = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90", tf32=case.tf32)
+        monkeypatch.setattr(cuda_wgmma, "REFILL_FIRST", True)
+        after = render_cuda(case.plan("sm_90"), case.binding.sizes, "sm_90", tf32=case.tf32)
+        monkeypatch.setattr(cuda_wgmma, "REFILL_FIRST", False)
+        for b, a in zip(before, after):
+            if "cvl_mbar_wait(full0 + (step %" not in b.source or "empty0" in b.source:  # no TMA loop, or pairs
+                assert a.source == b.source, (path.stem, a.name)
+                continue
+            body = loop.search(a.source).group(1)
+            wait, barrier, refill = (body.index("cvl_mbar_wait(full0 + (step %"), body.index("__syncthreads();"),
+                                     body.index("cvl_mbar_expect_tx("))
+            assert barrier < refill < wait < body.index("cvl_wgmma_commit();"), (path.stem, a.name)
+            assert body.count("__syncthreads();") == 1
+            old = loop.search(b.source).group(1)
+            assert sorted(old.splitlines()) == sorted(body.splitlines())  # the same lines, reordered
+            kernels.append(a)
+    assert len(kernels) >= 10
+    units = compile_units([CompileUnit(f"{k.entry}_{i}", k.source, (k.entry,), k.options) for i, k in enumerate(kernels)],
+                          "sm_90", fallback="none")
+    for k, u in zip(kernels, units):
+        r = u.resources[k.entry]
+        assert u.arch == "sm_90a" and r.spill_bytes == 0 and r.stack_bytes == 0 and "serializ" not in u.log, (k.name, u.log)

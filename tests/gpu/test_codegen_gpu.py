@@ -377,6 +377,20 @@ def test_lagged_band_odd_tile_counts_match_reference(n, tuning, tmp_path, monkey
         assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
 
 
+@pytest.mark.parametrize("name", ["gemm_wgmma", "gemm_split_k", "gemm_grouped_walk", "gemm_f16_layouts", "gemm_bf16"])
+def test_refill_first_gemm_loops_match_reference(name, monkeypatch):
+    """cuda_wgmma.REFILL_FIRST (an A/B switch, session 36): the TMA main loop refills a stage before waiting for the
+    step's tile. Ragged M, N and K, both B layouts, split-K parts and their meetings, grouped walks, bf16."""
+    from cuvil_dsl.codegen import cuda_wgmma
+
+    monkeypatch.setattr(cuda_wgmma, "REFILL_FIRST", True)
+    case = load_case(next(p for p in case_paths() if p.stem == name))
+    got, want = run_on_gpu(case)
+    for r in case.pipeline.results:
+        rtol, atol = case.loaded.spec.check.tolerances(r.type.dtype, case.tf32)
+        assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
+
+
 WIDE = """pipeline wide(q: f16[B, M, D], k: f16[B, N, D], qpos: i32[M, 1], kpos: i32[1, N], nramp: f16[N, 1],
                    qb: bf16[B, M, D], kb: bf16[B, N, D], qd: f16[B, M, E], kd: f16[B, N, E]) -> (p: f16[B, M, N],
                    c: f16[B, M, N], t: f16[B, M, N], b: bf16[B, M, N], d: f16[B, M, N]) {
