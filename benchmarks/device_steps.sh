@@ -28,8 +28,10 @@
 #   skipab  ab_attention_full.py's default and "skip" variants on the causal shape, ROUNDS rounds
 #   skipbench  the causal bench (SKIP=SKIP) against PyTorch's SDPA, torch.compile and Triton
 #   bench   `cuvil-dsl bench --quick` of BENCH_SPECS (default: the attention benchmarks) against BASELINES
-#   wide    session 36's attention band in clusters of 4 CTAs of 8 tiles: its GPU tests (-k eight_tiles), ab_attention.py
-#           --no-variants --only wide and `cuvil-dsl bench --quick` of attention_f16 under the switch
+#   wide    session 36's attention band in clusters of CTAs of 8 tiles: its GPU tests (-k eight_tiles) and ab_attention.py
+#           --no-variants --only wide
+#   widebench  `cuvil-dsl bench --quick` of attention_f16 and its 4096-key shape by default and under that switch, the
+#           second run compared with the first (`--compare`), into $OUT/widebench.tgz
 #   refill  session 36's GEMM loop refilled before each step's wait: its GPU tests (-k refill_first), ab_wgmma.py
 #           --library-modes refilled at 4096^3 (ROUNDS rotated rounds, default 6), the GEMM bench under the switch
 #   each    `cuvil-dsl bench --quick --json` of each benchmarks/NAME.yaml of EACH_SPECS (default: issue 7's, the targets
@@ -108,13 +110,23 @@ for step in ${STEPS:-tests}; do
         timeout 400 python3 -m cuvil_dsl bench ${BENCH_SPECS:-benchmarks/attention_full_f16.yaml benchmarks/shapes/attention_full_f16-d128.yaml} \
             --quick --baselines ${BASELINES:-torch,triton} --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.md" | tail -30 ;;
     wide)
-        # session 36's clusters of 4 CTAs of 8 tiles (ROW_BAND_TUNING "cluster_tiles" 8): its GPU tests, the A/B against
-        # the default (ab_attention.py: the default timed before and after it), then the bench under the switch
-        timeout 200 python3 -m pytest -p cuvil_dsl.testing.plugin -m gpu -q -p no:cacheprovider tests/gpu/test_codegen_gpu.py \
+        # session 36's clusters of CTAs of 8 tiles (ROW_BAND_TUNING "cluster_tiles" 8): its GPU tests, then the A/B
+        # against the default (ab_attention.py: the default timed before and after it, on its five cases)
+        timeout 240 python3 -m pytest -p cuvil_dsl.testing.plugin -m gpu -q -p no:cacheprovider tests/gpu/test_codegen_gpu.py \
             -k eight_tiles 2>&1 | tail -12 | tee "$OUT/gpu-tests-wide.log"
-        timeout 260 python3 benchmarks/ab_attention.py --no-variants --only wide 2>&1 | tail -25
-        timeout 200 python3 benchmarks/bench_mode.py 'cuda_matmul.ROW_BAND_TUNING={"cluster_tiles": 8}' -- bench \
-            benchmarks/attention_f16.yaml --quick --plot "$OUT/bench-wide.png" 2>&1 | tee "$OUT/bench-wide.md" | tail -16 ;;
+        timeout 320 python3 benchmarks/ab_attention.py --no-variants --only wide 2>&1 | tail -25 ;;
+    widebench)
+        # the same in the bench's method: attention_f16 and the 4096-key shape (one pass in clusters of 8 under the
+        # switch, two-pass bands by default), by default and under the switch, the second compared with the first
+        work=$(mktemp -d)
+        specs="benchmarks/attention_f16.yaml benchmarks/shapes/attention_f16-n4096.yaml"
+        timeout 270 python3 -m cuvil_dsl bench $specs --quick --json > "$work/default.json" 2> "$work/default.err"
+        timeout 270 python3 benchmarks/bench_mode.py 'cuda_matmul.ROW_BAND_TUNING={"cluster_tiles": 8}' -- bench $specs \
+            --quick --json > "$work/wide.json" 2> "$work/wide.err"
+        python3 -m cuvil_dsl bench --from "$work/wide.json" --compare "$work/default.json" --plot "$work/bench-wide.png" \
+            > "$work/bench-wide.md" 2>&1
+        tar czf "$OUT/widebench.tgz" -C "$work" .
+        head -12 "$work/bench-wide.md"; grep -A8 "^Compared with" "$work/bench-wide.md" ;;
     refill)
         # session 36's GEMM main loop refilled before each step's wait (cuda_wgmma.REFILL_FIRST): its GPU tests, the
         # A/B against the default in rotated rounds at 4096^3, then the bench under the switch

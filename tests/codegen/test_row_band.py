@@ -469,18 +469,19 @@ def test_lagged_cluster_band_builds_without_spills(sizes, grid, per_sm, tmp_path
     assert per_sm * (k.shared_bytes + r.shared_bytes + 1024) <= 228 * 1024
 
 
-@pytest.mark.parametrize("n,tiles", [(2048, 8), (1800, 8), (1024, 4)])
-def test_lagged_band_of_eight_tiles_a_cta(n, tiles, tmp_path, monkeypatch):
+@pytest.mark.parametrize("n,ctas,tiles", [(2048, 4, 8), (1800, 4, 8), (4096, 8, 8), (1024, 4, 4)])
+def test_lagged_band_of_eight_tiles_a_cta(n, ctas, tiles, tmp_path, monkeypatch):
     """ROW_BAND_TUNING "cluster_tiles" 8 (ab_attention.py, session 36): clusters of 4 CTAs of 8 column tiles, whose
     66 KB of staged rows allow 2 CTAs a multiprocessor, so all 66 clusters of 4 that fit the 132 SMs are rendered;
     each row's factors for 8 tiles in the warp's table (lane j fills tiles j and j + 4). N = 1800: 29 tiles, the
-    last CTA's fifth ragged and its last three masked whole. Where 8 tiles a CTA would leave fewer CTAs than the
+    last CTA's fifth ragged and its last three masked whole. N = 4096 (two-pass bands by default: a cluster of 8
+    holds 2048 columns) fits a cluster of 8 such CTAs, one pass. Where 8 tiles a CTA would leave fewer CTAs than the
     lagged band needs (N = 1024: 2), the layout keeps 4 a CTA; the barrier band never takes more than 4."""
     from cuvil_dsl.codegen import cuda_band_cluster
 
     monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", {"cluster_tiles": 8})
-    assert cuda_band_cluster.layout(n) == (4, tiles)
+    assert cuda_band_cluster.layout(n) == (ctas, tiles)
     plan, _ = plan_pipeline(check_source(ATTENTION, "a.cuvil").module.pipelines[0])
     (k,) = render_cuda(plan, {"B": 32, "M": 2048, "N": n, "D": 64}, "sm_90")
     body = k.source.split('extern "C"')[1]
@@ -489,7 +490,7 @@ def test_lagged_band_of_eight_tiles_a_cta(n, tiles, tmp_path, monkeypatch):
         monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", {})
         assert render_cuda(plan, {"B": 32, "M": 2048, "N": n, "D": 64}, "sm_90")[0].source == k.source
         return
-    assert k.grid == (66 * 4, 1, 1) and "__cluster_dims__(4, 1, 1) __launch_bounds__(128, 2)" in body
+    assert k.grid == (132 * 2 // ctas * ctas, 1, 1) and f"__cluster_dims__({ctas}, 1, 1) __launch_bounds__(128, 2)" in body
     assert k.shared_bytes == 2 * 8192 + 2 * 8192 + 4 * 16 * (8 * 64 + 8) * 2 + 1024
     assert "cvl_factor[4][128];" in body and "const unsigned sf_rd = cvl_smem_addr(sf) + pr * 32;" in body
     for t in range(8):
