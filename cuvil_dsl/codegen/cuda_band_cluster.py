@@ -7,8 +7,8 @@ exponentiated once, and the numerators wait on chip for the row's statistics:
 * a **cluster** of ``C`` CTAs (``__cluster_dims__``, at most the portable 8) shares a band of
   ``64 * G`` rows (``G`` consumer warpgroups); CTA ``r`` owns ``T`` column tiles of 64
   (``T <= 4``), so N is at most ``8 * 4 * 64 = 2048``; ROW_BAND_TUNING "cluster_tiles" changes T (up
-  to :data:`MOST_TILES` = 8 for the lagged band: clusters of 4 at 2 CTAs a multiprocessor, an A/B of
-  session 36 not yet measured);
+  to :data:`MOST_TILES` = 8 for the lagged band, 2 CTAs a multiprocessor: N = 2048 in clusters of 4, and
+  up to 4096 in clusters of 8; an A/B of session 36, not yet measured);
 * TMA brings the A band and all ``T`` B tiles at once (one mbarrier each); tile ``t + 1``'s wgmma
   runs while tile ``t``'s epilogue does (two accumulator sets);
 * K (attention's head dimension) up to :data:`MAX_DEPTH` (128) is held in atoms of 64: each atom of
