@@ -763,7 +763,7 @@ __device__ __forceinline__ void {name}(float (&d)[{n}], unsigned long long da, u
         # with pair, after the step's wgmma are issued: thread 0's wait for its partner then runs under them
         wait = [f"cvl_mbar_wait(full0 + (step % {s}) * 8, (step / {s}) & 1);"]
         if REFILL_FIRST and not self.pair:  # the barrier first: every thread waited on the refilled stage's last phase
-            # at step - P (and the barrier of step - P + 1 came after), and retired its wgmma at step - 1
+            # at step - 1 - W and retired that step's wgmma at the end of step - 1, both before this barrier
             body = ["__syncthreads();", *refill, *wait, *self.compute(f"step % {s}"), f"cvl_wgmma_wait<{w}>();"]
         else:
             body = [*wait, "__syncthreads();", *ours, *([] if self.pair else refill), *self.compute(f"step % {s}"),
