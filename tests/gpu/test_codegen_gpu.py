@@ -127,13 +127,18 @@ def assert_matches(got: np.ndarray, want: np.ndarray, dtype: DType, rtol: float,
                            f"{np.argwhere(bad)[0].tolist()}: got {g[bad][:3]} want {w[bad][:3]}")
 
 
-@pytest.mark.parametrize("path", case_paths(), ids=case_id)
-def test_generated_kernels_match_reference(path):
-    case = load_case(path)
+def assert_case_matches(case: Case) -> None:
+    """Every result of ``case``'s generated kernels matches the reference within the spec's tolerances."""
     got, want = run_on_gpu(case)
     for r in case.pipeline.results:
         rtol, atol = case.loaded.spec.check.tolerances(r.type.dtype, case.tf32)
         assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
+
+
+@pytest.mark.parametrize("path", case_paths(), ids=case_id)
+def test_generated_kernels_match_reference(path):
+    case = load_case(path)
+    assert_case_matches(case)
 
 
 GEMM_SOFTMAX_CASES = [p for p in case_paths() if p.stem in (
@@ -147,10 +152,7 @@ def test_generic_gemm_softmax_template_matches_reference(path, monkeypatch):
 
     monkeypatch.setattr(cuda_matmul, "ROW_BAND", False)
     case = load_case(path)
-    got, want = run_on_gpu(case)
-    for r in case.pipeline.results:
-        rtol, atol = case.loaded.spec.check.tolerances(r.type.dtype, case.tf32)
-        assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
+    assert_case_matches(case)
 
 
 def _library_programs():
@@ -180,10 +182,7 @@ def test_wgmma_library_epilogues_match_reference(name, mode, tmp_path, monkeypat
     monkeypatch.setattr(cuda_wgmma, "PAIRED_STORES", pairs)
     monkeypatch.setattr(cuda_wgmma, "LARGE_TILE", tile)
     case = library_case(name, tmp_path)
-    got, want = run_on_gpu(case)
-    for r in case.pipeline.results:
-        rtol, atol = case.loaded.spec.check.tolerances(r.type.dtype, case.tf32)
-        assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
+    assert_case_matches(case)
 
 
 ROW_TUNINGS = {  # cuda_rows.TUNING settings that change how rows of at most 1024 elements are walked
@@ -209,10 +208,7 @@ def test_row_template_tunings_match_reference(path, tuning, monkeypatch):
 
     monkeypatch.setattr(cuda_rows, "TUNING", dict(ROW_TUNINGS[tuning]))
     case = load_case(path)
-    got, want = run_on_gpu(case)
-    for r in case.pipeline.results:
-        rtol, atol = case.loaded.spec.check.tolerances(r.type.dtype, case.tf32)
-        assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
+    assert_case_matches(case)
 
 
 @pytest.mark.parametrize("mode", list(WGMMA_MODES))
@@ -225,10 +221,7 @@ def test_wgmma_gemm_programs_under_each_switch(path, mode, monkeypatch):
     monkeypatch.setattr(cuda_wgmma, "PAIRED_STORES", pairs)
     monkeypatch.setattr(cuda_wgmma, "LARGE_TILE", tile)
     case = load_case(path)
-    got, want = run_on_gpu(case)
-    for r in case.pipeline.results:
-        rtol, atol = case.loaded.spec.check.tolerances(r.type.dtype, case.tf32)
-        assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
+    assert_case_matches(case)
 
 
 def _gelu_gemm_case(tmp_path, name: str, m: int, n: int, k: int, b_t: bool):
@@ -262,10 +255,7 @@ def test_wgmma_pairs_sharing_b_match_reference(b_t, ws, tmp_path, monkeypatch):
     case, k = _gelu_gemm_case(tmp_path, "pairs", 4000, 2104, 200, b_t)
     assert "__cluster_dims__(2, 1, 1)" in k.source and "cvl_tma_2d_mc(" in k.source
     assert ("setmaxnreg" in k.source) == bool(ws)
-    got, want = run_on_gpu(case)
-    for r in case.pipeline.results:
-        rtol, atol = case.loaded.spec.check.tolerances(r.type.dtype, case.tf32)
-        assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
+    assert_case_matches(case)
 
 
 @pytest.mark.parametrize("b_t", [False, True], ids=["b-KxN", "b-NxK"])
@@ -276,10 +266,7 @@ def test_wgmma_narrow_tile_matches_reference(b_t, tmp_path):
     64-column boxes a stage) or [N, K] (one box of 192 rows)."""
     case, k = _gelu_gemm_case(tmp_path, "narrow", 1400, 2296, 200, b_t)
     assert "m64n192k16" in k.source and k.grid == (11 * 12, 1, 1)
-    got, want = run_on_gpu(case)
-    for r in case.pipeline.results:
-        rtol, atol = case.loaded.spec.check.tolerances(r.type.dtype, case.tf32)
-        assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
+    assert_case_matches(case)
 
 
 # last in the file: a warp-specialised barrier that never completes traps (about a second), and the
@@ -296,10 +283,7 @@ def test_wgmma_warp_specialised_library_kernel_matches_reference(name, tmp_path,
     monkeypatch.setattr(cuda_wgmma, "LIBRARY_WS", True)
     case = (load_case(next(p for p in case_paths() if p.stem == name)) if name == "gemm_wgmma"
             else library_case(name, tmp_path))
-    got, want = run_on_gpu(case)
-    for r in case.pipeline.results:
-        rtol, atol = case.loaded.spec.check.tolerances(r.type.dtype, case.tf32)
-        assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
+    assert_case_matches(case)
 
 
 @pytest.mark.parametrize("fit", [1, 3])
@@ -348,10 +332,7 @@ def test_cluster_band_switches_match_reference(stem, tuning, monkeypatch):
 
     monkeypatch.setattr(cuda_matmul, "ROW_BAND_TUNING", tuning)
     case = load_case(next(p for p in case_paths() if p.stem == stem))
-    got, want = run_on_gpu(case)
-    for r in case.pipeline.results:
-        rtol, atol = case.loaded.spec.check.tolerances(r.type.dtype, case.tf32)
-        assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
+    assert_case_matches(case)
 
 
 @pytest.mark.parametrize("tuning", [{}, {"prefetch": False}, {"interleave0": False}, {"a_regs": False}], ids=str)
@@ -371,10 +352,7 @@ def test_lagged_band_odd_tile_counts_match_reference(n, tuning, tmp_path, monkey
         f"pipeline: odd.cuvil\nshapes: {{B: 3, M: 1000, N: {n}, D: 64}}\ncheck: {{rtol: 2.0e-3, atol: 2.0e-3}}\n")
     case = load_case(tmp_path / "odd.yaml")
     assert cuda_band_cluster.layout(n) == (2, 3 if n == 384 else 4)
-    got, want = run_on_gpu(case)
-    for r in case.pipeline.results:
-        rtol, atol = case.loaded.spec.check.tolerances(r.type.dtype, case.tf32)
-        assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
+    assert_case_matches(case)
 
 
 @pytest.mark.parametrize("name", ["gemm_wgmma", "gemm_split_k", "gemm_grouped_walk", "gemm_f16_layouts", "gemm_bf16"])
@@ -385,10 +363,7 @@ def test_refill_first_gemm_loops_match_reference(name, monkeypatch):
 
     monkeypatch.setattr(cuda_wgmma, "REFILL_FIRST", True)
     case = load_case(next(p for p in case_paths() if p.stem == name))
-    got, want = run_on_gpu(case)
-    for r in case.pipeline.results:
-        rtol, atol = case.loaded.spec.check.tolerances(r.type.dtype, case.tf32)
-        assert_matches(got[r.name], want[r.name], r.type.dtype, rtol, atol)
+    assert_case_matches(case)
 
 
 WIDE = """pipeline wide(q: f16[B, M, D], k: f16[B, N, D], qpos: i32[M, 1], kpos: i32[1, N], nramp: f16[N, 1],
