@@ -124,7 +124,7 @@ def make_executor(session: Session) -> Executor:
     from cuvil_dsl.passes import plan_pipeline
     from cuvil_dsl.spec import check_kernel_names
 
-    plan, diags = plan_pipeline(session.pipeline, kernel_overrides(session.loaded), session.target.arch or "sm_90")
+    plan, diags = plan_pipeline(session.pipeline, kernel_overrides(session.loaded), session.target.arch)
     diags = list(diags) + check_kernel_names(session.loaded, [k.name for k in plan.kernels])
     raise_if_errors(diags)
     if backend == "cpu":

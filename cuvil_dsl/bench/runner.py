@@ -299,7 +299,7 @@ class Bench:
     def _floor(self, session: Session) -> Floor:
         from cuvil_dsl.passes import plan_pipeline
 
-        plan, _ = plan_pipeline(session.pipeline, kernel_overrides(session.loaded), session.target.arch or "sm_90")
+        plan, _ = plan_pipeline(session.pipeline, kernel_overrides(session.loaded), session.target.arch)
         kept = masked_share(session.pipeline, session.inputs, session.binding.params, session.binding.sizes)
         return floor_for(plan, session.pipeline, session.binding.sizes, self.ceilings, kept)
 

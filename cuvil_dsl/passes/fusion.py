@@ -526,15 +526,21 @@ def _statement_span(op: ir.Op, block_ops: list[ir.Op]) -> Span:
     return op.span
 
 
-def plan_pipeline(pipeline: ir.Pipeline, overrides: dict | None = None, arch: str = "sm_90"
+# The architecture a target without one (the CPU and reference backends) is planned for: the CPU backend runs the
+# same plan as the GPU it stands in for.
+PLAN_ARCH = "sm_90"
+
+
+def plan_pipeline(pipeline: ir.Pipeline, overrides: dict | None = None, arch: str | None = PLAN_ARCH
                   ) -> tuple[FusionPlan, list[Diagnostic]]:
     """Plan ``pipeline``'s kernels. ``overrides`` is the spec's ``kernels:`` section (kernel
     name to a dict or settings model with block, tile, launch_bounds, max_registers); names
-    that match no kernel are left to the spec's own check (E501 at the YAML key).
+    that match no kernel are left to the spec's own check (E501 at the YAML key). ``arch``
+    None (a CPU or reference target, which has none) plans as for :data:`PLAN_ARCH`.
 
     >>> from cuvil_dsl.frontend import check_source
     >>> p = check_source("pipeline f(x: f32[N]) -> y: f32[N] { y = exp(x) * 2 }").module.pipelines[0]
     >>> [k.name for k in plan_pipeline(p)[0].kernels]
     ['main_k1']
     """
-    return _Planner(pipeline, arch).run(overrides)
+    return _Planner(pipeline, arch or PLAN_ARCH).run(overrides)
