@@ -531,7 +531,7 @@ def _percent(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a percentage such as 5 or 2.5%, got {text!r}") from None
     if not 0 <= value < 1000:
-        raise argparse.ArgumentTypeError(f"expected a percentage from 0 to 1000, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a percentage of at least 0 and below 1000, got {text!r}")
     return value
 
 
